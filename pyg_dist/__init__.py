@@ -1,0 +1,49 @@
+"""pyg-dist: distributed neighbour-sampling loaders for PyTorch Geometric.
+
+Partition a graph once (:func:`partition`), serve each part with a
+:class:`PartitionServer`, and swap PyG's ``NeighborLoader`` for
+:class:`DistNeighborLoader` over the ``(feature_store, graph_store)`` pair
+returned by :func:`connect`.
+
+Public names are imported lazily so that ``import pyg_dist`` stays cheap and
+the CLI starts fast; ``pyg_dist.X`` and ``from pyg_dist import X`` both work.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# Public name -> module defining it. Kept in one table so that the public
+# surface is visible at a glance.
+_EXPORTS = {
+    "partition": "pyg_dist.partitioning.writer",
+    "PartitionBook": "pyg_dist.partitioning.book",
+    "PartitionReader": "pyg_dist.partitioning.reader",
+    "PartitionServer": "pyg_dist.rpc.server",
+    "RpcClient": "pyg_dist.rpc.client",
+    "RemoteFeatureStore": "pyg_dist.store.remote_feature_store",
+    "RemoteGraphStore": "pyg_dist.store.remote_graph_store",
+    "connect": "pyg_dist.store.connect",
+    "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
+    "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",
+    "PluginRegistry": "pyg_dist.plugins",
+    "default_registry": "pyg_dist.plugins",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pyg_dist' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

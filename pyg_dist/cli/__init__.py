@@ -1,0 +1,68 @@
+"""The ``pyg-dist`` command line.
+
+Each sub-command lives in its own module of this package and exposes
+``add_parser(subparsers)`` and ``run(args) -> int``. Modules import torch and
+friends inside ``run`` only, so ``pyg-dist --help`` answers instantly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Optional, Sequence
+
+from pyg_dist.errors import PygDistError
+
+# Order shown in --help: the user's journey from raw graph to training.
+COMMANDS = ("partition", "info", "plugins", "serve", "launch", "bench", "keys")
+
+
+def _available_commands() -> list:
+    modules = []
+    for name in COMMANDS:
+        try:
+            modules.append(importlib.import_module(f"pyg_dist.cli.{name}"))
+        except ModuleNotFoundError as exc:
+            # Only a command that is not written yet may be absent; a broken
+            # import inside a command must surface.
+            if exc.name != f"pyg_dist.cli.{name}":
+                raise
+    return modules
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Builds the top-level parser with every sub-command attached."""
+    parser = argparse.ArgumentParser(
+        prog="pyg-dist",
+        description=(
+            "Distributed neighbour sampling for PyTorch Geometric. Partition "
+            "a graph once, serve one partition per server, and train with "
+            "DistNeighborLoader under torchrun."),
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0,
+        help="more log output (-v: info, -vv: debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _available_commands():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``pyg-dist`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except PygDistError as exc:
+        print(f"pyg-dist {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

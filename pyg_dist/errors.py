@@ -1,0 +1,187 @@
+"""Typed errors raised by pyg-dist.
+
+Every error the package raises on purpose derives from :class:`PygDistError`,
+so ``except pyg_dist.errors.PygDistError`` catches all of them. Messages say
+what was wrong and what to do about it.
+
+The tree::
+
+    PygDistError
+    ├── PluginError
+    │   ├── PluginNotFoundError          unknown name; lists what is installed
+    │   ├── PluginLoadError              the entry point failed to import / load
+    │   └── DuplicatePluginError         two distributions register one name
+    ├── PartitionError
+    │   ├── InvalidPartitionArgumentError bad num_parts, empty graph, bad options
+    │   ├── PartitionFormatError         missing/unknown file, other format version
+    │   ├── ChecksumMismatchError        a file's sha256 differs from meta.json
+    │   └── DatasetResolveError          "module:callable" did not resolve
+    ├── RpcError
+    │   ├── TransportError               socket/connection level failure
+    │   │   └── ServerUnavailableError   server down; names the address
+    │   ├── RpcTimeoutError (also TimeoutError)  deadline passed; names address, op
+    │   ├── ProtocolError                malformed or unsupported message
+    │   └── RemoteError                  the server answered with an error;
+    │                                    carries op, address, remote type/message
+    ├── StoreError                       bad TensorAttr/EdgeAttr, unknown attribute
+    ├── SamplerError                     bad sampler configuration or input
+    └── LoaderError                      bad loader configuration, pipeline failure
+
+Lower-level exceptions (``zmq.ZMQError``, ``OSError``, ``json`` and
+``msgpack`` errors) are translated into these in exactly one place per layer,
+always chained with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class PygDistError(Exception):
+    """Root of every error raised on purpose by pyg-dist."""
+
+
+# Plugins ###################################################################
+
+
+class PluginError(PygDistError):
+    """A plugin could not be found, loaded or registered."""
+
+
+class PluginNotFoundError(PluginError, LookupError):
+    """No plugin of that name is registered in the group.
+
+    Args:
+        group: The entry-point group that was searched.
+        name: The name that was asked for.
+        available: The names that are registered in ``group``.
+    """
+
+    def __init__(self, group: str, name: str, available: list[str]) -> None:
+        self.group = group
+        self.name = name
+        self.available = sorted(available)
+        listed = ", ".join(self.available) if self.available else "none"
+        super().__init__(
+            f"no plugin named {name!r} in group {group!r}; installed: "
+            f"{listed}. Install the package that provides it, or run "
+            f"'pyg-dist plugins' to see what is registered.")
+
+
+class PluginLoadError(PluginError):
+    """Importing or loading a plugin's entry point failed."""
+
+
+class DuplicatePluginError(PluginError):
+    """Two distributions register the same plugin name in one group."""
+
+
+# Partitions ################################################################
+
+
+class PartitionError(PygDistError):
+    """Partitioning a graph or reading a partitioned dataset failed."""
+
+
+class InvalidPartitionArgumentError(PartitionError, ValueError):
+    """An argument to the partitioner is out of range or inconsistent."""
+
+
+class PartitionFormatError(PartitionError):
+    """A partition directory is missing files, malformed or of another
+    format version."""
+
+
+class ChecksumMismatchError(PartitionFormatError):
+    """A partition file's sha256 does not match the one in ``meta.json``.
+
+    Args:
+        path: The file whose content changed.
+        expected: The checksum recorded in ``meta.json``.
+        actual: The checksum of the file on disk.
+    """
+
+    def __init__(self, path: str, expected: str, actual: str) -> None:
+        self.path = path
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"checksum mismatch for {path}: meta.json records sha256 "
+            f"{expected[:16]}..., the file has {actual[:16]}...; the file was "
+            f"modified or corrupted: partition the dataset again")
+
+
+class DatasetResolveError(PartitionError, ValueError):
+    """A ``module:callable`` dataset string could not be resolved or did not
+    return a graph."""
+
+
+# RPC #######################################################################
+
+
+class RpcError(PygDistError):
+    """A remote call failed.
+
+    Args:
+        message: What went wrong.
+        address: The server's endpoint, e.g. ``tcp://10.0.0.5:5555``.
+        op: The operation that was called, if known.
+    """
+
+    def __init__(self, message: str, *, address: Optional[str] = None,
+                 op: Optional[str] = None) -> None:
+        self.address = address
+        self.op = op
+        super().__init__(message)
+
+
+class TransportError(RpcError):
+    """The transport (socket, connection) failed."""
+
+
+class ServerUnavailableError(TransportError):
+    """The server is down or unreachable."""
+
+
+class RpcTimeoutError(RpcError, TimeoutError):
+    """No reply arrived before the call's deadline."""
+
+
+class ProtocolError(RpcError):
+    """A message is malformed, or speaks another protocol version."""
+
+
+class RemoteError(RpcError):
+    """The server received the request and answered with an error.
+
+    Args:
+        message: The server's error message, intact.
+        address: The server's endpoint.
+        op: The operation that was called.
+        remote_type: The error class name reported by the server.
+    """
+
+    def __init__(self, message: str, *, address: Optional[str] = None,
+                 op: Optional[str] = None,
+                 remote_type: str = "RemoteError") -> None:
+        self.remote_type = remote_type
+        self.remote_message = message
+        where = f" from {address}" if address else ""
+        what = f" to {op!r}" if op else ""
+        super().__init__(f"{remote_type}{where} in reply{what}: {message}",
+                         address=address, op=op)
+
+
+# Stores, sampler, loader ###################################################
+
+
+class StoreError(PygDistError):
+    """A feature or graph store was asked for something it does not hold."""
+
+
+class SamplerError(PygDistError, ValueError):
+    """The sampler was configured or called with invalid arguments."""
+
+
+class LoaderError(PygDistError):
+    """The loader was configured wrongly, or its pipeline failed."""
