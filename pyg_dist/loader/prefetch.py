@@ -1,0 +1,159 @@
+"""Prefetch pipeline: keep K batches in flight while the model trains.
+
+A loader hands the pipeline the *cheap* part of its iteration (the seed
+batches, in order) and a ``produce`` function doing the expensive part
+(sampling RPCs, then one feature fetch per server). Up to ``depth`` batches
+are produced at once on worker threads: while the model trains on batch
+``i``, batches ``i+1 .. i+K`` are being sampled and fetched, and the feature
+fetch of one batch overlaps the sampling of the next. ZeroMQ and torch
+kernels release the GIL, so the threads really do overlap.
+
+Guarantees:
+
+* Batches come out in the order of the seed batches, whatever order the
+  workers finish in, so a fixed seed gives the same batches for every
+  ``depth`` (the loader derives every random seed on the consumer side,
+  before submitting).
+* An exception raised while producing batch ``i`` is raised on the consumer
+  thread when batch ``i`` is asked for, with its original type.
+* Leaving the loop early (``break``, an exception in the training step,
+  garbage collection of the iterator) cancels batches not yet started and
+  waits for the running ones (each bounded by its RPC deadline), then joins
+  every worker thread: no thread and no request is left behind.
+* With a CUDA ``device``, a worker pins the batch's memory and copies it on
+  a side stream with ``non_blocking=True``; the consumer's stream waits on
+  that copy only when it takes the batch, so the copy overlaps compute.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Generic, Optional, TypeVar
+
+import torch
+
+from pyg_dist.errors import LoaderError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _CudaMover:
+    """Pinned-memory, side-stream host-to-device copies of whole batches."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = torch.cuda.Stream(device=device)
+
+    def to_device(self, batch: Any) -> tuple[Any, Any]:
+        """Runs on a worker: pin, enqueue the copy, return (batch, event)."""
+        batch = batch.pin_memory()
+        with torch.cuda.stream(self.stream):
+            batch = batch.to(self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return batch, event
+
+    def hand_over(self, batch: Any, event: Any) -> Any:
+        """Runs on the consumer: order its stream after the copy."""
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(event)
+
+        # Memory allocated on the side stream is now used on another one:
+        # tell the caching allocator so it is not reused too early.
+        def _record(t: torch.Tensor) -> torch.Tensor:
+            if t.is_cuda:
+                t.record_stream(current)
+            return t
+
+        return batch.apply(_record)
+
+
+class PrefetchPipeline(Generic[T, R]):
+    """Produces items ahead of the consumer on a pool of worker threads.
+
+    Args:
+        produce: Turns one work item (e.g. a batch of seed ids with its
+            random seed) into a finished batch. Called on worker threads; it
+            must be thread-safe.
+        depth: How many items may be in flight beyond the one the consumer
+            holds (``K``). Must be at least 1.
+        device: If a CUDA device, finished batches are pinned and copied to
+            it on a side stream. ``None`` or a CPU device leaves them alone.
+        name: Prefix of the worker threads' names (shows up in stack dumps).
+    """
+
+    def __init__(
+        self,
+        produce: Callable[[T], R],
+        depth: int,
+        *,
+        device: Optional[torch.device | str] = None,
+        name: str = "pyg-dist-prefetch",
+    ) -> None:
+        if not isinstance(depth, int) or depth < 1:
+            raise LoaderError(
+                f"prefetch depth must be a positive integer, got {depth!r}; "
+                f"use prefetch=0 on the loader for the synchronous path")
+        self.produce = produce
+        self.depth = depth
+        self.name = name
+        dev = torch.device(device) if device is not None else None
+        self._mover = _CudaMover(dev) if dev is not None and dev.type == "cuda" else None
+
+    def _work(self, item: T) -> Any:
+        batch = self.produce(item)
+        if self._mover is not None:
+            return self._mover.to_device(batch)
+        return batch
+
+    def _finish(self, future: Future) -> R:
+        out = future.result()
+        if self._mover is not None:
+            return self._mover.hand_over(*out)
+        return out
+
+    def __call__(self, items: Iterable[T]) -> Iterator[R]:
+        """Yields ``produce(item)`` for every item, in order, ``depth`` ahead.
+
+        Args:
+            items: The work items. Iterated lazily on the consumer thread.
+        """
+        return self._run(iter(items))
+
+    def _run(self, items: Iterator[T]) -> Iterator[R]:
+        executor = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix=self.name)
+        pending: deque[Future] = deque()
+        done = object()
+        try:
+            for _ in range(self.depth):
+                item = next(items, done)
+                if item is done:
+                    break
+                pending.append(executor.submit(self._work, item))
+            index = 0
+            while pending:
+                head = pending.popleft()
+                item = next(items, done)
+                if item is not done:
+                    pending.append(executor.submit(self._work, item))
+                try:
+                    batch = self._finish(head)
+                except BaseException as exc:
+                    logger.debug("batch %d failed in the prefetch pipeline", index)
+                    if hasattr(exc, "add_note"):
+                        exc.add_note(f"raised while preparing batch {index} of the epoch")
+                    raise
+                index += 1
+                yield batch
+        finally:
+            # Runs on normal exhaustion, on an error, and when the consumer
+            # abandons the iterator (break -> generator close()).
+            for future in pending:
+                future.cancel()
+            executor.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,99 @@
+"""The prefetch pipeline on real worker threads: order, overlap, errors, early exit."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from pyg_dist.errors import LoaderError
+from pyg_dist.loader.prefetch import PrefetchPipeline
+
+
+def _pipeline_threads(prefix: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def test_results_come_in_order_whatever_order_workers_finish():
+    rng = random.Random(0)
+    delays = [rng.uniform(0, 0.01) for _ in range(50)]
+
+    def produce(i: int) -> int:
+        time.sleep(delays[i])
+        return i * i
+
+    out = list(PrefetchPipeline(produce, depth=4, name="t-order")(range(50)))
+    assert out == [i * i for i in range(50)]
+    assert _pipeline_threads("t-order") == []
+
+
+def test_depth_items_are_in_flight_at_once():
+    lock = threading.Lock()
+    running = 0
+    peak = 0
+    release = threading.Event()
+
+    def produce(i: int) -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        release.wait(timeout=5)
+        with lock:
+            running -= 1
+        return i
+
+    it = PrefetchPipeline(produce, depth=3, name="t-depth")(range(10))
+    threading.Timer(0.3, release.set).start()
+    assert next(it) == 0
+    assert peak == 3
+    assert list(it) == list(range(1, 10))
+
+
+def test_error_surfaces_at_the_batch_it_belongs_to():
+    class Boom(RuntimeError):
+        pass
+
+    def produce(i: int) -> int:
+        if i == 5:
+            raise Boom("sampling failed")
+        return i
+
+    got = []
+    with pytest.raises(Boom, match="sampling failed") as info:
+        for x in PrefetchPipeline(produce, depth=3, name="t-err")(range(10)):
+            got.append(x)
+    assert got == [0, 1, 2, 3, 4]
+    assert any("batch 5" in note for note in getattr(info.value, "__notes__", []))
+    assert _pipeline_threads("t-err") == []
+
+
+def test_break_leaves_no_thread_and_no_work_behind():
+    started = []
+    finished = []
+    lock = threading.Lock()
+
+    def produce(i: int) -> int:
+        with lock:
+            started.append(i)
+        time.sleep(0.02)
+        with lock:
+            finished.append(i)
+        return i
+
+    for x in PrefetchPipeline(produce, depth=4, name="t-break")(range(1000)):
+        if x == 3:
+            break
+    # The generator is closed as soon as the loop drops it: every started
+    # item has finished, nothing else was started, and no worker is alive.
+    assert sorted(started) == sorted(finished)
+    assert len(started) <= 3 + 1 + 4
+    assert _pipeline_threads("t-break") == []
+
+
+@pytest.mark.parametrize("depth", [0, -1, 1.5])
+def test_bad_depth_is_a_typed_error(depth):
+    with pytest.raises(LoaderError, match="prefetch depth"):
+        PrefetchPipeline(lambda i: i, depth=depth)
