@@ -24,9 +24,10 @@ A third party registers a plugin in its own ``pyproject.toml``::
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Optional
 
 from pyg_dist.errors import (
     DuplicatePluginError,
