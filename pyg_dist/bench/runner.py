@@ -1,0 +1,287 @@
+"""``pyg-dist bench``: pyg-dist against its peers, in one run, on one graph.
+
+Rows of the table (each measured over the same seeds, fan-out and batch):
+
+1. ``pyg-local``: PyG's ``NeighborLoader`` on the unpartitioned graph in this
+   process: the ceiling without any network.
+2. ``pyg-dist K=0`` / ``pyg-dist K=k``: :class:`DistNeighborLoader` against
+   one server process per part on loopback, synchronous and prefetching.
+3. ``pyg-distributed``: PyG's deprecated ``torch_geometric.distributed``
+   loader on the same graph and number of parts (see
+   :mod:`pyg_dist.bench.pyg_distributed_baseline` for what is stood in).
+4. One GraphSAGE epoch: compute only (batches materialised beforehand),
+   loader only, and both together with prefetch 0 and ``k``.
+
+With ``link_delays_ms``, the epoch is repeated with a forwarding proxy
+holding every message D ms each way, to show how much latency the pipeline
+hides.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchConfig:
+    """What ``pyg-dist bench`` measures.
+
+    Args:
+        num_nodes: Nodes of the synthetic graph.
+        avg_degree: Average in-degree (edges = nodes * degree).
+        num_features: Feature columns (float32).
+        num_classes: Label classes.
+        num_parts: Partitions, one server process each.
+        partitioner: Partitioner plugin name.
+        num_neighbors: Fan-out per hop.
+        batch_size: Seeds per batch.
+        num_batches: Batches per measured epoch.
+        prefetch: Prefetch depth ``k`` for the pipelined rows.
+        link_delays_ms: One-way delays to repeat the epoch rows with.
+        baseline: Also run PyG's ``torch_geometric.distributed``.
+        seed: Seed for the graph, the seeds and the sampler.
+    """
+
+    num_nodes: int = 100_000
+    avg_degree: int = 20
+    num_features: int = 128
+    num_classes: int = 10
+    num_parts: int = 2
+    partitioner: str = "metis"
+    num_neighbors: list[int] = field(default_factory=lambda: [15, 10])
+    batch_size: int = 1024
+    num_batches: int = 20
+    prefetch: int = 4
+    link_delays_ms: list[float] = field(default_factory=list)
+    baseline: bool = True
+    seed: int = 0
+
+
+@dataclass
+class Row:
+    """One measured line of the table."""
+
+    name: str
+    seconds: float
+    batches: int
+    seeds: int
+    edges: int
+    feature_bytes: int
+    note: str = ""
+
+    @property
+    def seeds_per_s(self) -> float:
+        return self.seeds / self.seconds if self.seconds else 0.0
+
+    @property
+    def edges_per_s(self) -> float:
+        return self.edges / self.seconds if self.seconds else 0.0
+
+    @property
+    def feature_mb_per_s(self) -> float:
+        return self.feature_bytes / 1e6 / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(seeds_per_s=self.seeds_per_s, edges_per_s=self.edges_per_s,
+                   feature_mb_per_s=self.feature_mb_per_s)
+        return out
+
+
+def _batch_stats(batch: Any) -> tuple[int, int, int]:
+    feats = sum(t.numel() * t.element_size() for t in (batch.x, batch.y) if t is not None)
+    return int(batch.batch_size), int(batch.edge_index.size(1)), int(feats)
+
+
+def time_loader(name: str, loader: Iterable, max_batches: int, note: str = "") -> Row:
+    """Iterates ``loader`` for at most ``max_batches`` batches, doing nothing
+    with them, and returns the throughput row."""
+    seeds = edges = feats = n = 0
+    start = time.perf_counter()
+    for batch in loader:
+        s, e, f = _batch_stats(batch)
+        seeds, edges, feats, n = seeds + s, edges + e, feats + f, n + 1
+        if n >= max_batches:
+            break
+    return Row(name, time.perf_counter() - start, n, seeds, edges, feats, note)
+
+
+class _Trainer:
+    """A two-layer GraphSAGE and its optimiser: the compute of one step."""
+
+    def __init__(self, in_channels: int, num_classes: int, seed: int) -> None:
+        from torch_geometric.nn import GraphSAGE
+
+        torch.manual_seed(seed)
+        self.model = GraphSAGE(in_channels, 256, num_layers=2, out_channels=num_classes)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=0.01)
+
+    def step(self, batch: Any) -> float:
+        self.model.train()
+        self.opt.zero_grad()
+        out = self.model(batch.x, batch.edge_index)[: batch.batch_size]
+        loss = torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size])
+        loss.backward()
+        self.opt.step()
+        return float(loss)
+
+
+def time_epoch(name: str, trainer: _Trainer, batches: Iterable, max_batches: int) -> Row:
+    """Trains one step per batch and returns the epoch's row."""
+    seeds = edges = feats = n = 0
+    start = time.perf_counter()
+    for batch in batches:
+        trainer.step(batch)
+        s, e, f = _batch_stats(batch)
+        seeds, edges, feats, n = seeds + s, edges + e, feats + f, n + 1
+        if n >= max_batches:
+            break
+    return Row(name, time.perf_counter() - start, n, seeds, edges, feats)
+
+
+def _seeds(cfg: BenchConfig, num_nodes: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(cfg.seed)
+    count = min(num_nodes, cfg.batch_size * cfg.num_batches)
+    return torch.randperm(num_nodes, generator=gen)[:count]
+
+
+def _dist_loader(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, prefetch: int) -> Any:
+    from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
+
+    return DistNeighborLoader((fs, gs), num_neighbors=cfg.num_neighbors, input_nodes=seeds,
+                              batch_size=cfg.batch_size, prefetch=prefetch, seed=cfg.seed)
+
+
+def _epoch_rows(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, tag: str) -> list[Row]:
+    """Compute only, loader only and both (prefetch 0 and k) for one link."""
+    n = cfg.num_batches
+    trainer = _Trainer(cfg.num_features, cfg.num_classes, cfg.seed)
+    materialised = list(_dist_loader(cfg, fs, gs, seeds, 0))
+    trainer.step(materialised[0])  # warm-up: allocator, autograd graph
+    rows = [time_epoch(f"epoch compute only{tag}", trainer, materialised, n)]
+    rows.append(time_loader(f"epoch loader only K={cfg.prefetch}{tag}",
+                            _dist_loader(cfg, fs, gs, seeds, cfg.prefetch), n))
+    for k in (0, cfg.prefetch):
+        rows.append(time_epoch(f"epoch train K={k}{tag}", trainer,
+                               _dist_loader(cfg, fs, gs, seeds, k), n))
+    return rows
+
+
+def run_bench(cfg: BenchConfig, workdir: Optional[str] = None) -> dict[str, Any]:
+    """Runs every row of the table and returns rows plus ratios (JSON-safe)."""
+    from pyg_dist.cluster import LocalCluster
+    from pyg_dist.datasets import fake
+    from pyg_dist.partitioning.writer import partition
+    from pyg_dist.store.connect import connect
+
+    with tempfile.TemporaryDirectory(prefix="pyg-dist-bench-", dir=workdir) as tmp:
+        data = fake(num_nodes=cfg.num_nodes, avg_degree=cfg.avg_degree,
+                    num_channels=cfg.num_features, num_classes=cfg.num_classes, seed=cfg.seed)
+        seeds = _seeds(cfg, data.num_nodes)
+        rows: list[Row] = [_pyg_local_row(cfg, data, seeds)]
+        root = f"{tmp}/parts"
+        partition(data, cfg.num_parts, root, partitioner=cfg.partitioner, progress=False)
+        with LocalCluster(root) as cluster:
+            fs, gs = connect(cluster.endpoints)
+            try:
+                for k in (0, cfg.prefetch):
+                    loader = _dist_loader(cfg, fs, gs, seeds, k)
+                    rows.append(time_loader(f"pyg-dist K={k}", loader, cfg.num_batches))
+                rows += _epoch_rows(cfg, fs, gs, seeds, "")
+            finally:
+                fs.close()
+        for delay in cfg.link_delays_ms:
+            with LocalCluster(root, link_delay_ms=delay) as cluster:
+                fs, gs = connect(cluster.endpoints)
+                try:
+                    tag = f" @{delay:g}ms"
+                    for k in (0, cfg.prefetch):
+                        rows.append(time_epoch(
+                            f"epoch train K={k}{tag}",
+                            _Trainer(cfg.num_features, cfg.num_classes, cfg.seed),
+                            _dist_loader(cfg, fs, gs, seeds, k), cfg.num_batches))
+                finally:
+                    fs.close()
+        if cfg.baseline:
+            rows.append(_baseline_row(cfg, data, seeds, tmp))
+    return {"config": asdict(cfg), "rows": [r.as_dict() for r in rows],
+            "ratios": ratios(rows, cfg)}
+
+
+def _pyg_local_row(cfg: BenchConfig, data: Any, seeds: torch.Tensor) -> Row:
+    from torch_geometric.loader import NeighborLoader
+
+    loader = NeighborLoader(data, num_neighbors=cfg.num_neighbors, input_nodes=seeds,
+                            batch_size=cfg.batch_size)
+    return time_loader("pyg-local NeighborLoader", loader, cfg.num_batches,
+                       note="one process, no network")
+
+
+def _baseline_row(cfg: BenchConfig, data: Any, seeds: torch.Tensor, tmp: str) -> Row:
+    try:
+        from pyg_dist.bench.pyg_distributed_baseline import run_pyg_distributed_baseline
+    except ImportError as exc:
+        return Row("pyg-distributed", 0.0, 0, 0, 0, 0, note=f"not available: {exc}")
+    out = run_pyg_distributed_baseline(
+        data, num_parts=cfg.num_parts, num_neighbors=cfg.num_neighbors,
+        batch_size=cfg.batch_size, num_batches=cfg.num_batches, workdir=f"{tmp}/pyg",
+        timeout_s=300.0)
+    if "seeds_per_s" not in out:
+        return Row("pyg-distributed", 0.0, 0, 0, 0, 0, note=str(out.get("note", out)))
+    return Row("pyg-distributed", float(out["seconds"]), int(out["batches"]),
+               int(out["seeds"]), int(out["edges"]), 0, note=str(out.get("note", "")))
+
+
+def ratios(rows: list[Row], cfg: BenchConfig) -> dict[str, float]:
+    """The ratios the project's targets are stated in."""
+    by = {r.name: r for r in rows}
+    k = cfg.prefetch
+    out: dict[str, float] = {}
+
+    def put(name: str, num: Optional[Row], den: Optional[Row], attr: str) -> None:
+        if num is not None and den is not None and getattr(den, attr):
+            out[name] = getattr(num, attr) / getattr(den, attr)
+
+    put(f"pyg-dist K={k} / pyg-local (seeds/s)", by.get(f"pyg-dist K={k}"),
+        by.get("pyg-local NeighborLoader"), "seeds_per_s")
+    put(f"pyg-dist K={k} / pyg-distributed (seeds/s)", by.get(f"pyg-dist K={k}"),
+        by.get("pyg-distributed"), "seeds_per_s")
+    compute, loader = by.get("epoch compute only"), by.get(f"epoch loader only K={k}")
+    both = by.get(f"epoch train K={k}")
+    if compute and loader and both:
+        out[f"epoch K={k} / max(compute, loader)"] = both.seconds / max(compute.seconds,
+                                                                        loader.seconds)
+    for delay in cfg.link_delays_ms:
+        put(f"epoch K={k} / K=0 @{delay:g}ms (time)", by.get(f"epoch train K={k} @{delay:g}ms"),
+            by.get(f"epoch train K=0 @{delay:g}ms"), "seconds")
+    return out
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """Renders the rows and ratios as a plain-text table."""
+    head = f"{'row':38} {'s':>8} {'batches':>7} {'seeds/s':>10} {'edges/s':>12} {'feat MB/s':>10}"
+    lines = [head, "-" * len(head)]
+    for r in result["rows"]:
+        lines.append(f"{r['name']:38} {r['seconds']:8.2f} {r['batches']:7d} "
+                     f"{r['seeds_per_s']:10.0f} {r['edges_per_s']:12.0f} "
+                     f"{r['feature_mb_per_s']:10.1f}" + (f"  {r['note']}" if r["note"] else ""))
+    lines.append("")
+    for name, value in result["ratios"].items():
+        lines.append(f"{name:52} {value:6.2f}x")
+    return "\n".join(lines)
+
+
+def write_json(result: dict[str, Any], path: str) -> None:
+    """Writes the result as JSON (for plotting or CI artefacts)."""
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)

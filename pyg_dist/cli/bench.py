@@ -1,0 +1,70 @@
+"""``pyg-dist bench``: measure pyg-dist against PyG's loaders on this machine."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from exc
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Registers ``pyg-dist bench``."""
+    p = sub.add_parser(
+        "bench",
+        help="benchmark pyg-dist against PyG's loaders on a synthetic graph",
+        description=(
+            "Builds a synthetic graph, partitions it, starts one server per part on "
+            "loopback and measures, in one run: PyG's NeighborLoader in one process "
+            "(the no-network ceiling), DistNeighborLoader with prefetch 0 and K, PyG's "
+            "deprecated torch_geometric.distributed loader, and one GraphSAGE epoch "
+            "(compute only, loader only, both). Prints a table and, with --json, "
+            "writes the figures to a file."),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--num-nodes", type=int, default=100_000, help="nodes of the graph")
+    p.add_argument("--avg-degree", type=int, default=20, help="average in-degree")
+    p.add_argument("--num-features", type=int, default=128, help="float32 feature columns")
+    p.add_argument("--num-parts", type=int, default=2, help="partitions (one server each)")
+    p.add_argument("--partitioner", default="metis", help="partitioner plugin")
+    p.add_argument("--num-neighbors", type=_int_list, default=[15, 10],
+                   help="fan-out per hop, comma-separated")
+    p.add_argument("--batch-size", type=int, default=1024, help="seeds per batch")
+    p.add_argument("--num-batches", type=int, default=20, help="batches per measured epoch")
+    p.add_argument("--prefetch", type=int, default=4, help="prefetch depth K")
+    p.add_argument("--link-delay-ms", type=_float_list, default=[],
+                   help="repeat the epoch behind a proxy adding D ms each way, e.g. 1,5")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip PyG's torch_geometric.distributed row")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the benchmark and prints the table."""
+    from pyg_dist.bench.runner import BenchConfig, format_table, run_bench, write_json
+
+    cfg = BenchConfig(
+        num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.num_features,
+        num_parts=args.num_parts, partitioner=args.partitioner,
+        num_neighbors=args.num_neighbors, batch_size=args.batch_size,
+        num_batches=args.num_batches, prefetch=args.prefetch,
+        link_delays_ms=args.link_delay_ms, baseline=not args.no_baseline, seed=args.seed)
+    result = run_bench(cfg)
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"\nwrote {args.json}")
+    return 0

@@ -1,0 +1,175 @@
+"""Start and stop one partition server process per part on this machine.
+
+:class:`LocalCluster` is what ``pyg-dist launch`` and ``pyg-dist bench`` use
+(and the end-to-end tests): it runs ``python -m pyg_dist serve ROOT --part K``
+for every part, binding port 0 on loopback, reads each server's
+``ready <endpoint>`` line within a deadline, and optionally puts a link-delay
+proxy process in front of them. Leaving the ``with`` block, an exception or
+Ctrl-C stops every process it started: SIGTERM first, SIGKILL after a grace
+period, so nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Optional
+
+from pyg_dist.errors import PartitionFormatError, ServerUnavailableError
+
+logger = logging.getLogger(__name__)
+
+SERVERS_ENV = "PYG_DIST_SERVERS"
+"""Environment variable holding the comma-separated server endpoints, ordered
+by part; :func:`pyg_dist.connect` reads it when given no addresses."""
+
+
+def num_parts_of(root: str | os.PathLike) -> int:
+    """Reads the number of parts from ``ROOT/meta.json`` without loading data."""
+    meta = Path(root) / "meta.json"
+    try:
+        return int(json.loads(meta.read_text())["num_parts"])
+    except FileNotFoundError as exc:
+        raise PartitionFormatError(
+            f"{meta} not found: is {root} a partitioned dataset? "
+            f"Create one with 'pyg-dist partition'") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PartitionFormatError(f"{meta} is not a valid pyg-dist meta.json: {exc}") from exc
+
+
+def _read_ready(proc: subprocess.Popen, what: str, deadline: float) -> list[str]:
+    """Waits for the ``ready <endpoint> ...`` line of ``proc``'s stdout."""
+    result: list[str] = []
+    stdout: IO[str] = proc.stdout  # type: ignore[assignment]
+
+    def read() -> None:
+        for line in stdout:
+            if line.startswith("ready "):
+                result.extend(line.split()[1:])
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(max(0.0, deadline - time.monotonic()))
+    if not result:
+        code = proc.poll()
+        state = f"exited with code {code}" if code is not None else "did not report ready"
+        raise ServerUnavailableError(
+            f"{what} {state} within the start-up deadline; run the same command by hand "
+            f"to see its error: {' '.join(proc.args)}")  # type: ignore[arg-type]
+    return result
+
+
+class LocalCluster:
+    """One ``pyg-dist serve`` process per part on loopback.
+
+    Args:
+        root: The partitioned dataset (a directory with ``meta.json``).
+        parts: Which parts to serve; all of them if ``None``.
+        host: Address to bind; loopback by default.
+        link_delay_ms: If set, every server is reached through a forwarding
+            proxy that holds each message this many ms each way.
+        serve_args: Extra arguments for ``pyg-dist serve`` (e.g.
+            ``["--feature-store", "mmap"]``).
+        startup_timeout: Seconds to wait for every ``ready`` line.
+        stop_grace: Seconds between SIGTERM and SIGKILL on shutdown.
+        env: Environment for the server processes (default: this one's).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        parts: Optional[Sequence[int]] = None,
+        host: str = "127.0.0.1",
+        link_delay_ms: Optional[float] = None,
+        serve_args: Sequence[str] = (),
+        startup_timeout: float = 60.0,
+        stop_grace: float = 5.0,
+        env: Optional[dict[str, str]] = None,
+    ) -> None:
+        self.root = str(root)
+        self.parts = list(parts) if parts is not None else list(range(num_parts_of(root)))
+        self.host = host
+        self.link_delay_ms = link_delay_ms
+        self.serve_args = list(serve_args)
+        self.startup_timeout = startup_timeout
+        self.stop_grace = stop_grace
+        self.env = env
+        self.processes: list[subprocess.Popen] = []
+        self.server_endpoints: list[str] = []
+        self.endpoints: list[str] = []
+
+    def start(self) -> list[str]:
+        """Starts every server (and proxy) and returns the endpoints clients
+        should use, ordered by part."""
+        try:
+            deadline = time.monotonic() + self.startup_timeout
+            servers = [self._spawn(self._serve_cmd(k), f"server for part {k}")
+                       for k in self.parts]
+            for k, proc in zip(self.parts, servers):
+                self.server_endpoints += _read_ready(proc, f"server for part {k}", deadline)
+            self.endpoints = list(self.server_endpoints)
+            if self.link_delay_ms is not None:
+                cmd = [sys.executable, "-m", "pyg_dist.bench.link_proxy",
+                       "--delay-ms", str(self.link_delay_ms), "--host", self.host,
+                       *self.server_endpoints]
+                proxy = self._spawn(cmd, "link-delay proxy")
+                self.endpoints = _read_ready(proxy, "link-delay proxy", deadline)
+            logger.info("cluster ready: %s", ", ".join(self.endpoints))
+            return self.endpoints
+        except BaseException:
+            self.stop()
+            raise
+
+    def _serve_cmd(self, part: int) -> list[str]:
+        return [sys.executable, "-m", "pyg_dist", "serve", self.root, "--part", str(part),
+                "--bind", f"tcp://{self.host}:0", *self.serve_args]
+
+    def _spawn(self, cmd: list[str], what: str) -> subprocess.Popen:
+        logger.debug("starting %s: %s", what, " ".join(cmd))
+        # start_new_session: Ctrl-C in a terminal reaches us, not the servers
+        # directly, so shutdown happens in one place and in order.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=self.env,
+                                start_new_session=True)
+        self.processes.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        """Stops every process started: SIGTERM, then SIGKILL after the grace
+        period. Safe to call twice."""
+        for proc in self.processes:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace
+        for proc in self.processes:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.warning("process %d did not stop on SIGTERM; killing it", proc.pid)
+                proc.kill()
+                proc.wait(5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        self.processes = []
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def environment(self) -> dict[str, str]:
+        """This process's environment plus ``PYG_DIST_SERVERS``."""
+        env = dict(os.environ)
+        env[SERVERS_ENV] = ",".join(self.endpoints)
+        return env
