@@ -1,95 +1,18 @@
-"""Vectorised bookkeeping of a distributed neighbour sample.
+"""Vectorised relabelling of a distributed neighbour sample.
 
-Two pieces of pure tensor logic, kept apart from any RPC so that they can be
-tested with plain tensors:
-
-* :func:`reassemble` puts the answers of several servers, each of which got
-  the part of a hop's frontier it owns, back into frontier order.
-* :class:`NodeIndex` relabels sampled neighbours to local node ids the way
-  PyG's ``NeighborSampler`` (pyg-lib / torch-sparse) does: seeds first, then
-  every new node in order of its first appearance, hop by hop.
-
-Neither loops over nodes in Python: a batch of 1,024 seeds with fan-out
-``[15, 10]`` touches ~150k edges, and a Python loop over them would cost more
-than the whole sampling round trip.
+:class:`NodeIndex` relabels sampled neighbours to local node ids the way
+PyG's ``NeighborSampler`` (pyg-lib / torch-sparse) does: seeds first, then
+every new node in order of its first appearance, hop by hop. It is pure
+tensor logic, tested with plain tensors, and never loops over nodes in
+Python: a batch of 1,024 seeds with fan-out ``[15, 10]`` touches ~150k
+edges, and a Python loop over them would cost more than the whole sampling
+round trip.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from torch import Tensor
-
-
-def _exclusive_cumsum(counts: Tensor) -> Tensor:
-    out = torch.zeros_like(counts)
-    if counts.numel() > 1:
-        torch.cumsum(counts[:-1], dim=0, out=out[1:])
-    return out
-
-
-def segment_gather_index(starts: Tensor, counts: Tensor) -> Tensor:
-    """Index that concatenates the segments ``[starts[i], starts[i] + counts[i])``.
-
-    Args:
-        starts: Start offset of every segment (int64).
-        counts: Length of every segment (int64, non-negative).
-
-    Returns:
-        An int64 tensor of length ``counts.sum()``.
-    """
-    total = int(counts.sum())
-    if total == 0:
-        return torch.empty(0, dtype=torch.long)
-    # Position of each output element inside its own segment, plus the start
-    # of that segment in the source.
-    offsets = _exclusive_cumsum(counts)
-    within = torch.arange(total) - offsets.repeat_interleave(counts, output_size=total)
-    return within + starts.repeat_interleave(counts, output_size=total)
-
-
-def reassemble(
-    num_seeds: int,
-    positions: Sequence[Tensor],
-    counts: Sequence[Tensor],
-    values: Sequence[Sequence[Tensor]],
-) -> tuple[Tensor, list[Tensor]]:
-    """Merges per-server neighbour lists back into the frontier's order.
-
-    Server ``p`` was asked for the seeds at ``positions[p]`` of the frontier
-    and answered, for each of them in that order, ``counts[p][i]`` entries
-    laid out contiguously in every tensor of ``values[p]`` (neighbour ids,
-    edge ids, ...).
-
-    Args:
-        num_seeds: Length of the frontier; the positions of all servers
-            together must be a permutation of ``range(num_seeds)``.
-        positions: Per server, the frontier positions of the seeds it got.
-        counts: Per server, the number of entries per seed.
-        values: Per server, the tensors holding the entries (all of the same
-            length, ``counts[p].sum()``).
-
-    Returns:
-        ``(counts, values)`` in frontier order: ``counts[j]`` entries for
-        frontier seed ``j``, laid out contiguously, seed after seed.
-    """
-    if len(positions) == 1:
-        # One owner: its answer is already in frontier order when it got the
-        # whole frontier in order (the common case for a single part).
-        pos = positions[0]
-        if pos.numel() == num_seeds and bool((pos == torch.arange(num_seeds)).all()):
-            return counts[0], list(values[0])
-    pos = torch.cat(list(positions)) if positions else torch.empty(0, dtype=torch.long)
-    cnt = torch.cat(list(counts)) if counts else torch.empty(0, dtype=torch.long)
-    num_values = len(values[0]) if values else 0
-    cat_values = [torch.cat([v[i] for v in values]) for i in range(num_values)]
-    # block_of[j] = index of the answered block that belongs to seed j.
-    block_of = torch.empty(num_seeds, dtype=torch.long)
-    block_of[pos] = torch.arange(pos.numel())
-    ordered_counts = cnt[block_of]
-    index = segment_gather_index(_exclusive_cumsum(cnt)[block_of], ordered_counts)
-    return ordered_counts, [v[index] for v in cat_values]
 
 
 class NodeIndex:

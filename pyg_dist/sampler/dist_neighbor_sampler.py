@@ -1,0 +1,258 @@
+"""Distributed neighbour sampling that returns PyG's own ``SamplerOutput``.
+
+:class:`DistNeighborSampler` samples hop by hop. Every hop it splits the
+frontier (global ids) by owner with the partition book, asks every owning
+server at once for the neighbours of its share, puts the answers back into
+frontier order and relabels them the way PyG's ``NeighborSampler`` does:
+seeds first, then each new node in order of first appearance, hop by hop;
+``row`` holds the (local) source of every sampled edge, ``col`` its
+destination, ``edge`` the global edge id. With full fan-out (``-1``) the
+output equals PyG's local ``NeighborSampler`` on the unpartitioned graph.
+
+Randomness: every batch draws one 63-bit seed from the sampler's generator
+(on the caller's thread), and every hop and server derives its own seed from
+it. A fixed ``seed`` therefore reproduces every batch, whatever order the
+servers answer in and however many batches a prefetch pipeline keeps in
+flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import (
+    BaseSampler,
+    EdgeSamplerInput,
+    NegativeSampling,
+    NodeSamplerInput,
+    SamplerOutput,
+)
+from torch_geometric.sampler.base import NumNeighbors, SubgraphType
+from torch_geometric.sampler.neighbor_sampler import edge_sample
+
+from pyg_dist.errors import SamplerError
+from pyg_dist.sampler.relabel import NodeIndex
+from pyg_dist.store.remote_graph_store import RemoteGraphStore
+
+logger = logging.getLogger(__name__)
+
+_SEED_BOUND = 1 << 62
+
+
+class DistNeighborSampler(BaseSampler):
+    """PyG ``BaseSampler`` that samples neighbours on partition servers.
+
+    Args:
+        data: The ``(feature_store, graph_store)`` pair returned by
+            :func:`pyg_dist.connect`, or the graph store alone.
+        num_neighbors: Neighbours to sample per node and hop; ``-1`` takes
+            all of them. A list (homogeneous graphs only).
+        replace: Sample with replacement.
+        subgraph_type: ``"directional"`` (the sampled edges only),
+            ``"bidirectional"`` (sampled edges plus their reverses) or
+            ``"induced"`` (every edge among the sampled nodes).
+        disjoint: Give every seed its own subgraph; the output then carries
+            ``batch``, the seed index of every node.
+        seed: Seed of the sampler's random generator. ``None`` seeds it from
+            torch's global generator, so ``torch.manual_seed`` before
+            building the sampler reproduces its batches.
+        timeout: Deadline of every sampling call in seconds; ``None`` uses
+            the RPC configuration's.
+
+    Raises:
+        SamplerError: on an unsupported or invalid configuration.
+    """
+
+    def __init__(
+        self,
+        data: Union[tuple[Any, RemoteGraphStore], RemoteGraphStore],
+        num_neighbors: Union[list[int], NumNeighbors],
+        replace: bool = False,
+        subgraph_type: Union[SubgraphType, str] = "directional",
+        disjoint: bool = False,
+        seed: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> None:
+        graph_store = data[1] if isinstance(data, (tuple, list)) else data
+        if not isinstance(graph_store, RemoteGraphStore):
+            raise SamplerError(
+                f"DistNeighborSampler needs the (feature_store, graph_store) pair from "
+                f"pyg_dist.connect(), got a graph store of type {type(graph_store).__name__}")
+        self.graph_store = graph_store
+        self.num_nodes = graph_store.num_nodes
+        self.num_neighbors = _check_num_neighbors(num_neighbors)
+        self.replace = bool(replace)
+        try:
+            self.subgraph_type = SubgraphType(subgraph_type)
+        except ValueError as exc:
+            raise SamplerError(f"subgraph_type must be one of 'directional', 'bidirectional', "
+                               f"'induced'; got {subgraph_type!r}") from exc
+        if disjoint and self.subgraph_type == SubgraphType.induced:
+            raise SamplerError("disjoint sampling with subgraph_type='induced' is not "
+                               "supported (PyG does not support it either)")
+        self.disjoint = bool(disjoint)
+        self.timeout = timeout
+        if seed is None:
+            seed = int(torch.randint(0, _SEED_BOUND, (1,)))
+        self._generator = torch.Generator().manual_seed(int(seed))
+        self._generator_lock = threading.Lock()
+
+    @property
+    def is_hetero(self) -> bool:
+        """Always ``False``: heterogeneous graphs are not supported yet."""
+        return False
+
+    @property
+    def is_temporal(self) -> bool:
+        """Always ``False``: temporal sampling is not supported."""
+        return False
+
+    def draw_seed(self) -> int:
+        """Draws the random seed of one batch (thread-safe).
+
+        A loader calls this on its consumer thread, in batch order, and
+        passes the value to :meth:`sample_from_nodes`, so that batches do not
+        depend on which worker thread samples them.
+        """
+        with self._generator_lock:
+            return int(torch.randint(0, _SEED_BOUND, (1,), generator=self._generator))
+
+    # PyG BaseSampler interface #############################################
+
+    def sample_from_nodes(self, index: NodeSamplerInput, seed: Optional[int] = None,
+                          **kwargs: Any) -> SamplerOutput:
+        """Samples the subgraph around the seed nodes of ``index``.
+
+        Args:
+            index: The seed nodes (global ids) and their input ids.
+            seed: The batch's random seed; drawn with :meth:`draw_seed` when
+                ``None``.
+            **kwargs: Ignored (PyG's interface).
+
+        Returns:
+            A :class:`~torch_geometric.sampler.SamplerOutput` whose
+            ``metadata`` is ``(input_id, seed_time)`` as in PyG.
+        """
+        if index.input_type is not None:
+            raise SamplerError("heterogeneous input nodes are not supported by "
+                               "DistNeighborSampler yet")
+        if index.time is not None:
+            raise SamplerError("temporal sampling (seed times) is not supported by "
+                               "DistNeighborSampler")
+        out = self._sample(index.node, seed=seed)
+        out.metadata = (index.input_id, index.time)
+        return self._finish(out)
+
+    def sample_from_edges(self, index: EdgeSamplerInput,
+                          neg_sampling: Optional[NegativeSampling] = None) -> SamplerOutput:
+        """Samples the subgraph around the endpoints of seed links (PyG's ``edge_sample``).
+
+        Args:
+            index: The seed links.
+            neg_sampling: Negative sampling configuration, as in PyG.
+        """
+        if index.input_type is not None or index.time is not None:
+            raise SamplerError("heterogeneous or temporal seed links are not supported by "
+                               "DistNeighborSampler")
+        out = edge_sample(index, self._sample, self.num_nodes, self.disjoint, None,
+                          neg_sampling)
+        return self._finish(out)
+
+    @property
+    def edge_permutation(self) -> None:
+        """``None``: ``edge`` already holds global edge ids."""
+        return None
+
+    # Sampling ##############################################################
+
+    def _finish(self, out: SamplerOutput) -> SamplerOutput:
+        if self.subgraph_type == SubgraphType.bidirectional:
+            out = out.to_bidirectional()
+        return out
+
+    def _sample(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
+                seed: Optional[int] = None) -> SamplerOutput:
+        """Samples all hops around ``seed_nodes`` (global ids)."""
+        if seed_time is not None:
+            raise SamplerError("temporal sampling is not supported by DistNeighborSampler")
+        seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(), "seed nodes")
+        base_seed = self.draw_seed() if seed is None else int(seed)
+        n = self.num_nodes
+        num_seeds = seed_nodes.numel()
+        # Disjoint mode keys every node by (seed index, node): one tree per seed.
+        keys = torch.arange(num_seeds) * n + seed_nodes if self.disjoint else seed_nodes
+        index = NodeIndex(keys)
+        frontier_local, frontier_keys = torch.arange(num_seeds), keys
+        chunks, rows, cols, edges = [keys], [], [], []
+        num_sampled_nodes, num_sampled_edges = [num_seeds], []
+        for hop, fanout in enumerate(self.num_neighbors):
+            ids = frontier_keys % n if self.disjoint else frontier_keys
+            counts, nbrs, eids = self.graph_store.sample_neighbors(
+                ids, fanout, self.replace, _hop_seed(base_seed, hop), timeout=self.timeout)
+            counts = counts.to(torch.long)
+            total = int(counts.sum())
+            if self.disjoint:
+                nbrs = nbrs + (frontier_keys // n * n).repeat_interleave(counts, output_size=total)
+            before = index.num_nodes
+            local, new_keys = index.add(nbrs)
+            rows.append(local)
+            cols.append(frontier_local.repeat_interleave(counts, output_size=total))
+            edges.append(eids.to(torch.long))
+            chunks.append(new_keys)
+            num_sampled_nodes.append(new_keys.numel())
+            num_sampled_edges.append(total)
+            frontier_local = torch.arange(before, index.num_nodes)
+            frontier_keys = new_keys
+        node_keys = torch.cat(chunks)
+        row, col, edge = torch.cat(rows), torch.cat(cols), torch.cat(edges)
+        batch = None
+        node = node_keys
+        if self.disjoint:
+            batch, node = node_keys // n, node_keys % n
+        if self.subgraph_type == SubgraphType.induced:
+            row, col, edge = self._induced_edges(node, index, base_seed)
+            num_sampled_nodes = num_sampled_edges = None
+        return SamplerOutput(node=node, row=row, col=col, edge=edge, batch=batch,
+                             num_sampled_nodes=num_sampled_nodes,
+                             num_sampled_edges=num_sampled_edges)
+
+    def _induced_edges(self, node: Tensor, index: NodeIndex, base_seed: int
+                       ) -> tuple[Tensor, Tensor, Tensor]:
+        """Every edge whose two endpoints were sampled (one full-neighbourhood round)."""
+        counts, nbrs, eids = self.graph_store.sample_neighbors(
+            node, -1, False, _hop_seed(base_seed, len(self.num_neighbors)),
+            timeout=self.timeout)
+        counts = counts.to(torch.long)
+        col = torch.arange(node.numel()).repeat_interleave(counts, output_size=nbrs.numel())
+        row, found = index.lookup(nbrs.to(torch.long))
+        return row[found], col[found], eids.to(torch.long)[found]
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "
+                f"replace={self.replace}, subgraph_type={self.subgraph_type.value}, "
+                f"disjoint={self.disjoint})")
+
+
+def _check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors]) -> list[int]:
+    values = num_neighbors.values if isinstance(num_neighbors, NumNeighbors) else num_neighbors
+    if isinstance(values, dict):
+        raise SamplerError("per-edge-type num_neighbors (heterogeneous graphs) are not "
+                           "supported by DistNeighborSampler yet; pass a list of ints")
+    try:
+        values = [int(v) for v in values]
+    except (TypeError, ValueError) as exc:
+        raise SamplerError(f"num_neighbors must be a list of ints (-1 for all neighbours), "
+                           f"got {num_neighbors!r}") from exc
+    if not values or any(v < -1 for v in values):
+        raise SamplerError(f"num_neighbors must be a non-empty list of ints >= -1 (-1 takes "
+                           f"all neighbours), got {values}")
+    return values
+
+
+def _hop_seed(base_seed: int, hop: int) -> int:
+    """A distinct, deterministic seed per hop of one batch."""
+    return (base_seed * 1_000_003 + hop * 0x9E3779B9 + 1) % _SEED_BOUND

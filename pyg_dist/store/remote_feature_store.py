@@ -1,0 +1,171 @@
+"""Trainer-side PyG :class:`~torch_geometric.data.FeatureStore` over partition servers.
+
+Every request is routed by the partition book: the ids of a ``TensorAttr``
+are grouped by owning server, each server gets one ``get`` request carrying
+*all* the attributes asked for with that index, the requests fly at once,
+and the rows are put back in the caller's order. PyG builds a batch with one
+``multi_get_tensor`` call (``x``, ``y``, masks, ... all indexed by the
+batch's nodes), so one batch costs one round trip per server.
+
+The store is read-only: ``put_tensor`` / ``remove_tensor`` raise
+:class:`~pyg_dist.errors.StoreError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import FeatureStore, TensorAttr
+from torch_geometric.typing import FeatureTensorType
+
+from pyg_dist.errors import StoreError
+from pyg_dist.store.routing import Router
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FeatureInfo:
+    """What the servers report about one node feature.
+
+    Args:
+        dtype: Its torch dtype.
+        shape: Its shape *without* the node dimension (``()`` for labels).
+    """
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+class RemoteFeatureStore(FeatureStore):
+    """A read-only PyG ``FeatureStore`` whose node features live on partition servers.
+
+    ``TensorAttr.group_name`` is the node type (``None`` for a homogeneous
+    graph), ``attr_name`` the feature (``x``, ``y``, ``train_mask``, ...), and
+    ``index`` global node ids: an int64 tensor or numpy array, a boolean mask
+    over all nodes, a slice, an int, or ``None`` for every node.
+
+    Build it with :func:`pyg_dist.connect`.
+
+    Args:
+        router: Routes requests to the owning servers (shared with the graph
+            store).
+        features: ``{(group, name): FeatureInfo}`` for every feature served.
+    """
+
+    def __init__(self, router: Router, features: dict[tuple[Optional[str], str], FeatureInfo]
+                 ) -> None:
+        super().__init__()
+        self.router = router
+        self.num_nodes = router.num_nodes
+        self.features = dict(features)
+
+    def close(self) -> None:
+        """Closes the connections shared with the graph store."""
+        self.router.close()
+
+    def __enter__(self) -> RemoteFeatureStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # PyG FeatureStore interface ############################################
+
+    def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        """Every feature the servers hold, without an index."""
+        return [self._tensor_attr_cls.cast(group, name) for group, name in self.features]
+
+    def _put_tensor(self, tensor: FeatureTensorType, attr: TensorAttr) -> bool:
+        raise StoreError("RemoteFeatureStore is read-only: features live on the partition "
+                         "servers; partition the changed graph again instead")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise StoreError("RemoteFeatureStore is read-only: features live on the partition "
+                         "servers; partition the changed graph again instead")
+
+    def _get_tensor_size(self, attr: TensorAttr) -> Optional[tuple[int, ...]]:
+        info = self.features.get((attr.group_name, attr.attr_name))
+        if info is None:
+            return None
+        ids, _ = self._to_ids(attr.index)
+        return (ids.numel(), *info.shape)
+
+    def _get_tensor(self, attr: TensorAttr) -> Optional[FeatureTensorType]:
+        return self._multi_get_tensor([attr])[0]
+
+    def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[Optional[FeatureTensorType]]:
+        """Fetches all ``attrs`` with one ``get`` request per server and index."""
+        plan: dict[tuple[Any, Optional[str]], list[int]] = {}
+        prepared: list[tuple[Tensor, bool]] = []
+        for i, attr in enumerate(attrs):
+            key = (attr.group_name, attr.attr_name)
+            if key not in self.features:
+                known = ", ".join(f"{g}/{n}" if g else n for g, n in self.features) or "none"
+                raise StoreError(f"no feature {attr.attr_name!r} (group {attr.group_name!r}) "
+                                 f"on the servers; they hold: {known}")
+            prepared.append(self._to_ids(attr.index))
+            # Attributes sharing one index object travel in one request.
+            plan.setdefault((id(attr.index), attr.group_name), []).append(i)
+        out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
+        for (_, group), members in plan.items():
+            ids, scalar = prepared[members[0]]
+            names = [attrs[i].attr_name for i in members]
+            tensors = self._fetch(ids, group, names)
+            for i, tensor in zip(members, tensors):
+                out[i] = tensor[0] if scalar else tensor
+        return out
+
+    # Internals #############################################################
+
+    def _to_ids(self, index: Any) -> tuple[Tensor, bool]:
+        """Global int64 ids of a ``TensorAttr.index``, and whether it was scalar."""
+        n = self.num_nodes
+        if index is None:
+            return torch.arange(n), False
+        if isinstance(index, slice):
+            return torch.arange(n)[index], False
+        if isinstance(index, (int, np.integer)):
+            i = int(index) + n if int(index) < 0 else int(index)
+            return self.router.check_ids(torch.tensor([i]), "TensorAttr.index"), True
+        if isinstance(index, np.ndarray):
+            index = torch.from_numpy(index)
+        if not isinstance(index, Tensor):
+            raise StoreError(f"TensorAttr.index must be a tensor, numpy array, slice, int "
+                             f"or None, got {type(index).__name__}")
+        if index.dtype == torch.bool:
+            if index.numel() != n:
+                raise StoreError(f"a boolean TensorAttr.index must have one entry per node "
+                                 f"({n}), got {index.numel()}")
+            return index.nonzero().view(-1), False
+        return self.router.check_ids(index.view(-1).cpu(), "TensorAttr.index"), False
+
+    def _fetch(self, ids: Tensor, group: Optional[str], names: list[str]) -> list[Tensor]:
+        """Rows ``ids`` of features ``names`` of ``group``, in the order of ``ids``."""
+        infos = [self.features[(group, name)] for name in names]
+        outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype) for info in infos]
+        if ids.numel() == 0:
+            return outs
+        answers = self.router.route(ids, "get", {"attrs": names, "group": group})
+        for answer in answers:
+            address = self.router.endpoints[answer.part]
+            if len(answer.tensors) != len(names):
+                raise StoreError(f"server {address} answered 'get' with "
+                                 f"{len(answer.tensors)} tensors for {len(names)} attributes")
+            for out, name, tensor in zip(outs, names, answer.tensors):
+                expected = (answer.positions.numel(), *out.shape[1:])
+                if tuple(tensor.shape) != expected:
+                    raise StoreError(f"server {address} sent {name!r} of shape "
+                                     f"{tuple(tensor.shape)}, expected {expected}")
+                out[answer.positions] = tensor.to(out.dtype)
+        return outs
+
+    def __repr__(self) -> str:
+        names = ", ".join(n for _, n in self.features)
+        return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, "
+                f"features=[{names}], num_parts={self.router.num_parts})")

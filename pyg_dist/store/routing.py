@@ -1,0 +1,263 @@
+"""Route a batch of global node ids to the servers that own them.
+
+:class:`Router` is the one place where the trainer side turns "these ids"
+into "one request per owning server, all in flight at once": it splits ids
+with the partition book, sends each server its share concurrently, waits for
+every answer within the call's deadline, and hands back the answers together
+with the positions of the ids each server got, so that callers can put the
+answers back into their own order. The remote feature store, the remote
+graph store and the distributed sampler all go through it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import RpcTimeoutError, StoreError
+
+logger = logging.getLogger(__name__)
+
+# Grace on top of an RPC deadline before a wait on its future gives up: the
+# client completes every future at its deadline, this only guards against a
+# future that is never completed at all.
+_WAIT_GRACE_S = 5.0
+
+
+def _exclusive_cumsum(counts: Tensor) -> Tensor:
+    out = torch.zeros_like(counts)
+    if counts.numel() > 1:
+        torch.cumsum(counts[:-1], dim=0, out=out[1:])
+    return out
+
+
+def segment_gather_index(starts: Tensor, counts: Tensor) -> Tensor:
+    """Index that concatenates the segments ``[starts[i], starts[i] + counts[i])``.
+
+    Args:
+        starts: Start offset of every segment (int64).
+        counts: Length of every segment (int64, non-negative).
+
+    Returns:
+        An int64 tensor of length ``counts.sum()``.
+    """
+    total = int(counts.sum())
+    if total == 0:
+        return torch.empty(0, dtype=torch.long)
+    # Position of each output element inside its own segment, plus the start
+    # of that segment in the source.
+    offsets = _exclusive_cumsum(counts)
+    within = torch.arange(total) - offsets.repeat_interleave(counts, output_size=total)
+    return within + starts.repeat_interleave(counts, output_size=total)
+
+
+def reassemble(
+    num_seeds: int,
+    positions: Sequence[Tensor],
+    counts: Sequence[Tensor],
+    values: Sequence[Sequence[Tensor]],
+) -> tuple[Tensor, list[Tensor]]:
+    """Merges per-server neighbour lists back into the frontier's order.
+
+    Server ``p`` was asked for the seeds at ``positions[p]`` of the frontier
+    and answered, for each of them in that order, ``counts[p][i]`` entries
+    laid out contiguously in every tensor of ``values[p]`` (neighbour ids,
+    edge ids, ...).
+
+    Args:
+        num_seeds: Length of the frontier; the positions of all servers
+            together must be a permutation of ``range(num_seeds)``.
+        positions: Per server, the frontier positions of the seeds it got.
+        counts: Per server, the number of entries per seed.
+        values: Per server, the tensors holding the entries (all of the same
+            length, ``counts[p].sum()``).
+
+    Returns:
+        ``(counts, values)`` in frontier order: ``counts[j]`` entries for
+        frontier seed ``j``, laid out contiguously, seed after seed.
+    """
+    if len(positions) == 1:
+        # One owner: its answer is already in frontier order when it got the
+        # whole frontier in order (the common case for a single part).
+        pos = positions[0]
+        if pos.numel() == num_seeds and bool((pos == torch.arange(num_seeds)).all()):
+            return counts[0], list(values[0])
+    pos = torch.cat(list(positions)) if positions else torch.empty(0, dtype=torch.long)
+    cnt = torch.cat(list(counts)) if counts else torch.empty(0, dtype=torch.long)
+    num_values = len(values[0]) if values else 0
+    cat_values = [torch.cat([v[i] for v in values]) for i in range(num_values)]
+    # block_of[j] = index of the answered block that belongs to seed j.
+    block_of = torch.empty(num_seeds, dtype=torch.long)
+    block_of[pos] = torch.arange(pos.numel())
+    ordered_counts = cnt[block_of]
+    index = segment_gather_index(_exclusive_cumsum(cnt)[block_of], ordered_counts)
+    return ordered_counts, [v[index] for v in cat_values]
+
+
+
+@dataclass
+class Routed:
+    """The answer of one server to its share of a routed request.
+
+    Args:
+        part: The part (server) that answered.
+        positions: Positions, in the caller's id tensor, of the ids this
+            server got, in the order it got them.
+        result: The reply's msgpack result map.
+        tensors: The reply's tensors.
+    """
+
+    part: int
+    positions: Tensor
+    result: dict
+    tensors: list[Tensor]
+
+
+class Router:
+    """Sends per-owner shares of an id batch to partition servers concurrently.
+
+    The RPC client is created lazily and again in every new process, so that
+    a store or sampler copied into a forked ``DataLoader`` worker gets its own
+    sockets instead of sharing (and corrupting) the parent's.
+
+    Args:
+        endpoints: Server endpoints ordered by part: ``endpoints[k]`` serves
+            part ``k``.
+        book: The partition book (maps a global node id to its part).
+        num_nodes: Number of nodes of the whole graph.
+        config: The :class:`~pyg_dist.rpc.config.RpcConfig`; ``None`` uses the
+            defaults and environment.
+        client: An already connected client whose server ``k`` is part ``k``
+            (used in the process that created it).
+    """
+
+    def __init__(self, endpoints: Sequence[str], book: Any, num_nodes: int,
+                 config: Any = None, client: Any = None) -> None:
+        self.endpoints = list(endpoints)
+        self.book = book
+        self.num_nodes = int(num_nodes)
+        self.config = config
+        self._client = client
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def num_parts(self) -> int:
+        """Number of parts (and servers)."""
+        return len(self.endpoints)
+
+    @property
+    def client(self) -> Any:
+        """The RPC client of this process (created on first use after a fork)."""
+        with self._lock:
+            if self._closed:
+                raise StoreError("the remote store was closed; call pyg_dist.connect() again")
+            if self._client is None or self._pid != os.getpid():
+                from pyg_dist.rpc.client import RpcClient
+
+                # After a fork the parent's client (and its I/O thread) is
+                # not ours to use or close: build a fresh one.
+                self._client = RpcClient(self.endpoints, self.config)
+                self._pid = os.getpid()
+            return self._client
+
+    def close(self) -> None:
+        """Closes the RPC client of this process; later calls raise StoreError."""
+        with self._lock:
+            client, self._client = self._client, None
+            self._closed = True
+        if client is not None and self._pid == os.getpid():
+            client.close()
+
+    def _timeout(self, timeout: Optional[float]) -> float:
+        if timeout is not None:
+            return float(timeout)
+        cfg = self.config if self.config is not None else self.client.config
+        return float(cfg.timeout)
+
+    def check_ids(self, ids: Tensor, what: str) -> Tensor:
+        """Validates global node ids before they are sent anywhere.
+
+        Args:
+            ids: The ids (any integer dtype, 1-D).
+            what: Names the ids in the error message.
+
+        Raises:
+            StoreError: if ``ids`` is not 1-D integer or out of range.
+        """
+        if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+            raise StoreError(f"{what} must be a 1-D integer tensor of global node ids, "
+                             f"got dtype {ids.dtype} and shape {tuple(ids.shape)}")
+        ids = ids.to(torch.long)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
+            raise StoreError(f"{what} holds ids outside [0, {self.num_nodes}): min "
+                             f"{int(ids.min())}, max {int(ids.max())}; pass global node ids "
+                             f"of the partitioned graph")
+        return ids
+
+    def split(self, ids: Tensor) -> list[tuple[int, Tensor, Tensor]]:
+        """Groups ids by owner: ``[(part, positions, ids[positions]), ...]``.
+
+        Only parts owning at least one of the ids appear, ascending.
+        """
+        return self.book.split(ids)
+
+    def call_all(self, requests: Sequence[tuple[int, str, dict, list[Tensor]]],
+                 timeout: Optional[float] = None) -> list[Any]:
+        """Issues several calls at once and waits for all of them.
+
+        Args:
+            requests: ``(part, op, args, tensors)`` per call.
+            timeout: Deadline of every call; ``None`` uses the config's.
+
+        Returns:
+            The replies, in the order of ``requests``.
+        """
+        deadline = self._timeout(timeout)
+        client = self.client
+        futures = [client.call_async(part, op, args, tensors, timeout=deadline)
+                   for part, op, args, tensors in requests]
+        replies = []
+        for (part, op, _, _), future in zip(requests, futures):
+            try:
+                replies.append(future.result(timeout=deadline + _WAIT_GRACE_S))
+            except concurrent.futures.TimeoutError as exc:
+                raise RpcTimeoutError(
+                    f"no reply to {op!r} from {self.endpoints[part]} within "
+                    f"{deadline + _WAIT_GRACE_S:.1f}s", address=self.endpoints[part],
+                    op=op) from exc
+        return replies
+
+    def route(self, ids: Tensor, op: str, args: dict, *, extra_args: Optional[dict] = None,
+              timeout: Optional[float] = None) -> list[Routed]:
+        """Sends every owner its share of ``ids`` (one request each, concurrently).
+
+        Args:
+            ids: Global node ids (int64, validated by the caller).
+            op: The server operation, e.g. ``"get"`` or ``"sample"``.
+            args: The operation's arguments, the same for every server.
+            extra_args: Per-part argument overrides ``{part: {...}}``.
+            timeout: Deadline of every call; ``None`` uses the config's.
+
+        Returns:
+            One :class:`Routed` per server that owns at least one id.
+        """
+        shares = self.split(ids)
+        requests = []
+        for part, _, part_ids in shares:
+            part_args = dict(args)
+            if extra_args and part in extra_args:
+                part_args.update(extra_args[part])
+            requests.append((part, op, part_args, [part_ids]))
+        replies = self.call_all(requests, timeout)
+        return [Routed(part, positions, reply.result, list(reply.tensors))
+                for (part, positions, _), reply in zip(shares, replies)]
