@@ -119,7 +119,13 @@ class DistNeighborSampler(BaseSampler):
         depend on which worker thread samples them.
         """
         with self._generator_lock:
-            return int(torch.randint(0, _SEED_BOUND, (1,), generator=self._generator))
+            seed = int(torch.randint(0, _SEED_BOUND, (1,), generator=self._generator))
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None:
+            # Every DataLoader worker holds a copy of the same generator:
+            # mix in the worker's own seed so workers do not repeat batches.
+            seed = _hop_seed(seed ^ (worker.seed % _SEED_BOUND), worker.id + 1)
+        return seed
 
     # PyG BaseSampler interface #############################################
 

@@ -1,0 +1,87 @@
+"""Splitting a loader's input nodes across DDP ranks.
+
+Every rank must take the same number of optimiser steps, or DDP's gradient
+all-reduce waits forever on the rank that ran out of batches. The split uses
+:class:`torch.utils.data.DistributedSampler`, which gives every rank exactly
+``ceil(n / world_size)`` inputs (padding by wrapping around the shuffled
+list, ``drop_last=False``) or ``floor(n / world_size)`` (truncating the tail,
+``drop_last=True``); with one batch size for all ranks, the number of batches
+is then equal too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import torch
+from torch.utils.data import DistributedSampler
+
+from pyg_dist.errors import LoaderError
+
+logger = logging.getLogger(__name__)
+
+
+def ddp_layout(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    """The ``(rank, world_size)`` a loader splits its inputs by.
+
+    Args:
+        rank: Explicit rank, or ``None`` to ask ``torch.distributed``.
+        world_size: Explicit world size, or ``None`` to ask
+            ``torch.distributed``.
+
+    Returns:
+        ``(0, 1)`` when neither is given and ``torch.distributed`` is not
+        initialised.
+
+    Raises:
+        LoaderError: if only one of the two is given, or they are
+            inconsistent.
+    """
+    if rank is None and world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise LoaderError("pass both rank and world_size, or neither (then they come from "
+                          "torch.distributed)")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise LoaderError(f"need 0 <= rank < world_size, got rank={rank}, "
+                          f"world_size={world_size}")
+    return int(rank), int(world_size)
+
+
+def rank_sampler(num_inputs: int, rank: int, world_size: int, loader_kwargs: dict[str, Any],
+                 seed: int = 0) -> DistributedSampler:
+    """Builds the sampler of this rank's share of the inputs.
+
+    Takes ``shuffle`` out of ``loader_kwargs`` (a ``DataLoader`` refuses
+    ``shuffle`` together with a ``sampler``) and honours ``drop_last``.
+
+    Args:
+        num_inputs: Number of input nodes (before splitting).
+        rank: This process' rank.
+        world_size: Number of ranks.
+        loader_kwargs: The ``DataLoader`` keyword arguments; modified.
+        seed: Shuffle seed; must be the same on every rank.
+
+    Raises:
+        LoaderError: if the caller passed its own ``sampler`` or
+            ``batch_sampler``, or there are fewer inputs than ranks.
+    """
+    if loader_kwargs.get("sampler") is not None or loader_kwargs.get("batch_sampler") is not None:
+        raise LoaderError("under torch.distributed the loader splits input nodes across ranks "
+                          "itself; do not pass sampler= or batch_sampler= (or pass "
+                          "world_size=1 to opt out)")
+    shuffle = bool(loader_kwargs.pop("shuffle", False))
+    drop_last = bool(loader_kwargs.get("drop_last", False))
+    if num_inputs < world_size:
+        raise LoaderError(f"{num_inputs} input nodes cannot be split across {world_size} "
+                          f"ranks; every rank needs at least one")
+    sampler = DistributedSampler(range(num_inputs), num_replicas=world_size, rank=rank,
+                                 shuffle=shuffle, seed=seed, drop_last=drop_last)
+    logger.info("rank %d/%d takes %d of %d input nodes (%s)", rank, world_size,
+                sampler.num_samples, num_inputs,
+                "tail truncated" if drop_last else "padded by wrapping")
+    return sampler

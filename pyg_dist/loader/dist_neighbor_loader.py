@@ -1,0 +1,271 @@
+"""``DistNeighborLoader``: PyG's ``NeighborLoader``, sampling on partition servers.
+
+A thin layer over PyG's :class:`~torch_geometric.loader.NodeLoader`: it
+builds a :class:`~pyg_dist.sampler.DistNeighborSampler`, and batches are
+joined with their features by PyG's own ``filter_custom_store`` (one
+``multi_get_tensor``, hence one request per server, per batch). A training
+script swaps ``NeighborLoader(data, ...)`` for
+``DistNeighborLoader(pyg_dist.connect(), ...)`` and nothing else changes.
+
+Iteration goes through one seam, :meth:`DistNeighborLoader._iterate`: work
+items (a batch of input positions and its random seed) are drawn in order on
+the caller's thread by :meth:`~DistNeighborLoader._work_items`, and turned
+into batches by :meth:`~DistNeighborLoader._produce`, either one after the
+other (``prefetch=0``) or ``prefetch`` batches ahead on worker threads
+(:class:`~pyg_dist.loader.prefetch.PrefetchPipeline`). Either way a fixed
+``seed`` gives the same batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.loader import NodeLoader
+from torch_geometric.loader.utils import filter_custom_store
+from torch_geometric.sampler import BaseSampler, SamplerOutput
+from torch_geometric.sampler.base import SubgraphType
+
+from pyg_dist.errors import LoaderError
+from pyg_dist.loader.ddp import ddp_layout, rank_sampler
+from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
+from pyg_dist.store.remote_feature_store import RemoteFeatureStore
+from pyg_dist.store.remote_graph_store import RemoteGraphStore
+
+logger = logging.getLogger(__name__)
+
+
+class DistNeighborLoader(NodeLoader):
+    """Neighbour-sampling mini-batches from a graph served by partition servers.
+
+    Takes the arguments of PyG's
+    :class:`~torch_geometric.loader.NeighborLoader` and yields the same
+    :class:`~torch_geometric.data.Data` batches (``x``, ``edge_index``, ``y``,
+    ``n_id``, ``e_id``, ``input_id``, ``batch_size``, ``num_sampled_nodes``,
+    ``num_sampled_edges``; ids are global).
+
+    Under ``torch.distributed`` (initialised, world size > 1) the input nodes
+    are split evenly across ranks so that every DDP rank takes the same
+    number of steps: with ``drop_last=False`` the shorter ranks are padded by
+    wrapping around the (shuffled) input list, with ``drop_last=True`` the
+    tail is truncated. The per-epoch shuffle is the same on every rank
+    (seeded by ``seed``, default 0, plus the epoch).
+
+    Args:
+        data: The ``(feature_store, graph_store)`` pair from
+            :func:`pyg_dist.connect`.
+        num_neighbors: Neighbours to sample per node and hop; ``-1`` takes
+            all of them.
+        input_nodes: Seed nodes: global ids, a boolean mask over all nodes,
+            or ``None`` for every node.
+        input_time: Not supported (temporal sampling); must be ``None``.
+        replace: Sample with replacement.
+        subgraph_type: ``"directional"``, ``"bidirectional"`` or
+            ``"induced"``.
+        disjoint: Give every seed its own subgraph (adds ``batch``).
+        temporal_strategy: Accepted for compatibility; unused.
+        time_attr: Not supported; must be ``None``.
+        weight_attr: Not supported; must be ``None``.
+        transform: Applied to every finished batch.
+        transform_sampler_output: Applied to every ``SamplerOutput``.
+        is_sorted: Accepted for compatibility; unused (servers hold CSC).
+        filter_per_worker: As in PyG (only matters with ``num_workers``).
+        neighbor_sampler: A ready sampler to use instead of building one.
+        directed: Deprecated PyG flag; ``False`` means ``"induced"``.
+        seed: Seeds the sampler's random generator (and the DDP shuffle), so
+            that a fixed seed reproduces every batch.
+        prefetch: Batches produced ahead on worker threads while the model
+            trains; ``0`` produces each batch when it is asked for.
+        device: With ``prefetch``, a CUDA device to copy batches to on a side
+            stream (pinned memory, ``non_blocking``).
+        rank: DDP rank; ``None`` asks ``torch.distributed``.
+        world_size: DDP world size; ``None`` asks ``torch.distributed``.
+        timeout: Deadline of every RPC in seconds; ``None`` uses the RPC
+            configuration's.
+        **kwargs: Arguments of :class:`torch.utils.data.DataLoader`:
+            ``batch_size``, ``shuffle``, ``drop_last``, ``num_workers``, ...
+
+    Raises:
+        LoaderError: on an unsupported or invalid configuration.
+    """
+
+    def __init__(
+        self,
+        data: tuple[RemoteFeatureStore, RemoteGraphStore],
+        num_neighbors: list[int],
+        input_nodes: Union[Tensor, list[int], None] = None,
+        input_time: Optional[Tensor] = None,
+        replace: bool = False,
+        subgraph_type: Union[SubgraphType, str] = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Optional[Callable] = None,
+        transform_sampler_output: Optional[Callable] = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[BaseSampler] = None,
+        directed: bool = True,
+        *,
+        seed: Optional[int] = None,
+        prefetch: int = 0,
+        device: Optional[Union[str, torch.device]] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        timeout: Optional[float] = None,
+        **kwargs: Any,
+    ) -> None:
+        fs, gs = _check_data(data)
+        for name, value in (("input_time", input_time), ("time_attr", time_attr),
+                            ("weight_attr", weight_attr)):
+            if value is not None:
+                raise LoaderError(f"{name} is not supported by DistNeighborLoader yet "
+                                  f"(temporal and weighted sampling); leave it None")
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        if kwargs.get("batch_size", 1) is None:
+            raise LoaderError("batch_size=None is not supported; pass an int")
+        if not directed:
+            subgraph_type = SubgraphType.induced
+        if neighbor_sampler is None:
+            neighbor_sampler = DistNeighborSampler(
+                (fs, gs), num_neighbors=num_neighbors, replace=replace,
+                subgraph_type=subgraph_type, disjoint=disjoint, seed=seed, timeout=timeout)
+        nodes = _input_ids(input_nodes, gs.num_nodes)
+        self.prefetch = prefetch
+        self.device = device
+        self.rank, self.world_size = ddp_layout(rank, world_size)
+        self._epoch = 0
+        self._rank_sampler = None
+        if self.world_size > 1:
+            self._rank_sampler = rank_sampler(
+                nodes.numel(), self.rank, self.world_size, kwargs,
+                seed=0 if seed is None else seed)
+            kwargs["sampler"] = self._rank_sampler
+        super().__init__(data=(fs, gs), node_sampler=neighbor_sampler, input_nodes=nodes,
+                         transform=transform, transform_sampler_output=transform_sampler_output,
+                         filter_per_worker=filter_per_worker, **kwargs)
+
+    # Iteration: one seam ####################################################
+
+    def __iter__(self) -> Iterator[Data]:
+        if self._rank_sampler is not None:
+            # Reshuffle every epoch, identically on every rank.
+            self._rank_sampler.set_epoch(self._epoch)
+        self._epoch += 1
+        if self.num_workers > 0:
+            # DataLoader worker processes; each opens its own connections.
+            return super().__iter__()
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Data]:
+        """Yields the epoch's batches (the seam a prefetch pipeline plugs into)."""
+        items = self._work_items()
+        if self.prefetch > 0:
+            from pyg_dist.loader.prefetch import PrefetchPipeline
+
+            return PrefetchPipeline(self._produce, self.prefetch, device=self.device)(items)
+        return (self._produce(item) for item in items)
+
+    def _work_items(self) -> Iterator[tuple[list[int], Optional[int]]]:
+        """The epoch's batches of input positions, each with its random seed.
+
+        Drawn lazily, in order, on the consumer's thread.
+        """
+        sampler = self.node_sampler
+        for index in self.batch_sampler:
+            seed = sampler.draw_seed() if isinstance(sampler, DistNeighborSampler) else None
+            yield index, seed
+
+    def _produce(self, item: tuple[list[int], Optional[int]]) -> Data:
+        """Samples and fetches one batch (thread-safe)."""
+        index, seed = item
+        inputs = self.input_data[index]
+        if isinstance(self.node_sampler, DistNeighborSampler):
+            out = self.node_sampler.sample_from_nodes(inputs, seed=seed)
+        else:
+            out = self.node_sampler.sample_from_nodes(inputs)
+        return self.filter_fn(out)
+
+    # Joining features #######################################################
+
+    def filter_fn(self, out: SamplerOutput) -> Data:
+        """Joins a ``SamplerOutput`` with its features into a PyG ``Data`` batch.
+
+        The same as PyG's ``NodeLoader.filter_fn`` for a ``(FeatureStore,
+        GraphStore)`` pair, without its special case for a sampler class
+        named ``DistNeighborSampler`` (PyG's deprecated one, whose output
+        carries the features in ``metadata``).
+        """
+        if not isinstance(out, SamplerOutput):
+            raise LoaderError(f"expected a SamplerOutput from the sampler, got "
+                              f"{type(out).__name__} (heterogeneous graphs are not supported)")
+        if self.transform_sampler_output:
+            out = self.transform_sampler_output(out)
+        data = filter_custom_store(*self.data, out.node, out.row, out.col, out.edge,
+                                   self.custom_cls)
+        if "n_id" not in data:
+            data.n_id = out.node
+        if out.edge is not None and "e_id" not in data:
+            edge = out.edge.to(torch.long)
+            perm = self.node_sampler.edge_permutation
+            data.e_id = perm[edge] if perm is not None else edge
+        data.batch = out.batch
+        data.num_sampled_nodes = out.num_sampled_nodes
+        data.num_sampled_edges = out.num_sampled_edges
+        if out.orig_row is not None and out.orig_col is not None:
+            data._orig_edge_index = torch.stack([out.orig_row, out.orig_col], dim=0)
+        data.input_id = out.metadata[0]
+        data.seed_time = out.metadata[1]
+        data.batch_size = out.metadata[0].size(0)
+        return data if self.transform is None else self.transform(data)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(num_inputs={self.input_data.node.numel()}, "
+                f"batches={len(self)}, rank={self.rank}/{self.world_size}, "
+                f"prefetch={self.prefetch})")
+
+
+def _check_data(data: Any) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
+    if not (isinstance(data, (tuple, list)) and len(data) == 2
+            and isinstance(data[0], RemoteFeatureStore)
+            and isinstance(data[1], RemoteGraphStore)):
+        raise LoaderError(
+            "DistNeighborLoader takes the (feature_store, graph_store) pair returned by "
+            f"pyg_dist.connect(), got {type(data).__name__}; for an in-memory Data use "
+            "torch_geometric.loader.NeighborLoader")
+    return data[0], data[1]
+
+
+def _input_ids(input_nodes: Any, num_nodes: int) -> Tensor:
+    """Global int64 ids of ``input_nodes`` (ids, mask, ``(None, ids)`` or ``None``)."""
+    if isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 \
+            and (input_nodes[0] is None or isinstance(input_nodes[0], str)):
+        if input_nodes[0] is not None:
+            raise LoaderError("node-typed input_nodes (heterogeneous graphs) are not "
+                              "supported yet")
+        input_nodes = input_nodes[1]
+    if isinstance(input_nodes, str):
+        raise LoaderError("node-typed input_nodes (heterogeneous graphs) are not supported yet")
+    if input_nodes is None:
+        return torch.arange(num_nodes)
+    if not isinstance(input_nodes, Tensor):
+        input_nodes = torch.as_tensor(input_nodes)
+    if input_nodes.dtype == torch.bool:
+        if input_nodes.numel() != num_nodes:
+            raise LoaderError(f"a boolean input_nodes mask needs one entry per node "
+                              f"({num_nodes}), got {input_nodes.numel()}")
+        return input_nodes.nonzero().view(-1)
+    if input_nodes.is_floating_point() or input_nodes.dim() != 1:
+        raise LoaderError(f"input_nodes must be 1-D integer ids or a boolean mask, got dtype "
+                          f"{input_nodes.dtype} and shape {tuple(input_nodes.shape)}")
+    ids = input_nodes.to(torch.long).cpu()
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+        raise LoaderError(f"input_nodes holds ids outside [0, {num_nodes}): min "
+                          f"{int(ids.min())}, max {int(ids.max())}")
+    return ids
