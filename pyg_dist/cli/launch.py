@@ -1,0 +1,107 @@
+"""``pyg-dist launch``: serve every part on loopback and run a script under torchrun.
+
+    pyg-dist launch ROOT --nproc 2 -- examples/train_sage_dist.py --epochs 50
+
+starts one ``pyg-dist serve`` process per part of ``ROOT`` on 127.0.0.1
+(port 0), waits until every server has printed ``ready``, then runs
+``python -m torch.distributed.run --nproc-per-node N --standalone`` on the
+script with ``PYG_DIST_SERVERS`` (comma-separated endpoints, ordered by part)
+in its environment, so that ``pyg_dist.connect()`` needs no arguments.
+Servers and trainers are stopped when the script exits, on an error, and on
+Ctrl-C; the exit code is the script's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# How long torchrun gets to stop its workers after SIGTERM before SIGKILL.
+_TRAINER_STOP_GRACE_S = 15.0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Registers ``pyg-dist launch``."""
+    p = subparsers.add_parser(
+        "launch", help="serve all parts locally and run a training script under torchrun",
+        description=(
+            "Start one partition server per part of ROOT on loopback, wait until all are "
+            "ready, and run SCRIPT under torchrun with PYG_DIST_SERVERS set. Everything is "
+            "torn down when the script exits or on Ctrl-C. Example: pyg-dist launch "
+            "parts/ --nproc 2 -- train.py --epochs 50"))
+    p.add_argument("root", help="partitioned dataset directory (with meta.json)")
+    p.add_argument("--nproc", type=int, default=1,
+                   help="trainer processes (torchrun --nproc-per-node; default 1)")
+    p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for every 'pyg-dist serve' (repeatable), e.g. "
+                        "--serve-arg=--feature-store --serve-arg=mmap")
+    p.add_argument("--startup-timeout", type=float, default=120.0,
+                   help="seconds to wait for every server's ready line (default 120)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="-- SCRIPT [ARGS...]: the training script and its arguments")
+    p.set_defaults(run=run)
+
+
+def torchrun_command(nproc: int, command: list[str]) -> list[str]:
+    """The torchrun invocation of ``command`` with ``nproc`` local ranks."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+            "--standalone", *command]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``pyg-dist launch``; returns the script's exit code."""
+    from pyg_dist.cluster import LocalCluster
+    from pyg_dist.errors import PygDistError
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise PygDistError("no script given: pyg-dist launch ROOT --nproc N -- SCRIPT [ARGS]")
+    if args.nproc < 1:
+        raise PygDistError(f"--nproc must be >= 1, got {args.nproc}")
+    with LocalCluster(args.root, serve_args=args.serve_arg,
+                      startup_timeout=args.startup_timeout) as cluster:
+        print(f"pyg-dist launch: {len(cluster.endpoints)} servers ready: "
+              f"{','.join(cluster.endpoints)}", flush=True)
+        return _run_trainers(torchrun_command(args.nproc, command), cluster.environment())
+
+
+def _run_trainers(cmd: list[str], env: dict[str, str]) -> int:
+    logger.info("running %s", " ".join(cmd))
+    # Own session: a Ctrl-C reaches this process only, which then stops the
+    # trainers and the servers in order instead of everything at once.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        print("pyg-dist launch: interrupted, stopping trainers and servers", file=sys.stderr)
+        _stop(proc)
+        return 130
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to torchrun (it forwards to its workers), SIGKILL after a grace period."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(_TRAINER_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        logger.warning("torchrun did not stop on SIGTERM; killing its process group")
+        try:
+            # The group is the session started for torchrun: it and its workers.
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(5)
