@@ -1,0 +1,187 @@
+"""``pyg_dist.connect``: the trainer's one call to reach a served graph.
+
+``fs, gs = pyg_dist.connect(["tcp://10.0.0.5:5555", "tcp://10.0.0.6:5555"])``
+asks every server for its ``meta`` at once, checks that together they serve
+every part of one graph exactly once, orders them by part, and builds the
+:class:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore` and
+:class:`~pyg_dist.store.remote_graph_store.RemoteGraphStore` sharing one set
+of connections. Everything the trainer needs (sizes, feature names and
+dtypes, the partition book) comes from the servers: no partition files on
+the trainer. With no addresses, ``PYG_DIST_SERVERS`` (comma-separated, set by
+``pyg-dist launch``) is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.partitioning.book import PartitionBook
+from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
+from pyg_dist.store.remote_graph_store import RemoteGraphStore
+from pyg_dist.store.routing import Router
+
+logger = logging.getLogger(__name__)
+
+SERVERS_ENV = "PYG_DIST_SERVERS"
+
+
+@dataclass
+class ServerMeta:
+    """What one server says about itself and its graph.
+
+    Args:
+        address: The endpoint it was reached at.
+        part: The part it serves.
+        num_parts: Parts of the graph.
+        num_nodes: Nodes of the whole graph.
+        num_edges: Edges of the whole graph.
+        features: ``{(group, name): FeatureInfo}`` of the node features.
+        graph: An identity of the partitioned dataset (name and checksums),
+            equal on every server of one graph.
+        book: The partition book tensor, if the server sent one.
+    """
+
+    address: str
+    part: int
+    num_parts: int
+    num_nodes: int
+    num_edges: int
+    features: dict[tuple[Optional[str], str], FeatureInfo]
+    graph: Any
+    book: Optional[Tensor]
+
+
+def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = None, *,
+            timeout: Optional[float] = None) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
+    """Connects to the partition servers of one graph.
+
+    Args:
+        addresses: Server endpoints (any order), a comma-separated string, or
+            ``None`` to read ``PYG_DIST_SERVERS``.
+        config: An :class:`~pyg_dist.rpc.config.RpcConfig`; ``None`` uses the
+            defaults and the environment.
+        timeout: Deadline of the ``meta`` calls; ``None`` uses the config's
+            ``connect_timeout``.
+
+    Returns:
+        ``(feature_store, graph_store)``, ready for
+        :class:`~pyg_dist.loader.DistNeighborLoader` or PyG's own loaders.
+        Call ``feature_store.close()`` (or use it as a context manager) to
+        close the connections of both.
+
+    Raises:
+        StoreError: if no address is given, or the servers do not serve each
+            part of one graph exactly once.
+        RpcError: if a server cannot be reached within the deadline.
+    """
+    from pyg_dist.rpc.client import RpcClient
+
+    endpoints = _resolve(addresses)
+    client = RpcClient(endpoints, config)
+    try:
+        deadline = client.config.connect_timeout if timeout is None else timeout
+        futures = [client.call_async(i, "meta", {}, [], timeout=deadline)
+                   for i in range(len(endpoints))]
+        metas = [_parse_meta(endpoints[i], f.result(timeout=deadline + 5.0))
+                 for i, f in enumerate(futures)]
+        order = _check_cluster(metas)
+        book = _book(metas, order)
+    except BaseException:
+        client.close()
+        raise
+    by_part = [endpoints[i] for i in order]
+    if order != list(range(len(endpoints))):
+        # The client indexes servers by position; rebuild it in part order.
+        client.close()
+        client = None
+    first = metas[order[0]]
+    router = Router(by_part, book, first.num_nodes, config=config, client=client)
+    logger.info("connected to %d servers of a graph with %d nodes, %d edges",
+                len(by_part), first.num_nodes, first.num_edges)
+    return (RemoteFeatureStore(router, first.features),
+            RemoteGraphStore(router, first.num_edges))
+
+
+def _resolve(addresses: Union[Sequence[str], str, None]) -> list[str]:
+    if addresses is None:
+        addresses = os.environ.get(SERVERS_ENV, "")
+        if not addresses.strip():
+            raise StoreError(f"no server addresses: pass them to pyg_dist.connect([...]) or "
+                             f"set {SERVERS_ENV} (pyg-dist launch does)")
+    if isinstance(addresses, str):
+        addresses = [a.strip() for a in addresses.split(",") if a.strip()]
+    addresses = [str(a) for a in addresses]
+    if not addresses:
+        raise StoreError("pyg_dist.connect() needs at least one server address")
+    if len(set(addresses)) != len(addresses):
+        raise StoreError(f"server addresses repeat: {addresses}")
+    return addresses
+
+
+def _parse_meta(address: str, reply: Any) -> ServerMeta:
+    result = reply.result
+    try:
+        part = int(result["part"])
+        num_parts = int(result["num_parts"])
+        num_nodes = int(result["num_nodes"])
+        num_edges = int(result["num_edges"])
+        specs = result["features"]
+        features = {}
+        for name, spec in specs.items():
+            dtype = getattr(torch, str(spec["dtype"]))
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError(f"not a dtype: {spec['dtype']!r}")
+            features[(None, str(name))] = FeatureInfo(dtype, tuple(int(s) for s in spec["shape"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ProtocolError(f"server {address} answered 'meta' without the expected fields "
+                            f"({type(exc).__name__}: {exc}); is it a pyg-dist partition "
+                            f"server of the same version?", address=address, op="meta") from exc
+    graph = result.get("graph", result.get("checksum"))
+    book = reply.tensors[0] if reply.tensors else None
+    return ServerMeta(address, part, num_parts, num_nodes, num_edges, features, graph, book)
+
+
+def _check_cluster(metas: list[ServerMeta]) -> list[int]:
+    """Validates that the servers serve each part of one graph once; returns
+    the server indices ordered by part."""
+    first = metas[0]
+    for m in metas[1:]:
+        same = (m.num_parts, m.num_nodes, m.num_edges, m.graph) == \
+               (first.num_parts, first.num_nodes, first.num_edges, first.graph)
+        if not same or m.features != first.features:
+            raise StoreError(f"servers {first.address} and {m.address} serve different graphs "
+                             f"(parts/nodes/edges {first.num_parts}/{first.num_nodes}/"
+                             f"{first.num_edges} vs {m.num_parts}/{m.num_nodes}/{m.num_edges}); "
+                             f"point every trainer at the servers of one partitioned dataset")
+    by_part: dict[int, int] = {}
+    for i, m in enumerate(metas):
+        if m.part in by_part:
+            raise StoreError(f"part {m.part} is served twice ({metas[by_part[m.part]].address} "
+                             f"and {m.address}); pass each part's server once")
+        by_part[m.part] = i
+    missing = sorted(set(range(first.num_parts)) - set(by_part))
+    if missing:
+        raise StoreError(f"no server for part(s) {missing} of {first.num_parts}; start "
+                         f"'pyg-dist serve ROOT --part K' for each and pass all addresses")
+    return [by_part[k] for k in range(first.num_parts)]
+
+
+def _book(metas: list[ServerMeta], order: list[int]) -> PartitionBook:
+    tensor = metas[order[0]].book
+    if tensor is None:
+        raise ProtocolError(f"server {metas[order[0]].address} sent no partition book with "
+                            f"'meta'", address=metas[order[0]].address, op="meta")
+    book = PartitionBook.from_tensor(tensor, metas[order[0]].num_parts)
+    if book.num_nodes != metas[order[0]].num_nodes:
+        raise ProtocolError(f"the partition book covers {book.num_nodes} nodes, the graph has "
+                            f"{metas[order[0]].num_nodes}", address=metas[order[0]].address,
+                            op="meta")
+    return book
