@@ -1,0 +1,209 @@
+"""Graphs to partition: Cora from the ``graphdatascience`` wheel, synthetic
+graphs from PyG's :class:`~torch_geometric.datasets.FakeDataset`, and the
+``module:callable`` resolver used by ``pyg-dist partition DATASET ROOT``.
+
+Cora ships inside the ``graphdatascience`` wheel as two parquet files. We
+locate them with :func:`importlib.util.find_spec` and read them with pyarrow,
+without importing ``graphdatascience`` itself (its import pulls in a Neo4j
+driver, pandas and more that a trainer does not need).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from pyg_dist.errors import DatasetResolveError
+
+logger = logging.getLogger(__name__)
+
+CORA_NUM_NODES = 2708
+CORA_NUM_FEATURES = 1433
+CORA_NUM_CLASSES = 7
+
+
+def _cora_dir() -> Path:
+    spec = importlib.util.find_spec("graphdatascience")
+    if spec is None or not spec.submodule_search_locations:
+        raise DatasetResolveError(
+            "Cora is read from the 'graphdatascience' wheel, which is not "
+            "installed: pip install 'pyg-dist[datasets]' (or graphdatascience)")
+    for location in spec.submodule_search_locations:
+        path = Path(location) / "resources" / "cora"
+        if (path / "cora_nodes.parquet.gzip").is_file():
+            return path
+    raise DatasetResolveError(
+        "the installed graphdatascience wheel has no resources/cora/ parquet "
+        "files; reinstall graphdatascience>=1.10")
+
+
+def planetoid_masks(data: Data, *, num_train_per_class: int = 20, num_val: int = 500,
+                    num_test: int = 1000, seed: int = 0) -> Data:
+    """Adds deterministic Planetoid-style ``train_mask``/``val_mask``/``test_mask``.
+
+    Reuses PyG's :class:`~torch_geometric.transforms.RandomNodeSplit` inside a
+    forked RNG, so the masks depend on ``seed`` only and the caller's global
+    torch RNG state is untouched.
+
+    Args:
+        data: A graph with integer labels ``y``.
+        num_train_per_class: Training nodes drawn per class.
+        num_val: Validation nodes drawn from the rest.
+        num_test: Test nodes drawn from the rest after validation.
+        seed: Seed of the split.
+    """
+    from torch_geometric.transforms import RandomNodeSplit
+
+    split = RandomNodeSplit(split="random", num_train_per_class=num_train_per_class,
+                            num_val=num_val, num_test=num_test)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return split(data)
+
+
+def cora(*, seed: int = 0) -> Data:
+    """Loads Cora (2,708 papers, 10,556 directed citation edges, 1,433 binary
+    features, 7 classes) from the parquet files in the ``graphdatascience`` wheel.
+
+    Node ``i`` is the ``i``-th row of ``cora_nodes.parquet.gzip``; the original
+    paper ids of the relationship file are mapped to these positions. Edges are
+    made undirected (both directions, coalesced) as in PyG's ``Planetoid``.
+
+    Args:
+        seed: Seed of the Planetoid-style masks (20 train nodes per class,
+            500 validation, 1,000 test).
+
+    Returns:
+        A :class:`~torch_geometric.data.Data` with ``x`` (float32), ``y``
+        (int64), ``edge_index`` and boolean ``train_mask``/``val_mask``/``test_mask``.
+    """
+    import pyarrow.parquet as pq
+    from torch_geometric.utils import to_undirected
+
+    root = _cora_dir()
+    nodes = pq.read_table(root / "cora_nodes.parquet.gzip",
+                          columns=["nodeId", "subject", "features"])
+    rels = pq.read_table(root / "cora_rels.parquet.gzip",
+                         columns=["sourceNodeId", "targetNodeId"])
+    paper_ids = nodes.column("nodeId").to_numpy()
+    num_nodes = len(paper_ids)
+    flat = nodes.column("features").combine_chunks().flatten().to_numpy()
+    if flat.size % num_nodes != 0:
+        raise DatasetResolveError("Cora's feature lists have unequal lengths; "
+                                  "the graphdatascience wheel is damaged")
+    x = torch.from_numpy(flat.reshape(num_nodes, -1).astype(np.float32))
+    y = torch.from_numpy(nodes.column("subject").to_numpy().astype(np.int64))
+
+    # Map original paper ids to node-file positions with one sorted lookup.
+    order = np.argsort(paper_ids, kind="stable")
+    src = rels.column("sourceNodeId").to_numpy()
+    dst = rels.column("targetNodeId").to_numpy()
+    pos_src = order[np.searchsorted(paper_ids, src, sorter=order)]
+    pos_dst = order[np.searchsorted(paper_ids, dst, sorter=order)]
+    if not (np.array_equal(paper_ids[pos_src], src)
+            and np.array_equal(paper_ids[pos_dst], dst)):
+        raise DatasetResolveError("Cora's relationship file names papers that are "
+                                  "not in its node file; the wheel is damaged")
+    edge_index = torch.from_numpy(np.stack([pos_src, pos_dst]).astype(np.int64))
+    edge_index = to_undirected(edge_index, num_nodes=num_nodes)
+    data = Data(x=x, y=y, edge_index=edge_index)
+    return planetoid_masks(data, seed=seed)
+
+
+def fake(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16,
+         num_classes: int = 5, *, is_undirected: bool = True, edge_dim: int = 0,
+         seed: int = 0) -> Data:
+    """A synthetic graph from PyG's :class:`~torch_geometric.datasets.FakeDataset`,
+    with Planetoid-style masks.
+
+    FakeDataset draws its node count uniformly in ``[3n/4, 5n/4]`` and its
+    edges at random; everything runs in a forked RNG seeded with ``seed``, so
+    the same arguments give the same graph.
+
+    Args:
+        num_nodes: Average number of nodes.
+        avg_degree: Average number of edges drawn per node (before making the
+            graph undirected, which about doubles it).
+        num_channels: Feature dimension of ``x``.
+        num_classes: Number of label classes of ``y``.
+        is_undirected: Store both directions of every edge.
+        edge_dim: Edge feature dimension (0: none, 1: ``edge_weight``,
+            more: ``edge_attr``).
+        seed: Seed of the graph and the masks.
+    """
+    import random
+
+    from torch_geometric.datasets import FakeDataset
+
+    state = random.getstate()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            data = FakeDataset(num_graphs=1, avg_num_nodes=num_nodes, avg_degree=avg_degree,
+                               num_channels=num_channels, edge_dim=edge_dim,
+                               num_classes=num_classes, is_undirected=is_undirected)[0]
+    finally:
+        random.setstate(state)
+    n = data.num_nodes
+    return planetoid_masks(data, num_train_per_class=max(1, n // (10 * num_classes)),
+                           num_val=n // 10, num_test=n // 5, seed=seed)
+
+
+def load_dataset(spec: str) -> Data:
+    """Resolves a ``"module:attribute"`` string to a graph, like uvicorn's app string.
+
+    The attribute may be dotted (``"pkg.mod:obj.method"``). A callable is
+    called with no arguments; a PyG dataset holding one graph yields that graph.
+
+    Args:
+        spec: ``"module:callable"``, e.g. ``"pyg_dist.datasets:cora"``.
+
+    Raises:
+        DatasetResolveError: if the string is malformed, the module or the
+            attribute does not exist, calling it fails, or it does not give a
+            :class:`~torch_geometric.data.Data`.
+    """
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise DatasetResolveError(
+            f"dataset {spec!r} is not of the form 'module:callable', e.g. "
+            f"'pyg_dist.datasets:cora'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DatasetResolveError(
+            f"dataset {spec!r}: cannot import module {module_name!r} ({exc}); check "
+            f"the spelling and that it is on PYTHONPATH") from exc
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise DatasetResolveError(
+                f"dataset {spec!r}: {module_name!r} has no attribute {attr_path!r}") from exc
+    if callable(obj) and not isinstance(obj, Data):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise DatasetResolveError(
+                f"dataset {spec!r}: calling it raised {type(exc).__name__}: {exc}") from exc
+    return _as_data(obj, spec)
+
+
+def _as_data(obj: Any, spec: str) -> Data:
+    from torch_geometric.data import Dataset
+
+    if isinstance(obj, Dataset) and len(obj) == 1:
+        obj = obj[0]
+    if not isinstance(obj, Data):
+        raise DatasetResolveError(
+            f"dataset {spec!r} gave a {type(obj).__name__}, not a torch_geometric "
+            f"Data; return a homogeneous Data (HeteroData is not supported yet)")
+    return obj

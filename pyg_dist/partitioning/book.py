@@ -1,0 +1,133 @@
+"""The partition book: which part owns a global node id.
+
+A compact array indexed by global id (``uint8`` up to 255 parts, ``int16``
+beyond): one byte per node on a trainer, no topology. Lookups are one
+vectorised index; :meth:`PartitionBook.split` groups a batch of ids by owner
+and keeps the positions that put the answers back in the caller's order.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import InvalidPartitionArgumentError
+
+MAX_PARTS = int(torch.iinfo(torch.int16).max) + 1
+
+
+def book_dtype(num_parts: int) -> torch.dtype:
+    """The smallest dtype holding part ids ``0 .. num_parts - 1``."""
+    if num_parts <= 256:
+        return torch.uint8
+    if num_parts <= MAX_PARTS:
+        return torch.int16
+    raise InvalidPartitionArgumentError(
+        f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
+
+
+class PartitionBook:
+    """Maps global node ids to the part that owns them.
+
+    Args:
+        node_part: One part id per global node id (any integer dtype; stored
+            in the compact dtype of :func:`book_dtype`).
+        num_parts: Number of parts. Parts may own no node.
+
+    Raises:
+        InvalidPartitionArgumentError: if ``node_part`` is not a 1-D integer
+            tensor with values in ``[0, num_parts)``.
+    """
+
+    def __init__(self, node_part: Tensor, num_parts: int) -> None:
+        if not isinstance(node_part, Tensor) or node_part.dim() != 1 \
+                or node_part.is_floating_point() or node_part.dtype == torch.bool:
+            raise InvalidPartitionArgumentError(
+                "a partition book needs a 1-D integer tensor of part ids")
+        if num_parts < 1:
+            raise InvalidPartitionArgumentError(f"num_parts must be >= 1, got {num_parts}")
+        if node_part.numel() and (int(node_part.min()) < 0
+                                  or int(node_part.max()) >= num_parts):
+            raise InvalidPartitionArgumentError(
+                f"part ids must lie in [0, {num_parts}); got "
+                f"[{int(node_part.min())}, {int(node_part.max())}]")
+        self._parts = node_part.to(book_dtype(num_parts)).contiguous()
+        self._num_parts = int(num_parts)
+
+    @property
+    def num_parts(self) -> int:
+        """Number of parts."""
+        return self._num_parts
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of global node ids the book covers."""
+        return int(self._parts.numel())
+
+    def _check(self, ids: Tensor) -> Tensor:
+        if not isinstance(ids, Tensor) or ids.is_floating_point() or ids.dtype == torch.bool:
+            raise InvalidPartitionArgumentError("node ids must be an integer tensor")
+        ids = ids.view(-1)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
+            raise InvalidPartitionArgumentError(
+                f"node ids must lie in [0, {self.num_nodes}); got "
+                f"[{int(ids.min())}, {int(ids.max())}]")
+        return ids
+
+    def part_of(self, ids: Tensor) -> Tensor:
+        """The owning part (int64) of every id in ``ids`` (any shape, flattened).
+
+        Raises:
+            InvalidPartitionArgumentError: if an id is out of range.
+        """
+        ids = self._check(ids)
+        return self._parts[ids.to(self._parts.device)].to(torch.int64)
+
+    def split(self, ids: Tensor) -> list[tuple[int, Tensor, Tensor]]:
+        """Groups ``ids`` by owning part.
+
+        Returns:
+            ``(part, positions, ids[positions])`` for every part owning at least
+            one of the ids, parts ascending; ``positions`` (int64) index into
+            the flattened ``ids`` and keep their relative order, so
+            ``out[positions] = answer`` restores the caller's order.
+        """
+        ids = self._check(ids)
+        parts = self._parts[ids].to(torch.int64)
+        order = torch.argsort(parts, stable=True)
+        counts = torch.bincount(parts, minlength=self._num_parts).tolist()
+        out = []
+        for part, positions in enumerate(torch.split(order, counts)):
+            if positions.numel():
+                out.append((part, positions, ids[positions]))
+        return out
+
+    def counts(self) -> Tensor:
+        """Number of nodes owned by every part (int64, ``[num_parts]``)."""
+        return torch.bincount(self._parts.to(torch.int64), minlength=self._num_parts)
+
+    def owned(self, part: int) -> Tensor:
+        """The sorted global ids owned by ``part`` (int64)."""
+        return (self._parts == part).nonzero().view(-1)
+
+    def to_tensor(self) -> Tensor:
+        """The compact ``node_part`` array (``uint8`` or ``int16``), for the wire."""
+        return self._parts
+
+    @classmethod
+    def from_tensor(cls, tensor: Tensor, num_parts: Optional[int] = None) -> PartitionBook:
+        """Rebuilds a book from :meth:`to_tensor` output.
+
+        Args:
+            tensor: The ``node_part`` array.
+            num_parts: Number of parts; ``None`` infers ``max + 1`` (which
+                misses trailing empty parts: pass it when known).
+        """
+        if num_parts is None:
+            num_parts = int(tensor.max()) + 1 if tensor.numel() else 1
+        return cls(tensor, num_parts)
+
+    def __repr__(self) -> str:
+        return f"PartitionBook(num_nodes={self.num_nodes}, num_parts={self.num_parts})"

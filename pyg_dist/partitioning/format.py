@@ -1,0 +1,223 @@
+"""The on-disk partition format: names, checksums and safetensors I/O.
+
+A partitioned dataset is a directory::
+
+    ROOT/meta.json                 format version, types, counts, partitioner,
+                                   per-part statistics, sha256 of every file
+    ROOT/book.safetensors          node_part: the owner of every global node id
+    ROOT/part-K/nodes.safetensors  node_ids (sorted global ids) + node features
+    ROOT/part-K/edges.safetensors  CSC of the owned nodes' incoming edges:
+                                   indptr, indices (global src ids), edge_ids
+                                   (global), + edge features
+
+Every tensor is stored with safetensors: the loader parses a JSON header and
+copies (or memory-maps) raw bytes; nothing can execute code on load. The full
+description lives in ``docs/partition-format.md``.
+
+Node and edge *types* are carried from the first version on: ``meta.json``
+lists ``node_types`` and ``edge_types`` (``null`` for a homogeneous graph, a
+name / a ``[src, rel, dst]`` triple for a heterogeneous one) and every file is
+listed per type, so a reader never guesses a file name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import struct
+from pathlib import Path, PurePosixPath
+from typing import Any, Optional, Union
+
+import torch
+
+from pyg_dist.errors import PartitionFormatError
+
+FORMAT_NAME = "pyg-dist-partition"
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+BOOK_FILE = "book.safetensors"
+
+# Reserved tensor names inside the node / edge files.
+NODE_IDS = "node_ids"
+INDPTR = "indptr"
+INDICES = "indices"
+EDGE_IDS = "edge_ids"
+BOOK_KEY = "node_part"
+RESERVED_NODE_NAMES = frozenset({NODE_IDS})
+RESERVED_EDGE_NAMES = frozenset({INDPTR, INDICES, EDGE_IDS})
+
+NodeTypeKey = Optional[str]
+EdgeTypeKey = Optional[tuple[str, str, str]]
+
+# safetensors dtype names <-> torch dtypes (the subset a graph needs).
+_DTYPES = {
+    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+    "I32": torch.int32, "I64": torch.int64, "F16": torch.float16,
+    "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
+}
+
+
+def part_dir(part: int) -> str:
+    """The directory of part ``part`` relative to ROOT."""
+    return f"part-{part}"
+
+
+def type_slug(type_: Union[NodeTypeKey, EdgeTypeKey]) -> str:
+    """A file-name fragment for a node or edge type ('' for homogeneous)."""
+    if type_ is None:
+        return ""
+    parts = [type_] if isinstance(type_, str) else list(type_)
+    return "__" + "__".join("".join(c if c.isalnum() or c in "-_" else "_" for c in p)
+                            for p in parts)
+
+
+def type_to_json(type_: Union[NodeTypeKey, EdgeTypeKey]) -> Any:
+    """A node/edge type as stored in ``meta.json`` (``None`` -> ``null``)."""
+    return list(type_) if isinstance(type_, tuple) else type_
+
+
+def type_from_json(value: Any) -> Union[NodeTypeKey, EdgeTypeKey]:
+    """Inverse of :func:`type_to_json`."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The torch dtype's short name as written in ``meta.json``, e.g. ``float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def safe_path(root: Path, name: str) -> Path:
+    """Joins a file name from ``meta.json`` to ROOT, refusing escapes.
+
+    Raises:
+        PartitionFormatError: if ``name`` is absolute, contains ``..`` or a
+            backslash, or is empty: a crafted ``meta.json`` must not make the
+            reader open files outside ROOT.
+    """
+    pure = PurePosixPath(name) if isinstance(name, str) else None
+    if (pure is None or not name or "\\" in name or pure.is_absolute()
+            or any(p in ("..", "") for p in pure.parts) or name.startswith("/")):
+        raise PartitionFormatError(
+            f"meta.json names the file {name!r}, which is not a relative path "
+            f"inside the dataset directory; the dataset is corrupt or crafted")
+    return root.joinpath(*pure.parts)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """The hex sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Writes tensors to a safetensors file (contiguous CPU copies if needed)."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
+
+
+def read_header(path: Path) -> tuple[dict[str, Any], int]:
+    """Parses a safetensors header; returns it and the offset of the data.
+
+    Raises:
+        PartitionFormatError: if the file is too short or its header is not
+            valid JSON.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise PartitionFormatError(f"{path} is not a safetensors file (too short)")
+            (size,) = struct.unpack("<Q", raw)
+            if size > 100 * 1024 * 1024:
+                raise PartitionFormatError(f"{path} has an implausible header size {size}")
+            header = json.loads(f.read(size))
+    except (OSError, ValueError) as exc:
+        raise PartitionFormatError(f"cannot read safetensors header of {path}: {exc}") from exc
+    if not isinstance(header, dict):
+        raise PartitionFormatError(f"{path}: safetensors header is not a JSON object")
+    header.pop("__metadata__", None)
+    return header, 8 + size
+
+
+def load_tensors(path: Path, names: Optional[list[str]] = None, *,
+                 mmap_: bool = False) -> dict[str, torch.Tensor]:
+    """Loads tensors from a safetensors file, copied into RAM or memory-mapped.
+
+    Args:
+        path: The file.
+        names: Load only these names (``None``: all).
+        mmap_: Map the file privately (copy-on-write) and return tensors that
+            view the mapping: pages are read on first touch and shared with the
+            page cache, so a server over a large part starts at once.
+
+    Raises:
+        PartitionFormatError: if the file is missing, malformed, or lacks a name.
+    """
+    if not path.is_file():
+        raise PartitionFormatError(f"partition file {path} is missing; partition again")
+    header, start = read_header(path)
+    wanted = list(header) if names is None else names
+    missing = [n for n in wanted if n not in header]
+    if missing:
+        raise PartitionFormatError(f"{path} lacks tensors {missing}; has {sorted(header)}")
+    if not mmap_:
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                return {n: f.get_tensor(n) for n in wanted}
+        except SafetensorError as exc:
+            raise PartitionFormatError(f"cannot read {path}: {exc}") from exc
+    return _mmap_tensors(path, header, start, wanted)
+
+
+def _mmap_tensors(path: Path, header: dict[str, Any], start: int,
+                  names: list[str]) -> dict[str, torch.Tensor]:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        # ACCESS_COPY: writable for torch.frombuffer, but writes never reach
+        # the file and pages stay shared until written.
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
+    out = {}
+    for name in names:
+        info = header[name]
+        dtype = _DTYPES.get(info.get("dtype"))
+        if dtype is None:
+            raise PartitionFormatError(f"{path}: tensor {name!r} has unsupported dtype "
+                                       f"{info.get('dtype')!r}")
+        shape = [int(s) for s in info["shape"]]
+        begin, end = (int(o) for o in info["data_offsets"])
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        count = (end - begin) // itemsize
+        if start + end > size or count != _numel(shape):
+            raise PartitionFormatError(f"{path}: tensor {name!r} has inconsistent offsets")
+        if count == 0 or mapped is None:
+            out[name] = torch.empty(shape, dtype=dtype)
+        elif (start + begin) % itemsize:
+            # Unaligned data cannot be viewed; copy this one tensor.
+            raw = torch.frombuffer(mapped, dtype=torch.uint8, count=end - begin,
+                                   offset=start + begin)
+            out[name] = raw.clone().view(dtype).view(shape)
+        else:
+            out[name] = torch.frombuffer(mapped, dtype=dtype, count=count,
+                                         offset=start + begin).view(shape)
+    return out
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def tensor_specs(path: Path) -> dict[str, dict[str, Any]]:
+    """``{name: {"dtype", "shape"}}`` of a safetensors file, read from its header only."""
+    header, _ = read_header(path)
+    return {k: {"dtype": v["dtype"], "shape": v["shape"]} for k, v in header.items()}

@@ -1,0 +1,329 @@
+"""Reading a partitioned dataset: :class:`PartitionReader` and :class:`PartData`.
+
+The reader checks ``meta.json`` (format name and version, file names that
+stay inside ROOT) when it opens, and each file's sha256 the first time it
+loads it (``verify=True``). Parts load copied into RAM or memory-mapped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from torch import Tensor
+
+from pyg_dist.errors import (
+    ChecksumMismatchError,
+    InvalidPartitionArgumentError,
+    PartitionFormatError,
+)
+from pyg_dist.partitioning.book import PartitionBook
+from pyg_dist.partitioning.format import (
+    EDGE_IDS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDICES,
+    INDPTR,
+    META_FILE,
+    NODE_IDS,
+    EdgeTypeKey,
+    NodeTypeKey,
+    load_tensors,
+    read_header,
+    safe_path,
+    sha256_file,
+    type_from_json,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class NodePart:
+    """The owned nodes of one node type in one part.
+
+    Args:
+        node_ids: Sorted global ids (int64); row ``i`` of every feature
+            belongs to ``node_ids[i]`` (its *local row*).
+        features: Feature name -> tensor in local row order (``x``, ``y``, masks).
+    """
+
+    node_ids: Tensor
+    features: dict[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class EdgePart:
+    """The incoming edges of one part's owned destination nodes, as CSC.
+
+    Args:
+        indptr: ``[num_owned + 1]``; edges of local destination ``i`` are
+            ``indptr[i]:indptr[i + 1]``.
+        indices: Global source id of every edge (int64).
+        edge_ids: Global edge id (column of the input ``edge_index``) of every edge.
+        features: Edge feature name -> tensor in CSC order.
+    """
+
+    indptr: Tensor
+    indices: Tensor
+    edge_ids: Tensor
+    features: dict[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class PartData:
+    """Everything one part holds, keyed by node / edge type (``None`` for a
+    homogeneous graph). The properties give the homogeneous view directly.
+
+    Args:
+        part: The part's index.
+        num_parts: Number of parts of the dataset.
+        nodes: Node type -> :class:`NodePart`.
+        edges: Edge type -> :class:`EdgePart` (empty if topology was not loaded).
+    """
+
+    part: int
+    num_parts: int
+    nodes: dict[NodeTypeKey, NodePart]
+    edges: dict[EdgeTypeKey, EdgePart]
+
+    def _only(self, table: dict, what: str) -> Any:
+        if None not in table:
+            raise PartitionFormatError(
+                f"part {self.part} has no homogeneous {what}; index .nodes/.edges by type")
+        return table[None]
+
+    @property
+    def node_ids(self) -> Tensor:
+        """Sorted owned global ids (homogeneous graph)."""
+        return self._only(self.nodes, "nodes").node_ids
+
+    @property
+    def node_features(self) -> dict[str, Tensor]:
+        """Node features in local row order (homogeneous graph)."""
+        return self._only(self.nodes, "nodes").features
+
+    @property
+    def indptr(self) -> Tensor:
+        """CSC pointer over owned destinations (homogeneous graph)."""
+        return self._only(self.edges, "edges").indptr
+
+    @property
+    def indices(self) -> Tensor:
+        """Global source ids of the owned nodes' incoming edges (homogeneous graph)."""
+        return self._only(self.edges, "edges").indices
+
+    @property
+    def edge_ids(self) -> Tensor:
+        """Global edge ids, aligned with :attr:`indices` (homogeneous graph)."""
+        return self._only(self.edges, "edges").edge_ids
+
+    @property
+    def edge_features(self) -> dict[str, Tensor]:
+        """Edge features in CSC order (homogeneous graph)."""
+        return self._only(self.edges, "edges").features
+
+    @property
+    def num_nodes(self) -> int:
+        """Owned nodes over all node types."""
+        return sum(int(n.node_ids.numel()) for n in self.nodes.values())
+
+    @property
+    def num_edges(self) -> int:
+        """Stored edges over all edge types."""
+        return sum(int(e.indices.numel()) for e in self.edges.values())
+
+
+class PartitionReader:
+    """Opens a partitioned dataset written by :func:`pyg_dist.partition`.
+
+    Args:
+        root: The dataset directory (holding ``meta.json``).
+        verify: Check each file's sha256 against ``meta.json`` before its
+            first load (default). Skip only for trusted, very large datasets.
+
+    Raises:
+        PartitionFormatError: if ``meta.json`` is missing, malformed, of
+            another format or version, or names files outside ``root``.
+    """
+
+    def __init__(self, root: Union[str, os.PathLike], verify: bool = True) -> None:
+        self.root = Path(root)
+        self.verify = verify
+        self.meta = _read_meta(self.root)
+        self._verified: set[str] = set()
+        self._lock = threading.Lock()
+        self._book: Optional[PartitionBook] = None
+
+    @property
+    def num_parts(self) -> int:
+        """Number of parts."""
+        return int(self.meta["num_parts"])
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes of the whole graph."""
+        return int(self.meta["num_nodes"])
+
+    @property
+    def num_edges(self) -> int:
+        """Number of directed edges of the whole graph."""
+        return int(self.meta["num_edges"])
+
+    @property
+    def node_types(self) -> list[NodeTypeKey]:
+        """Node types (``[None]`` for a homogeneous graph)."""
+        return [type_from_json(t["type"]) for t in self.meta["node_types"]]
+
+    @property
+    def edge_types(self) -> list[EdgeTypeKey]:
+        """Edge types (``[None]`` for a homogeneous graph)."""
+        return [type_from_json(t["type"]) for t in self.meta["edge_types"]]
+
+    def node_feature_specs(self, node_type: NodeTypeKey = None) -> dict[str, dict[str, Any]]:
+        """``{name: {"dtype": "float32", "shape": [...]}}`` of a node type's
+        features; ``shape`` excludes the node dimension."""
+        for entry in self.meta["node_types"]:
+            if type_from_json(entry["type"]) == node_type:
+                return entry["features"]
+        raise InvalidPartitionArgumentError(f"no node type {node_type!r}; "
+                                            f"the dataset has {self.node_types}")
+
+    @property
+    def book(self) -> PartitionBook:
+        """The partition book (homogeneous graph), loaded once."""
+        if self._book is None:
+            entry = self.meta["books"][0]
+            path = self._checked(entry["file"])
+            tensor = load_tensors(path, [entry.get("key", "node_part")])
+            self._book = PartitionBook(next(iter(tensor.values())), self.num_parts)
+        return self._book
+
+    def path(self, name: str) -> Path:
+        """The absolute path of a file named in ``meta.json``."""
+        return safe_path(self.root, name)
+
+    def _checked(self, name: str) -> Path:
+        path = self.path(name)
+        if not path.is_file():
+            raise PartitionFormatError(f"{path} is missing; the dataset is incomplete, "
+                                       f"partition it again")
+        if self.verify:
+            with self._lock:
+                if name not in self._verified:
+                    expected = self.meta["files"].get(name, {}).get("sha256")
+                    if expected is None:
+                        raise PartitionFormatError(f"meta.json has no checksum for {name}")
+                    actual = sha256_file(path)
+                    if actual != expected:
+                        raise ChecksumMismatchError(str(path), expected, actual)
+                    self._verified.add(name)
+        return path
+
+    def verify_all(self) -> None:
+        """Checks the sha256 of every file listed in ``meta.json``.
+
+        Raises:
+            ChecksumMismatchError: on the first file whose content changed.
+        """
+        for name in self.meta["files"]:
+            verify, self.verify = self.verify, True
+            try:
+                self._checked(name)
+            finally:
+                self.verify = verify
+
+    def load_part(self, part: int, mmap: bool = False, *, topology: bool = True,
+                  features: bool = True) -> PartData:
+        """Loads one part.
+
+        Args:
+            part: Index in ``[0, num_parts)``.
+            mmap: Memory-map the tensors from the safetensors files instead of
+                reading them into RAM.
+            topology: Load the CSC of the incoming edges.
+            features: Load node and edge features (``node_ids`` always load).
+
+        Raises:
+            InvalidPartitionArgumentError: if ``part`` is out of range.
+            ChecksumMismatchError: if a file changed since it was written.
+            PartitionFormatError: if a file is missing or malformed.
+        """
+        if isinstance(part, bool) or not isinstance(part, int) \
+                or not 0 <= part < self.num_parts:
+            raise InvalidPartitionArgumentError(
+                f"part must lie in [0, {self.num_parts}); got {part!r}")
+        entry = self.meta["parts"][part]
+        nodes = {}
+        for node_entry in entry["node_types"]:
+            path = self._checked(node_entry["file"])
+            names = None if features else [NODE_IDS]
+            tensors = load_tensors(path, names, mmap_=mmap)
+            ids = tensors.pop(NODE_IDS)
+            _expect(ids.numel() == node_entry["num_nodes"], path, "node count")
+            nodes[type_from_json(node_entry["type"])] = NodePart(ids, tensors)
+        edges = {}
+        for edge_entry in entry["edge_types"] if topology else []:
+            path = self._checked(edge_entry["file"])
+            names = None if features else [INDPTR, INDICES, EDGE_IDS]
+            tensors = load_tensors(path, names, mmap_=mmap)
+            edge = EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES),
+                            tensors.pop(EDGE_IDS), tensors)
+            _expect(edge.indices.numel() == edge_entry["num_edges"], path, "edge count")
+            edges[type_from_json(edge_entry["type"])] = edge
+        return PartData(part, self.num_parts, nodes, edges)
+
+    def tensor_names(self, part: int) -> list[str]:
+        """Names of the tensors in a part's node file (header only)."""
+        header, _ = read_header(self.path(self.meta["parts"][part]["node_types"][0]["file"]))
+        return sorted(header)
+
+
+def _expect(ok: bool, path: Path, what: str) -> None:
+    if not ok:
+        raise PartitionFormatError(f"{path}: {what} differs from meta.json")
+
+
+def _read_meta(root: Path) -> dict[str, Any]:
+    path = root / META_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise PartitionFormatError(
+            f"{root} holds no {META_FILE}; is it a dataset written by "
+            f"'pyg-dist partition'?") from exc
+    except (OSError, ValueError) as exc:
+        raise PartitionFormatError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise PartitionFormatError(f"{path} is not a {FORMAT_NAME} meta.json")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise PartitionFormatError(
+            f"{path} has format version {version!r}; this pyg-dist reads version "
+            f"{FORMAT_VERSION}. Partition the dataset again with this version, or "
+            f"install the pyg-dist that wrote it")
+    try:
+        _validate_names(root, meta)
+    except (KeyError, TypeError) as exc:
+        raise PartitionFormatError(f"{path} lacks a required field: {exc}") from exc
+    return meta
+
+
+def _validate_names(root: Path, meta: dict[str, Any]) -> None:
+    for name in meta["files"]:
+        safe_path(root, name)
+    names = [b["file"] for b in meta["books"]]
+    if len(meta["parts"]) != int(meta["num_parts"]):
+        raise PartitionFormatError(f"meta.json lists {len(meta['parts'])} parts, "
+                                   f"num_parts says {meta['num_parts']}")
+    for entry in meta["parts"]:
+        names += [n["file"] for n in entry["node_types"] + entry["edge_types"]]
+    for name in names:
+        safe_path(root, name)
+        if name not in meta["files"]:
+            raise PartitionFormatError(f"meta.json lists no checksum for {name}")

@@ -1,0 +1,236 @@
+"""``pyg_dist.partition``: split a graph into parts and write the dataset.
+
+The writer validates everything it can before touching the disk, asks the
+registry for the partitioner plugin, and writes into a temporary directory
+beside ROOT that is renamed onto ROOT only when every file and ``meta.json``
+are complete. On any error the temporary directory is removed: a failed run
+leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import InvalidPartitionArgumentError, PygDistError
+from pyg_dist.partitioning.book import PartitionBook, book_dtype
+from pyg_dist.partitioning.format import (
+    BOOK_FILE,
+    BOOK_KEY,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    META_FILE,
+    dtype_name,
+    part_dir,
+    save_tensors,
+    sha256_file,
+)
+from pyg_dist.partitioning.graph import PartitionInput
+from pyg_dist.partitioning.inputs import GraphParts, split_attributes
+from pyg_dist.partitioning.layout import GraphSplitter, edge_tensors, node_tensors, summarize
+from pyg_dist.plugins import PARTITIONERS, PluginRegistry, default_registry
+
+logger = logging.getLogger(__name__)
+
+
+def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
+              partitioner: str = "metis", *, overwrite: bool = False,
+              registry: Optional[PluginRegistry] = None, progress: bool = False,
+              graph_name: Optional[str] = None, **options: Any):
+    """Partitions a graph and writes it to ``root`` in the pyg-dist format.
+
+    Args:
+        data: A homogeneous :class:`~torch_geometric.data.Data` with
+            ``edge_index``; every node-level tensor (``x``, ``y``, masks, ...)
+            and edge-level tensor (``edge_attr``, ...) is partitioned with it.
+        num_parts: Number of parts, ``1 <= num_parts <= num_nodes``.
+        root: The dataset directory to create. It must not exist or be empty
+            unless ``overwrite`` is set.
+        partitioner: Name of a ``pyg_dist.partitioners`` plugin (``metis``,
+            ``random``, or a third party's; ``pyg-dist plugins`` lists them).
+        overwrite: Replace an existing non-empty ``root``.
+        registry: Plugin registry to use (default: the installed plugins).
+        progress: Show a tqdm progress bar.
+        graph_name: Name recorded in ``meta.json``.
+        **options: Options of the partitioner, e.g. ``balance_train=True``.
+
+    Returns:
+        A :class:`~pyg_dist.partitioning.reader.PartitionReader` over ``root``.
+
+    Raises:
+        InvalidPartitionArgumentError: bad ``num_parts``, empty graph, bad
+            options, reserved attribute names, or ``root`` not empty.
+        PluginNotFoundError: no partitioner of that name is installed.
+    """
+    from pyg_dist.partitioning.reader import PartitionReader
+
+    root = Path(root)
+    graph = split_attributes(data)
+    _check_num_parts(num_parts, graph.num_nodes)
+    _check_root(root, overwrite)
+    registry = registry or default_registry
+    plugin = _build_partitioner(registry, partitioner, options)
+
+    from tqdm.auto import tqdm
+
+    with tqdm(total=num_parts + 2, desc="partition", unit="step", disable=not progress) as bar:
+        bar.set_postfix_str(f"{partitioner}: assigning {graph.num_nodes} nodes")
+        book = _assign(plugin, graph, num_parts)
+        bar.update(1)
+        tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir(parents=True)
+        try:
+            meta = _write_all(tmp, graph, book, bar)
+            meta["graph_name"] = graph_name
+            meta["partitioner"] = {"name": partitioner, "options": _json_safe(plugin.options()),
+                                   "distribution": _distribution(registry, partitioner)}
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+            _replace(tmp, root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        bar.update(1)
+    logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
+    return PartitionReader(root, verify=False)
+
+
+def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
+    if isinstance(num_parts, bool) or not isinstance(num_parts, int):
+        raise InvalidPartitionArgumentError(f"num_parts must be an int, got {num_parts!r}")
+    if num_parts < 1 or num_parts > num_nodes:
+        raise InvalidPartitionArgumentError(
+            f"num_parts must lie in [1, {num_nodes}] (the number of nodes); got {num_parts}")
+    book_dtype(num_parts)
+
+
+def _check_root(root: Path, overwrite: bool) -> None:
+    if root.exists() and not root.is_dir():
+        raise InvalidPartitionArgumentError(f"{root} exists and is not a directory")
+    if root.is_dir() and any(root.iterdir()) and not overwrite:
+        raise InvalidPartitionArgumentError(
+            f"{root} exists and is not empty; choose another directory or pass "
+            f"overwrite=True (--overwrite) to replace it")
+
+
+def _build_partitioner(registry: PluginRegistry, name: str, options: dict[str, Any]) -> Any:
+    cls = registry.get(PARTITIONERS, name)
+    try:
+        plugin = cls(**options)
+    except TypeError as exc:
+        raise InvalidPartitionArgumentError(
+            f"partitioner {name!r} rejected the options {sorted(options)}: {exc}") from exc
+    if not callable(getattr(plugin, "assign", None)):
+        raise InvalidPartitionArgumentError(
+            f"partitioner plugin {name!r} has no assign(graph, num_parts) method")
+    return plugin
+
+
+def _assign(plugin: Any, graph: GraphParts, num_parts: int) -> PartitionBook:
+    view = PartitionInput(graph.num_nodes, graph.edge_index,
+                          train_mask=graph.node_features.get("train_mask"))
+    assignment = plugin.assign(view, num_parts)
+    if not isinstance(assignment, Tensor):
+        assignment = torch.as_tensor(assignment)
+    if assignment.dim() != 1 or assignment.numel() != graph.num_nodes:
+        raise InvalidPartitionArgumentError(
+            f"the partitioner returned {tuple(assignment.shape)} part ids for "
+            f"{graph.num_nodes} nodes; it must return one per node")
+    try:
+        return PartitionBook(assignment, num_parts)
+    except PygDistError as exc:
+        raise InvalidPartitionArgumentError(f"the partitioner's output is invalid: {exc}") from exc
+
+
+def _write_all(tmp: Path, graph: GraphParts, book: PartitionBook, bar: Any) -> dict[str, Any]:
+    files: dict[str, dict[str, Any]] = {}
+
+    def record(name: str) -> str:
+        path = tmp / name
+        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        return name
+
+    save_tensors(tmp / BOOK_FILE, {BOOK_KEY: book.to_tensor()})
+    record(BOOK_FILE)
+    splitter = GraphSplitter(book.to_tensor(), book.num_parts, graph.edge_index)
+    parts, stats = [], []
+    train_mask = graph.node_features.get("train_mask")
+    for k in range(book.num_parts):
+        bar.set_postfix_str(f"writing part {k}")
+        owned = splitter.owned(k)
+        (tmp / part_dir(k)).mkdir()
+        topo = splitter.topology(k, owned.numel())
+        part_stats = splitter.stats(k, owned, topo["indices"], train_mask)
+        nodes_name = f"{part_dir(k)}/nodes.safetensors"
+        edges_name = f"{part_dir(k)}/edges.safetensors"
+        save_tensors(tmp / edges_name, edge_tensors(topo, graph.edge_features))
+        del topo
+        save_tensors(tmp / nodes_name, node_tensors(owned, graph.node_features))
+        parts.append({
+            "part": k, "dir": part_dir(k),
+            "node_types": [{"type": None, "file": record(nodes_name),
+                            "num_nodes": part_stats.num_nodes}],
+            "edge_types": [{"type": None, "file": record(edges_name),
+                            "num_edges": part_stats.num_edges}],
+            "stats": part_stats.to_json(),
+        })
+        stats.append(part_stats)
+        bar.update(1)
+    return {
+        "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+        "num_parts": book.num_parts, "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges, "is_hetero": False,
+        "node_types": [{"type": None, "num_nodes": graph.num_nodes,
+                        "features": _specs(graph.node_features)}],
+        "edge_types": [{"type": None, "src": None, "dst": None, "num_edges": graph.num_edges,
+                        "features": _specs(graph.edge_features)}],
+        "books": [{"type": None, "file": BOOK_FILE, "key": BOOK_KEY,
+                   "dtype": dtype_name(book.to_tensor().dtype)}],
+        "parts": parts,
+        "stats": summarize(stats, graph.num_nodes, graph.num_edges),
+        "files": files,
+    }
+
+
+def _specs(features: dict[str, Tensor]) -> dict[str, dict[str, Any]]:
+    return {name: {"dtype": dtype_name(t.dtype), "shape": list(t.shape[1:])}
+            for name, t in features.items()}
+
+
+def _replace(tmp: Path, root: Path) -> None:
+    """Moves the finished dataset onto ``root``; an old one is removed only
+    after the new one is in place."""
+    old = None
+    if root.exists():
+        old = root.parent / f".{root.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(root, old)
+    try:
+        os.replace(tmp, root)
+    except BaseException:
+        if old is not None:
+            os.replace(old, root)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _json_safe(options: Any) -> Any:
+    try:
+        return json.loads(json.dumps(options))
+    except (TypeError, ValueError) as exc:
+        raise InvalidPartitionArgumentError(
+            f"the partitioner's options() must be JSON-serialisable: {exc}") from exc
+
+
+def _distribution(registry: PluginRegistry, name: str) -> Optional[str]:
+    for found in registry.found(PARTITIONERS):
+        if found.name == name:
+            return f"{found.distribution} {found.version}"
+    return None

@@ -1,0 +1,81 @@
+"""pyg_dist.datasets: Cora from the graphdatascience wheel, FakeDataset graphs,
+and the module:callable resolver."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from pyg_dist.datasets import cora, fake, load_dataset
+from pyg_dist.errors import DatasetResolveError
+
+
+@pytest.fixture(scope="module")
+def cora_data():
+    return cora()
+
+
+def test_cora_has_the_planetoid_shape(cora_data):
+    d = cora_data
+    assert d.num_nodes == 2708 and d.num_edges == 10556
+    assert d.x.shape == (2708, 1433) and d.x.dtype == torch.float32
+    assert d.y.dtype == torch.int64 and int(d.y.max()) + 1 == 7
+    assert d.is_undirected() and not d.has_self_loops()
+    assert set(d.x.unique().tolist()) == {0.0, 1.0}
+
+
+def test_cora_masks_are_planetoid_style_and_deterministic(cora_data):
+    d = cora_data
+    assert int(d.train_mask.sum()) == 140 and int(d.val_mask.sum()) == 500
+    assert int(d.test_mask.sum()) == 1000
+    assert torch.bincount(d.y[d.train_mask]).tolist() == [20] * 7
+    assert not bool((d.train_mask & d.val_mask).any() or (d.train_mask & d.test_mask).any()
+                    or (d.val_mask & d.test_mask).any())
+    again = cora()
+    for key in ("train_mask", "val_mask", "test_mask"):
+        assert torch.equal(again[key], d[key])
+    assert not torch.equal(cora(seed=1).train_mask, d.train_mask)
+
+
+def test_cora_does_not_import_graphdatascience():
+    code = textwrap.dedent("""
+        import sys
+        from pyg_dist.datasets import cora
+        cora()
+        assert "graphdatascience" not in sys.modules, "graphdatascience was imported"
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_fake_is_deterministic_with_masks():
+    a, b = fake(num_nodes=200, seed=4), fake(num_nodes=200, seed=4)
+    assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x)
+    assert a.train_mask.dtype == torch.bool and int(a.train_mask.sum()) > 0
+    assert int(a.val_mask.sum()) == a.num_nodes // 10
+    assert not torch.equal(fake(num_nodes=200, seed=5).edge_index, a.edge_index)
+    state = torch.get_rng_state()
+    fake(num_nodes=50)
+    assert torch.equal(state, torch.get_rng_state()), "the global RNG must be untouched"
+
+
+def test_load_dataset_resolves_module_callable():
+    data = load_dataset("pyg_dist.datasets:fake")
+    assert isinstance(data, Data) and data.num_nodes > 0
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("pyg_dist.datasets", "module:callable"),
+    (":cora", "module:callable"),
+    ("no_such_module_xyz:cora", "cannot import"),
+    ("pyg_dist.datasets:no_such_thing", "no attribute"),
+    ("pyg_dist.datasets:CORA_NUM_NODES", "int"),
+    ("pyg_dist.datasets:planetoid_masks", "raised TypeError"),
+])
+def test_load_dataset_errors(spec, match):
+    with pytest.raises(DatasetResolveError, match=match):
+        load_dataset(spec)
