@@ -80,13 +80,16 @@ def train_seeds(data) -> Tensor:
     return torch.arange(data.num_nodes)
 
 
-def partition_with_pyg(data, num_parts: int, root: str) -> dict[str, Any]:
+def partition_with_pyg(data, num_parts: int, root: str,
+                       input_nodes: Optional[Tensor] = None) -> dict[str, Any]:
     """Partition ``data`` into ``root`` with PyG's ``Partitioner``.
 
     Args:
         data: A homogeneous ``torch_geometric.data.Data`` with ``x``.
         num_parts: Number of partitions (at least 2, as PyG requires).
         root: Directory for PyG's partition files and the two extra files.
+        input_nodes: Seed nodes (default: :func:`train_seeds`); each partition
+            trains on the seeds it owns, as in PyG's example.
 
     Returns:
         ``partition_root``, ``labels_path``, ``seeds_path``, ``seeds_per_part``,
@@ -105,7 +108,7 @@ def partition_with_pyg(data, num_parts: int, root: str) -> dict[str, Any]:
     info["partition_s"] = time.perf_counter() - t0
 
     node_map = fs.torch_load(osp.join(part_root, "node_map.pt"))
-    seeds = train_seeds(data)
+    seeds = train_seeds(data) if input_nodes is None else input_nodes.to(torch.long)
     owner = node_map[seeds]
     per_part = {f"part_{p}": seeds[owner == p].contiguous() for p in range(num_parts)}
     y = data.y if getattr(data, "y", None) is not None else torch.zeros(data.num_nodes)

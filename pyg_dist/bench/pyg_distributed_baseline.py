@@ -159,7 +159,7 @@ def _summarise(status: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "seeds_per_s": seeds / wall if wall > 0 else None,
         "edges_per_s": edges / wall if wall > 0 else None,
         "batches": sum(r["batches"] for r in ranks), "seeds": seeds, "edges": edges,
-        "wall_s": wall,
+        "wall_s": wall, "seconds": wall,
         "per_rank": [{k: r.get(k) for k in ("rank", "batches", "seeds", "edges", "nodes",
                                              "elapsed_s", "init_s", "num_train_seeds",
                                              "len_loader", "record_path")} for r in ranks],
@@ -170,7 +170,7 @@ def run_pyg_distributed_baseline(
     data, num_parts: int, num_neighbors: list[int], batch_size: int, num_batches: int,
     workdir: str, timeout_s: float, *, num_workers: int = 0, concurrency: int = 1,
     async_sampling: bool = True, warmup_batches: int = 1, num_threads: Optional[int] = None,
-    record_batches: int = 0, seed: int = 0,
+    record_batches: int = 0, seed: int = 0, input_nodes=None,
 ) -> dict[str, Any]:
     """Run PyG's ``DistNeighborLoader`` over ``num_parts`` partitions of ``data``.
 
@@ -194,12 +194,16 @@ def run_pyg_distributed_baseline(
             (``n_id``, ``edge_index``, ``input_id``, ``x``, ``y``) to
             ``workdir/batches{rank}.safetensors`` for validation.
         seed: Base random seed (process ``r`` uses ``seed + r``).
+        input_nodes: Seed nodes (int64 tensor) instead of ``train_mask``;
+            each process takes the ones its partition owns.
 
     Returns:
         ``status`` (``ok``, ``error``, ``hung`` or ``unavailable``), ``system``,
         ``note`` (every stand-in and patch), ``result`` (a one-line figure or
         reason); when ``ok`` also ``seeds_per_s``, ``edges_per_s``, ``batches``,
-        ``seeds``, ``edges``, ``wall_s`` and ``per_rank``; on failure ``error``.
+        ``seeds``, ``edges`` (totals over processes), ``wall_s`` (= ``seconds``:
+        the slowest process's timed loop) and ``per_rank``; on failure
+        ``error`` (and ``traceback``); on a hang ``progress`` per process.
     """
     if num_parts < 2:
         raise PygDistError(f"num_parts={num_parts}: PyG's Partitioner needs at least 2 parts")
@@ -211,7 +215,7 @@ def run_pyg_distributed_baseline(
         import torch_geometric.distributed  # noqa: F401  (deprecated, may be removed)
 
         from pyg_dist.bench.pyg_baseline_partition import partition_with_pyg
-        part = partition_with_pyg(data, num_parts, workdir)
+        part = partition_with_pyg(data, num_parts, workdir, input_nodes)
     except Exception as exc:  # the baseline cannot even start: say exactly why
         out.update(error=f"{type(exc).__name__}: {exc}",
                    result=f"cannot run: {type(exc).__name__}: {exc}")
@@ -252,4 +256,6 @@ def run_pyg_distributed_baseline(
             f"{procs[failed].returncode}; see {osp.join(workdir, f'rank{failed}.log')}"
         out["traceback"] = rep.get("traceback")
         out["result"] = f"error: {out['error']}"
+    if status != "ok":  # a table that shows only the note still says what happened
+        out["note"] = f"{out['result']}; {out['note']}"
     return out
