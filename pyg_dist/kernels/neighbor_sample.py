@@ -1,0 +1,126 @@
+"""Exact, vectorised one-hop neighbour sampling over a CSC topology.
+
+The kernel works on positions into the CSC arrays, so the caller maps them
+to whatever it stores per entry (``row[positions]`` are the sampled
+neighbours, ``edge_ids[positions]`` their edge ids). Everything is a handful
+of torch ops over all seeds at once, with no Python loop over seeds, and it
+runs on whichever device ``colptr`` lives on.
+
+Without replacement every seed gets a uniformly random subset of
+``min(degree, k)`` of its entries: each of its entries draws a random key,
+the keys are sorted within the seed's segment, and the first ``k`` win. With
+replacement each of the ``k`` draws picks ``floor(u * degree)``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+
+def segment_arange(counts: Tensor) -> Tensor:
+    """Concatenates ``arange(c)`` for every ``c`` in ``counts``.
+
+    Args:
+        counts: Non-negative int64 segment lengths.
+
+    Returns:
+        An int64 tensor of length ``counts.sum()``: the offset of every
+        element within its own segment.
+    """
+    total = int(counts.sum())
+    starts = torch.cumsum(counts, 0) - counts
+    flat = torch.arange(total, dtype=torch.long, device=counts.device)
+    return flat - torch.repeat_interleave(starts, counts, output_size=total)
+
+
+def _all_positions(start: Tensor, deg: Tensor) -> Tensor:
+    """Every CSC position of every seed, seed by seed, in CSC order."""
+    total = int(deg.sum())
+    return torch.repeat_interleave(start, deg, output_size=total) + segment_arange(deg)
+
+
+def _with_replacement(start: Tensor, deg: Tensor, k: int,
+                      generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
+    counts = torch.where(deg > 0, k, 0)
+    total = int(counts.sum())
+    start_rep = torch.repeat_interleave(start, counts, output_size=total)
+    deg_rep = torch.repeat_interleave(deg, counts, output_size=total)
+    draw = torch.rand(total, dtype=torch.float64, device=deg.device, generator=generator)
+    # float64 keeps floor(u * deg) exact and below deg for any real degree;
+    # the clamp guards the theoretical u == 1 - eps rounding.
+    offset = torch.minimum((draw * deg_rep).long(), deg_rep - 1)
+    return counts, start_rep + offset
+
+
+def _without_replacement(start: Tensor, deg: Tensor, k: int,
+                         generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
+    counts = torch.clamp(deg, max=k)
+    # Only seeds with more entries than k need a random choice.
+    big = deg > k
+    small_pos = _all_positions(start[~big], deg[~big])
+    big_start, big_deg = start[big], deg[big]
+    candidates = _all_positions(big_start, big_deg)
+    segment = torch.repeat_interleave(
+        torch.arange(big_deg.numel(), device=deg.device), big_deg, output_size=candidates.numel())
+    # key = segment + u/2 in [segment, segment + 0.5): sorting keeps segments
+    # apart (no rounding can reach the next one) and shuffles inside each.
+    key = segment.double() + 0.5 * torch.rand(candidates.numel(), dtype=torch.float64,
+                                              device=deg.device, generator=generator)
+    order = torch.argsort(key)
+    keep = segment_arange(big_deg) < k  # rank within the sorted segment
+    big_pos = candidates[order][keep]
+    # Interleave the two groups back into seed order.
+    positions = torch.empty(int(counts.sum()), dtype=torch.long, device=deg.device)
+    out_start = torch.cumsum(counts, 0) - counts
+    slot = torch.repeat_interleave(out_start, counts, output_size=positions.numel()) \
+        + segment_arange(counts)
+    is_big = torch.repeat_interleave(big, counts, output_size=positions.numel())
+    positions[slot[~is_big]] = small_pos
+    positions[slot[is_big]] = big_pos
+    return counts, positions
+
+
+def sample_neighbors(colptr: Tensor, seeds: Tensor, num_neighbors: int,
+                     replace: bool = False,
+                     generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
+    """Samples up to ``num_neighbors`` CSC entries for every seed column.
+
+    Args:
+        colptr: int64 CSC column pointer of length ``num_columns + 1``.
+        seeds: int64 local column indices in ``[0, num_columns)``; repeats
+            are allowed and sampled independently.
+        num_neighbors: Fan-out ``k``. ``-1`` takes every entry (in CSC order);
+            so does any ``k >= degree`` without replacement.
+        replace: Draw ``k`` entries with replacement (a seed without entries
+            gets none) instead of a ``min(degree, k)``-subset.
+        generator: Random generator on ``colptr``'s device, for
+            reproducible draws.
+
+    Returns:
+        ``(counts, positions)``: ``counts[i]`` entries were sampled for
+        ``seeds[i]``; ``positions`` holds them seed after seed, as indices
+        into the CSC arrays (``row[positions]``, ``edge_ids[positions]``).
+
+    Raises:
+        ValueError: if ``num_neighbors < -1`` or a seed is out of range.
+    """
+    if num_neighbors < -1:
+        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
+    seeds = seeds.to(device=colptr.device, dtype=torch.long).reshape(-1)
+    num_columns = colptr.numel() - 1
+    if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= num_columns):
+        raise ValueError(f"seed columns must lie in [0, {num_columns}), got the range "
+                         f"[{int(seeds.min())}, {int(seeds.max())}]")
+    colptr = colptr.long()
+    start = colptr[seeds]
+    deg = colptr[seeds + 1] - start
+    if num_neighbors == -1 or seeds.numel() == 0:
+        return deg, _all_positions(start, deg)
+    if replace:
+        return _with_replacement(start, deg, num_neighbors, generator)
+    if num_neighbors >= int(deg.max()):
+        return deg, _all_positions(start, deg)
+    return _without_replacement(start, deg, num_neighbors, generator)

@@ -1,0 +1,401 @@
+"""A thread-safe ZeroMQ RPC client: many calls in flight, one I/O thread.
+
+ZeroMQ sockets are not thread-safe, so one I/O thread creates, polls and
+closes every socket: one DEALER per server endpoint. Callers encode their
+request in their own thread, append it to a command deque, wake the I/O
+thread over a socket pair and get a :class:`concurrent.futures.Future`. The
+I/O thread sends, matches replies to calls by request id, and fails calls
+whose deadline passed with :class:`~pyg_dist.errors.RpcTimeoutError`. Every
+future completes, with a result or an exception, also when the client is
+closed or the I/O thread dies.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import zmq
+from torch import Tensor
+
+from pyg_dist.errors import (
+    ProtocolError,
+    RemoteError,
+    RpcError,
+    RpcTimeoutError,
+    ServerUnavailableError,
+    TransportError,
+)
+from pyg_dist.rpc import protocol
+from pyg_dist.rpc.config import RpcConfig, default_config
+from pyg_dist.rpc.protocol import ErrorReply, Reply
+
+logger = logging.getLogger(__name__)
+
+# Extra time ``call`` waits beyond a deadline for the I/O thread itself.
+_GRACE = 5.0
+_MAX_POLL_MS = 1000
+
+
+@dataclass
+class _Call:
+    server: int
+    req_id: int
+    op: str
+    frames: list[Any]
+    future: futures.Future
+    deadline: float
+    timeout: float
+
+
+class RpcClient:
+    """Calls operations on one or more :class:`RpcServer` endpoints.
+
+    Thread-safe: any number of threads may call concurrently; at most
+    ``config.max_in_flight`` calls are outstanding at once (further callers
+    wait for a slot, within their deadline). Tensors passed to a call must not
+    be modified until its future completes: they are sent without a copy.
+
+    Args:
+        endpoints: The servers' ZeroMQ endpoints, e.g. ``tcp://host:port``;
+            calls name a server by its index in this list.
+        config: Deadlines and limits; :func:`default_config` by default.
+    """
+
+    def __init__(self, endpoints: Sequence[str], config: Optional[RpcConfig] = None) -> None:
+        if isinstance(endpoints, str) or not endpoints:
+            raise RpcError("endpoints must be a non-empty list of ZeroMQ endpoints, "
+                           f"got {endpoints!r}")
+        self._config = config or default_config()
+        self._endpoints = tuple(endpoints)
+        self._ctx = zmq.Context()
+        self._commands: collections.deque[_Call] = collections.deque()
+        self._lock = threading.Lock()
+        self._wake_pending = False
+        self._closed = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._slots = threading.BoundedSemaphore(self._config.max_in_flight)
+        self._ids = itertools.count(1)
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._io_main, name="pyg-dist-rpc-client",
+                                        daemon=True)
+        self._thread.start()
+        self._started.wait(self._config.connect_timeout)
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The server endpoints, in the order calls index them."""
+        return self._endpoints
+
+    @property
+    def config(self) -> RpcConfig:
+        """The client's configuration."""
+        return self._config
+
+    # Calls ###################################################################
+
+    def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
+                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None
+                   ) -> futures.Future:
+        """Sends a request and returns a future of its :class:`Reply`.
+
+        The future fails with :class:`RemoteError` (the server's error
+        message intact), :class:`RpcTimeoutError` (no reply within the
+        deadline; names the address and op) or another :class:`RpcError`.
+
+        Args:
+            server: Index of the server in :attr:`endpoints`.
+            op: Operation name.
+            args: msgpack-native arguments.
+            tensors: Tensors sent as raw frames (not copied: do not modify
+                them until the future completes).
+            timeout: Deadline in seconds; ``config.timeout`` by default.
+
+        Raises:
+            RpcError: if the client is closed, ``server`` is out of range or
+                the arguments cannot be encoded.
+            RpcTimeoutError: if no in-flight slot frees up within the deadline.
+        """
+        if not 0 <= server < len(self._endpoints):
+            raise RpcError(f"server index {server} is out of range; this client "
+                           f"knows {len(self._endpoints)} servers", op=op)
+        timeout = self._config.timeout if timeout is None else float(timeout)
+        deadline = time.monotonic() + timeout
+        address = self._endpoints[server]
+        if not self._slots.acquire(timeout=max(timeout, 0.0)):
+            raise RpcTimeoutError(
+                f"call {op!r} to {address} found no free slot within {timeout:.3g}s: "
+                f"{self._config.max_in_flight} calls already in flight (raise "
+                f"RpcConfig.max_in_flight or wait for replies)", address=address, op=op)
+        try:
+            req_id = next(self._ids)
+            frames = protocol.encode_request(req_id, op, args, tensors)
+        except BaseException:
+            self._slots.release()
+            raise
+        future: futures.Future = futures.Future()
+        future.set_running_or_notify_cancel()  # calls cannot be cancelled
+        call = _Call(server, req_id, op, frames, future, deadline, timeout)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._commands.append(call)
+                wake, self._wake_pending = not self._wake_pending, True
+        if closed:
+            self._slots.release()
+            raise RpcError(f"cannot call {op!r}: the client is closed", address=address, op=op)
+        # Runs at once if the I/O thread already completed the future.
+        future.add_done_callback(lambda _: self._slots.release())
+        if wake:
+            try:
+                self._wake_w.send(b"\0")
+            except BlockingIOError:  # a wake-up is already queued
+                pass
+        return future
+
+    def call(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
+             tensors: Sequence[Tensor] = (), timeout: Optional[float] = None,
+             idempotent: bool = False) -> Reply:
+        """Calls ``op`` on ``server`` and waits for its :class:`Reply`.
+
+        Args:
+            server: Index of the server in :attr:`endpoints`.
+            op: Operation name.
+            args: msgpack-native arguments.
+            tensors: Tensors sent as raw frames.
+            timeout: Deadline of each attempt in seconds.
+            idempotent: Whether the call may be re-sent after a timeout or a
+                transport failure (``config.retries`` times, with backoff).
+
+        Raises:
+            RemoteError, RpcTimeoutError, RpcError: see :meth:`call_async`.
+        """
+        attempts = 1 + (self._config.retries if idempotent else 0)
+        backoff = self._config.retry_backoff
+        for attempt in range(attempts):
+            future = self.call_async(server, op, args, tensors, timeout)
+            wait = (self._config.timeout if timeout is None else timeout) + _GRACE
+            try:
+                return _result(future, wait, self._endpoints[server], op)
+            except (RpcTimeoutError, TransportError) as exc:
+                if attempt + 1 == attempts:
+                    raise
+                logger.info("retrying %r on %s after %s", op, self._endpoints[server], exc)
+                time.sleep(backoff)
+                backoff = min(2 * backoff, self._config.retry_backoff_max)
+        raise RpcError("unreachable", op=op)  # loop always returns or raises
+
+    def ping(self, server: int, timeout: Optional[float] = None) -> dict[str, Any]:
+        """Asks a server for its protocol version, name and ops.
+
+        Args:
+            server: Index of the server in :attr:`endpoints`.
+            timeout: Deadline; ``config.connect_timeout`` by default.
+
+        Raises:
+            ProtocolError: if the server speaks another protocol version.
+        """
+        timeout = self._config.connect_timeout if timeout is None else timeout
+        result = self.call(server, "ping", timeout=timeout).result
+        if result.get("version") != protocol.PROTOCOL_VERSION:
+            raise ProtocolError(f"server {self._endpoints[server]} speaks protocol "
+                                f"{result.get('version')!r}, this client "
+                                f"{protocol.PROTOCOL_VERSION}", address=self._endpoints[server])
+        return result
+
+    def close(self) -> None:
+        """Fails outstanding calls, stops the I/O thread, closes sockets."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._wake_w.send(b"\0")
+        except BlockingIOError:
+            pass
+        self._thread.join(self._config.connect_timeout)
+        if self._thread.is_alive():
+            logger.warning("RPC client I/O thread did not stop in time")
+            return
+        self._wake_r.close()
+        self._wake_w.close()
+        self._ctx.term()
+
+    def __enter__(self) -> RpcClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # I/O thread ##############################################################
+
+    def _open(self, endpoint: str) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        # Queue rather than refuse while a server (re)starts; deadlines bound
+        # how long a call can wait there.
+        sock.sndhwm = self._config.max_in_flight + 16
+        sock.rcvhwm = 0
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        if self._config.curve_client:
+            public, secret = self._config.client_public_key, self._config.client_secret_key
+            if public is None or secret is None:
+                public_b, secret_b = zmq.curve_keypair()
+            else:
+                public_b, secret_b = public.encode(), secret.encode()
+            sock.curve_serverkey = self._config.server_public_key.encode()
+            sock.curve_publickey = public_b
+            sock.curve_secretkey = secret_b
+        sock.connect(endpoint)
+        return sock
+
+    def _io_main(self) -> None:
+        sockets: list[zmq.Socket] = []
+        state = _IoState()
+        failure: Optional[BaseException] = None
+        try:
+            sockets = [self._open(ep) for ep in self._endpoints]
+            self._started.set()
+            self._io_loop(sockets, state)
+        except BaseException as exc:
+            logger.exception("RPC client I/O thread failed")
+            failure = exc
+        finally:
+            self._started.set()
+            with self._lock:
+                self._closed = True
+                queued = list(self._commands)
+                self._commands.clear()
+            reason = "client is closed" if failure is None else f"client I/O failed: {failure}"
+            for call in itertools.chain(queued, state.pending.values()):
+                _fail(call.future, TransportError(
+                    f"call {call.op!r} to {self._endpoints[call.server]} aborted: {reason}",
+                    address=self._endpoints[call.server], op=call.op))
+            for sock in sockets:
+                sock.close()
+
+    def _io_loop(self, sockets: list[zmq.Socket], state: _IoState) -> None:
+        poller = zmq.Poller()
+        for sock in sockets:
+            poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_r.fileno(), zmq.POLLIN)
+        while True:
+            events = dict(poller.poll(state.poll_ms()))
+            if self._wake_r.fileno() in events:
+                if self._drain_commands(sockets, state):
+                    return
+            for index, sock in enumerate(sockets):
+                if sock in events:
+                    self._drain_replies(index, sock, state)
+            state.expire(self._endpoints)
+
+    def _drain_commands(self, sockets: list[zmq.Socket], state: _IoState) -> bool:
+        """Sends queued calls; returns whether the client is closing."""
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        with self._lock:
+            self._wake_pending = False
+            calls = list(self._commands)
+            self._commands.clear()
+            closing = self._closed
+        for call in calls:
+            try:
+                sockets[call.server].send_multipart(call.frames, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                _fail(call.future, ServerUnavailableError(
+                    f"cannot send {call.op!r} to {self._endpoints[call.server]}: its send "
+                    f"queue is full (server down or overloaded)",
+                    address=self._endpoints[call.server], op=call.op))
+                continue
+            call.frames = []  # let the tensors go as soon as libzmq has them
+            state.add(call)
+        return closing
+
+    def _drain_replies(self, index: int, sock: zmq.Socket, state: _IoState) -> None:
+        address = self._endpoints[index]
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                req_id, content = protocol.decode_reply(frames)
+            except ProtocolError as exc:
+                call = state.pending.pop(protocol.peek_id(frames), None)
+                if call is None:
+                    logger.warning("dropping malformed reply from %s: %s", address, exc)
+                else:
+                    _fail(call.future, ProtocolError(
+                        f"malformed reply from {address} to {call.op!r}: {exc}",
+                        address=address, op=call.op))
+                continue
+            call = state.pending.pop(req_id, None)
+            if call is None:
+                logger.debug("late or unknown reply %r from %s", req_id, address)
+            elif isinstance(content, ErrorReply):
+                _fail(call.future, RemoteError(content.message, address=address, op=call.op,
+                                               remote_type=content.type))
+            else:
+                call.future.set_result(content)
+
+
+class _IoState:
+    """Calls sent and awaiting a reply, with their deadlines (I/O thread only)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[Optional[int], _Call] = {}
+        self._deadlines: list[tuple[float, int]] = []
+
+    def add(self, call: _Call) -> None:
+        self.pending[call.req_id] = call
+        heapq.heappush(self._deadlines, (call.deadline, call.req_id))
+
+    def poll_ms(self) -> int:
+        while self._deadlines and self._deadlines[0][1] not in self.pending:
+            heapq.heappop(self._deadlines)
+        if not self._deadlines:
+            return _MAX_POLL_MS
+        left = self._deadlines[0][0] - time.monotonic()
+        return max(0, min(_MAX_POLL_MS, int(left * 1000) + 1))
+
+    def expire(self, endpoints: Sequence[str]) -> None:
+        now = time.monotonic()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, req_id = heapq.heappop(self._deadlines)
+            call = self.pending.pop(req_id, None)
+            if call is not None:
+                address = endpoints[call.server]
+                _fail(call.future, RpcTimeoutError(
+                    f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s; "
+                    f"is the server running and reachable?", address=address, op=call.op))
+
+
+def _fail(future: futures.Future, exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+def _result(future: futures.Future, wait: float, address: str, op: str) -> Reply:
+    try:
+        return future.result(wait)
+    except RpcError:  # RpcTimeoutError is a TimeoutError too: keep it as is
+        raise
+    except futures.TimeoutError as exc:  # the I/O thread itself is stuck
+        raise RpcTimeoutError(f"no reply from {address} to {op!r} within {wait:.3g}s "
+                              f"(client I/O thread unresponsive)",
+                              address=address, op=op) from exc

@@ -1,0 +1,143 @@
+"""Deadlines and limits of the RPC layer, in one place.
+
+:class:`RpcConfig` is the only place where pyg-dist's RPC timeouts, size
+limits, concurrency bounds and retry policy are defined. Every field can be
+overridden from the environment (``PYG_DIST_TIMEOUT=5`` and so on, see
+:data:`ENV_VARS`), which lets an operator tune a deployment without touching
+training scripts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Optional
+
+from pyg_dist.errors import RpcError
+
+# Field name -> environment variable that overrides it.
+ENV_VARS = {
+    "timeout": "PYG_DIST_TIMEOUT",
+    "connect_timeout": "PYG_DIST_CONNECT_TIMEOUT",
+    "max_message_bytes": "PYG_DIST_MAX_MESSAGE_BYTES",
+    "max_in_flight": "PYG_DIST_MAX_IN_FLIGHT",
+    "workers": "PYG_DIST_WORKERS",
+    "max_queued": "PYG_DIST_MAX_QUEUED",
+    "retries": "PYG_DIST_RETRIES",
+    "retry_backoff": "PYG_DIST_RETRY_BACKOFF",
+    "retry_backoff_max": "PYG_DIST_RETRY_BACKOFF_MAX",
+    "server_secret_key": "PYG_DIST_SERVER_SECRET_KEY",
+    "server_public_key": "PYG_DIST_SERVER_PUBLIC_KEY",
+    "client_secret_key": "PYG_DIST_CLIENT_SECRET_KEY",
+    "client_public_key": "PYG_DIST_CLIENT_PUBLIC_KEY",
+}
+
+
+@dataclass(frozen=True)
+class RpcConfig:
+    """Deadlines, limits and security settings shared by client and server.
+
+    Args:
+        timeout: Default deadline of one call in seconds, from the moment it
+            is issued until its reply is decoded.
+        connect_timeout: Deadline of the handshake (``ping``) a client makes
+            when it first talks to a server.
+        max_message_bytes: Largest request a server accepts, all frames
+            together. A bigger request gets an error reply. ZeroMQ's own
+            ``MAXMSGSIZE`` is set to twice this value, so a grossly oversized
+            frame is dropped by libzmq before it is ever buffered in full.
+        max_in_flight: Most requests one client keeps outstanding; further
+            callers block (up to their deadline) until a slot frees up.
+        workers: Number of worker threads a server runs handlers on.
+        max_queued: Most decoded-but-unserved requests a server buffers; when
+            the buffer is full it stops reading its socket, so TCP pushes back
+            on clients instead of memory growing without bound.
+        retries: How often :meth:`RpcClient.call` re-sends an idempotent
+            request that timed out or could not be sent. ``0`` keeps every
+            call within its single deadline.
+        retry_backoff: First pause between retries in seconds, doubled on
+            every retry.
+        retry_backoff_max: Upper bound of that pause.
+        server_secret_key: Z85 CURVE secret key of the server. With it (and
+            ``server_public_key``) the server encrypts and authenticates.
+        server_public_key: Z85 CURVE public key of the server; a client that
+            has it talks CURVE to the server.
+        client_secret_key: Z85 CURVE secret key of the client; generated per
+            client when the server key is set and this is not.
+        client_public_key: Z85 CURVE public key matching ``client_secret_key``.
+    """
+
+    timeout: float = 30.0
+    connect_timeout: float = 10.0
+    max_message_bytes: int = 1 << 30
+    max_in_flight: int = 1024
+    workers: int = 4
+    max_queued: int = 4096
+    retries: int = 0
+    retry_backoff: float = 0.05
+    retry_backoff_max: float = 1.0
+    server_secret_key: Optional[str] = None
+    server_public_key: Optional[str] = None
+    client_secret_key: Optional[str] = None
+    client_public_key: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        positive = ("timeout", "connect_timeout", "max_message_bytes",
+                    "max_in_flight", "workers", "max_queued")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise RpcError(f"RpcConfig.{name} must be > 0, got "
+                               f"{getattr(self, name)!r}")
+        for name in ("retries", "retry_backoff", "retry_backoff_max"):
+            if getattr(self, name) < 0:
+                raise RpcError(f"RpcConfig.{name} must be >= 0, got "
+                               f"{getattr(self, name)!r}")
+
+    @property
+    def curve_server(self) -> bool:
+        """Whether this configuration makes a server speak CURVE."""
+        return self.server_secret_key is not None
+
+    @property
+    def curve_client(self) -> bool:
+        """Whether this configuration makes a client speak CURVE."""
+        return self.server_public_key is not None
+
+    def replace(self, **changes: object) -> RpcConfig:
+        """Returns a copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None,
+                 **overrides: object) -> RpcConfig:
+        """Builds a configuration from defaults, the environment and overrides.
+
+        Args:
+            environ: The environment to read; ``os.environ`` by default.
+            **overrides: Field values that win over the environment.
+
+        Raises:
+            RpcError: if an environment variable does not parse.
+        """
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for field in dataclasses.fields(cls):
+            var = ENV_VARS.get(field.name)
+            if var is None or var not in environ:
+                continue
+            raw = environ[var]
+            kind = type(field.default) if field.default is not None else str
+            try:
+                values[field.name] = kind(raw)
+            except ValueError as exc:
+                raise RpcError(f"environment variable {var}={raw!r} is not a "
+                               f"valid {kind.__name__}") from exc
+        values.update(overrides)
+        return cls(**values)
+
+
+def default_config() -> RpcConfig:
+    """The configuration used when none is given: defaults plus environment."""
+    return RpcConfig.from_env()

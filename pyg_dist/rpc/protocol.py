@@ -1,0 +1,360 @@
+"""The pyg-dist wire protocol: msgpack header + raw tensor frames.
+
+A message is a ZeroMQ multipart message. Frame 0 is a msgpack map (the
+header); every further frame is the raw, C-contiguous bytes of one tensor
+whose dtype and shape the header declares. Nothing is ever pickled.
+
+Request header::
+
+    {"version": 1, "id": <uint>, "op": <str>, "args": <map>,
+     "tensors": [[<dtype>, [<dim>, ...]], ...]}
+
+Reply header::
+
+    {"version": 1, "id": <uint or nil>, "status": "ok", "result": <map>,
+     "tensors": [[<dtype>, [<dim>, ...]], ...]}
+    {"version": 1, "id": <uint or nil>, "status": "error",
+     "error": {"type": <str>, "message": <str>}}
+
+The full write-up lives in ``docs/wire-protocol.md``. Decoding validates the
+whole structure (types, dtype whitelist, shape versus byte count, sizes)
+before any tensor is built, and raises :class:`~pyg_dist.errors.ProtocolError`
+with a message meant for the peer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import msgpack
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError
+
+PROTOCOL_VERSION = 1
+
+# The only dtypes that may cross the wire; anything else is refused.
+DTYPES: dict[str, torch.dtype] = {
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
+
+MAX_NDIM = 8
+MAX_TENSORS = 64
+MAX_OP_LEN = 64
+MAX_HEADER_BYTES = 1 << 20
+MAX_ARGS_DEPTH = 8
+MAX_ID = (1 << 63) - 1
+
+
+@dataclass
+class Request:
+    """A decoded request.
+
+    Args:
+        id: The request id chosen by the client; echoed in the reply.
+        op: The operation's name.
+        args: The operation's msgpack-native arguments.
+        tensors: The tensors sent with the request.
+    """
+
+    id: int
+    op: str
+    args: dict[str, Any] = field(default_factory=dict)
+    tensors: list[Tensor] = field(default_factory=list)
+
+
+@dataclass
+class Reply:
+    """The answer to a successful call.
+
+    Args:
+        result: The operation's msgpack-native result.
+        tensors: The tensors sent with the reply.
+    """
+
+    result: dict[str, Any] = field(default_factory=dict)
+    tensors: list[Tensor] = field(default_factory=list)
+
+
+@dataclass
+class ErrorReply:
+    """A server-side failure as carried on the wire.
+
+    Args:
+        type: The error class name on the server.
+        message: The error message, intact.
+    """
+
+    type: str
+    message: str
+
+
+# Encoding ##################################################################
+
+
+def tensor_frame(tensor: Tensor) -> tuple[list[Any], memoryview]:
+    """Returns the header entry and the raw-bytes frame of one tensor.
+
+    The frame is a view on the tensor's memory (no copy) when the tensor is
+    already a contiguous CPU tensor.
+
+    Args:
+        tensor: The tensor to send; moved to the CPU and made contiguous.
+
+    Raises:
+        ProtocolError: if the dtype is not on the wire whitelist.
+    """
+    name = DTYPE_NAMES.get(tensor.dtype)
+    if name is None:
+        raise ProtocolError(
+            f"dtype {tensor.dtype} cannot be sent; allowed: {sorted(DTYPES)}")
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    # uint8 view works for every dtype (bfloat16 has no numpy twin).
+    raw = memoryview(flat.view(torch.uint8).numpy())
+    return [name, list(tensor.shape)], raw
+
+
+def _frames(header: dict[str, Any], tensors: Sequence[Tensor]) -> list[Any]:
+    specs, frames = [], []
+    for tensor in tensors:
+        spec, raw = tensor_frame(tensor)
+        specs.append(spec)
+        frames.append(raw)
+    header["tensors"] = specs
+    return [msgpack.packb(header, use_bin_type=True), *frames]
+
+
+def encode_request(req_id: int, op: str, args: Optional[dict[str, Any]],
+                   tensors: Sequence[Tensor]) -> list[Any]:
+    """Encodes a request into the frames to send.
+
+    Args:
+        req_id: The request id (unique among the client's pending calls).
+        op: The operation's name.
+        args: msgpack-native arguments (``None`` for none).
+        tensors: Tensors to send as raw frames.
+
+    Raises:
+        ProtocolError: if ``args`` are not msgpack-native or a dtype is not
+            allowed.
+    """
+    header = {"version": PROTOCOL_VERSION, "id": req_id, "op": op,
+              "args": args or {}}
+    try:
+        return _frames(header, tensors)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"arguments of {op!r} cannot be encoded: {exc}",
+                            op=op) from exc
+
+
+def encode_reply(req_id: Optional[int], result: dict[str, Any],
+                 tensors: Sequence[Tensor]) -> list[Any]:
+    """Encodes a successful reply.
+
+    Args:
+        req_id: The id of the request being answered.
+        result: msgpack-native result map.
+        tensors: Tensors to send as raw frames.
+    """
+    header = {"version": PROTOCOL_VERSION, "id": req_id, "status": "ok",
+              "result": result}
+    return _frames(header, tensors)
+
+
+def encode_error(req_id: Optional[int], error_type: str, message: str) -> list[Any]:
+    """Encodes an error reply.
+
+    Args:
+        req_id: The id of the failed request, ``None`` if it was unreadable.
+        error_type: The error class name.
+        message: The error message.
+    """
+    header = {"version": PROTOCOL_VERSION, "id": req_id, "status": "error",
+              "error": {"type": error_type, "message": message}}
+    return [msgpack.packb(header, use_bin_type=True)]
+
+
+# Decoding ##################################################################
+
+
+def _buffer(frame: Any) -> memoryview:
+    buf = getattr(frame, "buffer", None)  # zmq.Frame received with copy=False
+    return buf if buf is not None else memoryview(frame)
+
+
+def _unpack_header(raw: memoryview) -> dict[str, Any]:
+    if len(raw) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"header of {len(raw)} bytes exceeds the limit "
+                            f"of {MAX_HEADER_BYTES}")
+    try:
+        header = msgpack.unpackb(raw, raw=False, strict_map_key=True,
+                                 use_list=True)
+    except Exception as exc:  # msgpack raises several unrelated types.
+        raise ProtocolError(f"header is not valid msgpack: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(header, dict):
+        raise ProtocolError(f"header must be a map, got {type(header).__name__}")
+    version = header.get("version")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"unsupported protocol version {version!r}; this "
+                            f"side speaks version {PROTOCOL_VERSION}")
+    return header
+
+
+def _check_plain(value: Any, what: str, depth: int = 0) -> None:
+    """Refuses anything but msgpack-native values (no ext types)."""
+    if depth > MAX_ARGS_DEPTH:
+        raise ProtocolError(f"{what} nests deeper than {MAX_ARGS_DEPTH} levels")
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check_plain(item, what, depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ProtocolError(f"{what} has a non-string key {key!r}")
+            _check_plain(item, what, depth + 1)
+        return
+    raise ProtocolError(f"{what} holds a {type(value).__name__}, which is not "
+                        f"a plain msgpack value")
+
+
+def _spec(spec: Any, index: int) -> tuple[torch.dtype, list[int], int]:
+    if (not isinstance(spec, list) or len(spec) != 2
+            or not isinstance(spec[0], str) or not isinstance(spec[1], list)):
+        raise ProtocolError(f"tensor {index}: spec must be [dtype, shape], "
+                            f"got {spec!r}")
+    name, shape = spec
+    dtype = DTYPES.get(name)
+    if dtype is None:
+        raise ProtocolError(f"tensor {index}: dtype {name!r} is not allowed; "
+                            f"allowed: {sorted(DTYPES)}")
+    if len(shape) > MAX_NDIM or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0
+            for d in shape):
+        raise ProtocolError(f"tensor {index}: shape must be at most "
+                            f"{MAX_NDIM} non-negative ints, got {shape!r}")
+    nbytes = math.prod(shape) * dtype.itemsize
+    return dtype, shape, nbytes
+
+
+def _tensor(buf: memoryview, dtype: torch.dtype, shape: list[int]) -> Tensor:
+    if len(buf) == 0:
+        return torch.empty(shape, dtype=dtype)
+    if buf.readonly:  # plain bytes (not a zmq frame): torch wants writable memory
+        buf = memoryview(bytearray(buf))
+    tensor = torch.frombuffer(buf, dtype=torch.uint8)
+    # Frames may start at any byte offset inside libzmq's receive buffer;
+    # copy the rare misaligned one rather than hand out misaligned tensors.
+    if tensor.data_ptr() % dtype.itemsize:
+        tensor = tensor.clone()
+    return tensor.view(dtype).view(shape)
+
+
+def _tensors(header: dict[str, Any], frames: Sequence[Any]) -> list[Tensor]:
+    specs = header.get("tensors", [])
+    if not isinstance(specs, list):
+        raise ProtocolError("header field 'tensors' must be a list")
+    if len(specs) > MAX_TENSORS:
+        raise ProtocolError(f"{len(specs)} tensors exceed the limit of "
+                            f"{MAX_TENSORS}")
+    if len(specs) != len(frames):
+        raise ProtocolError(f"header declares {len(specs)} tensors but "
+                            f"{len(frames)} tensor frames arrived")
+    checked = []
+    for i, (spec, frame) in enumerate(zip(specs, frames)):
+        dtype, shape, nbytes = _spec(spec, i)
+        buf = _buffer(frame)
+        if nbytes != len(buf):
+            raise ProtocolError(
+                f"tensor {i}: dtype {spec[0]} and shape {shape} need {nbytes} "
+                f"bytes but the frame holds {len(buf)}")
+        checked.append((buf, dtype, shape))
+    # Build tensors only once every frame passed.
+    return [_tensor(buf, dtype, shape) for buf, dtype, shape in checked]
+
+
+def peek_id(frames: Sequence[Any]) -> Optional[int]:
+    """Best-effort request id of a message that failed to decode."""
+    try:
+        header = msgpack.unpackb(_buffer(frames[0]), raw=False)
+    except Exception:  # garbage in: there is simply no id to echo.
+        return None
+    req_id = header.get("id") if isinstance(header, dict) else None
+    return req_id if isinstance(req_id, int) and 0 <= req_id <= MAX_ID else None
+
+
+def decode_request(frames: Sequence[Any], max_bytes: int) -> Request:
+    """Decodes and validates a request's frames (routing identity removed).
+
+    Args:
+        frames: Header frame followed by tensor frames.
+        max_bytes: Largest accepted total size of all frames.
+
+    Raises:
+        ProtocolError: if anything about the message is malformed.
+    """
+    if not frames:
+        raise ProtocolError("empty message")
+    total = sum(len(_buffer(f)) for f in frames)
+    if total > max_bytes:
+        raise ProtocolError(f"request of {total} bytes exceeds this server's "
+                            f"limit of {max_bytes} bytes; split it into "
+                            f"smaller batches")
+    header = _unpack_header(_buffer(frames[0]))
+    req_id, op, args = header.get("id"), header.get("op"), header.get("args", {})
+    if not isinstance(req_id, int) or isinstance(req_id, bool) or not 0 <= req_id <= MAX_ID:
+        raise ProtocolError(f"request id must be an int in [0, 2**63), got {req_id!r}")
+    if not isinstance(op, str) or not 0 < len(op) <= MAX_OP_LEN:
+        raise ProtocolError(f"op must be a non-empty string of at most "
+                            f"{MAX_OP_LEN} characters, got {op!r}")
+    if not isinstance(args, dict):
+        raise ProtocolError(f"args must be a map, got {type(args).__name__}")
+    _check_plain(args, "args")
+    return Request(req_id, op, args, _tensors(header, frames[1:]))
+
+
+def decode_reply(frames: Sequence[Any]) -> tuple[Optional[int], Reply | ErrorReply]:
+    """Decodes a reply's frames into its request id and content.
+
+    Args:
+        frames: Header frame followed by tensor frames.
+
+    Raises:
+        ProtocolError: if the reply is malformed.
+    """
+    if not frames:
+        raise ProtocolError("empty reply")
+    header = _unpack_header(_buffer(frames[0]))
+    req_id = header.get("id")
+    if req_id is not None and not isinstance(req_id, int):
+        raise ProtocolError(f"reply id must be an int or nil, got {req_id!r}")
+    status = header.get("status")
+    if status == "error":
+        error = header.get("error")
+        if (not isinstance(error, dict) or not isinstance(error.get("type"), str)
+                or not isinstance(error.get("message"), str)):
+            raise ProtocolError(f"malformed error reply: {error!r}")
+        return req_id, ErrorReply(error["type"], error["message"])
+    if status != "ok":
+        raise ProtocolError(f"reply status must be 'ok' or 'error', got {status!r}")
+    result = header.get("result", {})
+    if not isinstance(result, dict):
+        raise ProtocolError(f"result must be a map, got {type(result).__name__}")
+    return req_id, Reply(result, _tensors(header, frames[1:]))

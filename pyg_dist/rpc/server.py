@@ -1,0 +1,286 @@
+"""A generic ZeroMQ RPC server: a ROUTER socket in front of worker threads.
+
+Threads and sockets (ZeroMQ sockets are not thread-safe, so each has exactly
+one owner)::
+
+    clients ==tcp==> ROUTER --(I/O thread)--> bounded queue --> worker 1..N
+                       ^                                          |
+                       +--(I/O thread)-- PULL <==inproc== PUSH ---+
+
+The I/O thread owns the ROUTER and the PULL socket. It hands every incoming
+message to a bounded :class:`queue.Queue`; when that queue is full it stops
+reading the ROUTER, so TCP pushes back instead of memory growing. Workers
+decode and validate a request (:func:`~pyg_dist.rpc.protocol.decode_request`)
+before the handler sees it, run the handler (torch releases the GIL, so
+workers run in parallel), and push the reply frames back over their own
+``inproc`` PUSH socket; the I/O thread forwards them to the client. Any
+exception becomes an error reply carrying its type name and message; the
+server keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+import zmq
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError, PygDistError, TransportError
+from pyg_dist.rpc import protocol
+from pyg_dist.rpc.config import RpcConfig, default_config
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[dict[str, Any], list[Tensor]], tuple[dict[str, Any], Sequence[Tensor]]]
+"""``handler(args, tensors) -> (result, tensors)``."""
+
+# Errors a handler raises on purpose to refuse bad input: logged quietly.
+_EXPECTED = (PygDistError, ValueError, TypeError, KeyError, IndexError)
+_STOP = b"stop"
+_POLL_FULL_MS = 10
+
+
+class RpcServer:
+    """Serves a table of operations over a ZeroMQ ROUTER socket.
+
+    Besides the given handlers every server answers ``ping`` with the
+    protocol version, its name and the operations it serves.
+
+    Args:
+        handlers: Operation name -> ``handler(args, tensors) -> (result,
+            tensors)``. ``args``/``result`` are msgpack-native maps.
+        bind: ZeroMQ endpoint to bind, e.g. ``tcp://127.0.0.1:0`` (port 0
+            picks a free port; :attr:`endpoint` reports the real one).
+        config: Limits and worker count; :func:`default_config` by default.
+        name: Name reported by ``ping`` and used in logs.
+    """
+
+    def __init__(self, handlers: Mapping[str, Handler], bind: str = "tcp://127.0.0.1:0",
+                 config: Optional[RpcConfig] = None, name: str = "pyg-dist") -> None:
+        self._config = config or default_config()
+        self._handlers: dict[str, Handler] = {"ping": self._ping, **handlers}
+        self._bind = bind
+        self._name = name
+        self._ctx: Optional[zmq.Context] = None
+        self._inbox: queue.Queue = queue.Queue(self._config.max_queued)
+        self._threads: list[threading.Thread] = []
+        self._ready = threading.Event()
+        self._stopped = threading.Event()
+        self._endpoint: Optional[str] = None
+        self._error: Optional[BaseException] = None
+        self._replies_addr = f"inproc://pyg-dist-replies-{id(self):x}"
+
+    # Public API ##############################################################
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint the server is bound to (real port, not ``0``)."""
+        if self._endpoint is None:
+            raise TransportError("server is not started; call start() first")
+        return self._endpoint
+
+    @property
+    def config(self) -> RpcConfig:
+        """The server's configuration."""
+        return self._config
+
+    def start(self) -> str:
+        """Binds the socket, starts the threads and returns the endpoint.
+
+        Raises:
+            TransportError: if the endpoint cannot be bound.
+        """
+        if self._threads:
+            return self.endpoint
+        self._ctx = zmq.Context()
+        io = threading.Thread(target=self._io_main, name=f"{self._name}-io", daemon=True)
+        self._threads.append(io)
+        io.start()
+        if not self._ready.wait(self._config.connect_timeout) or self._error is not None:
+            self.stop()
+            raise TransportError(f"cannot serve on {self._bind}: {self._error}",
+                                 address=self._bind) from self._error
+        for i in range(self._config.workers):
+            worker = threading.Thread(target=self._worker_main, name=f"{self._name}-worker-{i}",
+                                      daemon=True)
+            self._threads.append(worker)
+            worker.start()
+        logger.info("%s serving on %s with %d workers", self._name, self._endpoint,
+                    self._config.workers)
+        return self.endpoint
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stops serving, joins the threads and closes every socket.
+
+        Requests still queued are dropped (their clients time out). Safe to
+        call more than once and from any thread.
+
+        Args:
+            timeout: How long to wait for each thread.
+        """
+        if self._ctx is None or self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._ready.is_set() and self._error is None:
+            poke = self._ctx.socket(zmq.PUSH)
+            poke.linger = 0
+            try:
+                poke.connect(self._replies_addr)
+                poke.send(_STOP)
+            finally:
+                poke.close()
+        for _ in self._threads[1:]:
+            self._inbox.put(None)
+        alive = []
+        for thread in self._threads:
+            thread.join(timeout)
+            if thread.is_alive():
+                alive.append(thread.name)
+        if alive:
+            # Terminating the context would block on their sockets.
+            logger.warning("threads still running after stop: %s", ", ".join(alive))
+            return
+        self._ctx.term()
+        logger.info("%s on %s stopped", self._name, self._endpoint)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the server is stopped; returns whether it is."""
+        return self._stopped.wait(timeout)
+
+    def __enter__(self) -> RpcServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # I/O thread ##############################################################
+
+    @property
+    def _context(self) -> zmq.Context:
+        if self._ctx is None:  # threads only run between start() and stop()
+            raise TransportError("server context used before start()")
+        return self._ctx
+
+    def _open_router(self) -> zmq.Socket:
+        router = self._context.socket(zmq.ROUTER)
+        router.linger = 0
+        # libzmq drops the connection of a peer sending a frame this large
+        # before buffering it; anything between the two limits gets a clear
+        # error reply from decode_request instead.
+        router.setsockopt(zmq.MAXMSGSIZE, 2 * self._config.max_message_bytes)
+        router.sndhwm = router.rcvhwm = 0  # back-pressure is the inbox's job
+        if self._config.curve_server:
+            router.curve_server = True
+            router.curve_secretkey = self._config.server_secret_key.encode()
+            router.curve_publickey = (self._config.server_public_key or "").encode()
+        try:
+            router.bind(self._bind)
+        except zmq.ZMQError:
+            router.close()  # an open socket would block Context.term()
+            raise
+        return router
+
+    def _io_main(self) -> None:
+        router = replies = None
+        try:
+            router = self._open_router()
+            replies = self._context.socket(zmq.PULL)
+            replies.linger = 0
+            replies.bind(self._replies_addr)
+            self._endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        except zmq.ZMQError as exc:
+            self._error = exc
+            for sock in (router, replies):
+                if sock is not None:
+                    sock.close()
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            self._io_loop(router, replies)
+        except Exception:
+            logger.exception("I/O thread of %s failed; the server stops", self._name)
+            self._stopped.set()
+        finally:
+            router.close()
+            replies.close()
+
+    def _io_loop(self, router: zmq.Socket, replies: zmq.Socket) -> None:
+        both, only_replies = zmq.Poller(), zmq.Poller()
+        both.register(router, zmq.POLLIN)
+        both.register(replies, zmq.POLLIN)
+        only_replies.register(replies, zmq.POLLIN)
+        while True:
+            full = self._inbox.full()
+            events = dict((only_replies if full else both).poll(_POLL_FULL_MS if full else None))
+            if replies in events:
+                while True:
+                    try:
+                        msg = replies.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    if len(msg) == 1:  # the stop poke
+                        return
+                    router.send_multipart(msg, copy=False)
+            if router in events:
+                while not self._inbox.full():
+                    try:
+                        msg = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._inbox.put_nowait(msg)
+
+    # Workers #################################################################
+
+    def _worker_main(self) -> None:
+        push = self._context.socket(zmq.PUSH)
+        push.linger = 0
+        push.sndhwm = 0
+        push.connect(self._replies_addr)
+        try:
+            while True:
+                msg = self._inbox.get()
+                if msg is None:
+                    return
+                identity, body = msg[0], msg[1:]
+                push.send_multipart([identity, *self.handle(body)], copy=False)
+        finally:
+            push.close()
+
+    def handle(self, frames: Sequence[Any]) -> list[Any]:
+        """Decodes, validates and serves one request; returns reply frames.
+
+        Never raises: every failure becomes an error reply.
+
+        Args:
+            frames: The request's frames without the routing identity.
+        """
+        try:
+            request = protocol.decode_request(frames, self._config.max_message_bytes)
+        except ProtocolError as exc:
+            logger.debug("malformed request refused: %s", exc)
+            return protocol.encode_error(protocol.peek_id(frames), "ProtocolError", str(exc))
+        handler = self._handlers.get(request.op)
+        if handler is None:
+            return protocol.encode_error(
+                request.id, "ProtocolError",
+                f"unknown op {request.op!r}; this server serves {sorted(self._handlers)}")
+        try:
+            result, tensors = handler(request.args, request.tensors)
+            return protocol.encode_reply(request.id, result, tensors)
+        except _EXPECTED as exc:
+            logger.debug("op %r refused: %s: %s", request.op, type(exc).__name__, exc)
+            return protocol.encode_error(request.id, type(exc).__name__, str(exc))
+        except Exception as exc:
+            logger.exception("op %r failed", request.op)
+            return protocol.encode_error(request.id, type(exc).__name__, str(exc))
+
+    def _ping(self, args: dict[str, Any], tensors: list[Tensor]
+              ) -> tuple[dict[str, Any], list[Tensor]]:
+        return {"version": protocol.PROTOCOL_VERSION, "name": self._name,
+                "ops": sorted(self._handlers)}, []

@@ -1,0 +1,123 @@
+"""The CSC sampling kernel against brute force on random graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyg_dist.kernels import sample_neighbors, segment_arange
+
+
+def _random_csc(num_columns: int, max_degree: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    deg = torch.randint(0, max_degree + 1, (num_columns,), generator=gen)
+    return torch.cat([torch.zeros(1, dtype=torch.long), deg.cumsum(0)])
+
+
+def _segments(counts, positions):
+    out, at = [], 0
+    for c in counts.tolist():
+        out.append(positions[at:at + c].tolist())
+        at += c
+    assert at == positions.numel()
+    return out
+
+
+def test_segment_arange_matches_python():
+    counts = torch.tensor([3, 0, 1, 4])
+    assert segment_arange(counts).tolist() == [0, 1, 2, 0, 0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 7, 50])
+@pytest.mark.parametrize("replace", [False, True])
+def test_every_sample_lies_in_its_seed_segment_with_the_right_count(k, replace):
+    colptr = _random_csc(200, 12, seed=k)
+    seeds = torch.randint(0, 200, (300,), generator=torch.Generator().manual_seed(1))
+    counts, positions = sample_neighbors(colptr, seeds, k, replace,
+                                         torch.Generator().manual_seed(2))
+    assert counts.dtype == positions.dtype == torch.long
+    for seed, picked in zip(seeds.tolist(), _segments(counts, positions)):
+        lo, hi = colptr[seed].item(), colptr[seed + 1].item()
+        deg = hi - lo
+        assert all(lo <= p < hi for p in picked)
+        if replace:
+            assert len(picked) == (k if deg > 0 else 0)
+        else:
+            assert len(picked) == min(deg, k)
+            assert len(set(picked)) == len(picked)
+
+
+def test_full_fanout_returns_every_entry_in_csc_order():
+    colptr = _random_csc(50, 9, seed=3)
+    seeds = torch.tensor([4, 0, 4, 49, 17])
+    expected = [list(range(colptr[s].item(), colptr[s + 1].item())) for s in seeds.tolist()]
+    for k, replace in [(-1, False), (-1, True), (1000, False)]:
+        counts, positions = sample_neighbors(colptr, seeds, k, replace)
+        assert _segments(counts, positions) == expected
+
+
+def test_same_generator_seed_gives_the_same_sample():
+    colptr = _random_csc(100, 30, seed=4)
+    seeds = torch.arange(100)
+    a = sample_neighbors(colptr, seeds, 5, False, torch.Generator().manual_seed(9))
+    b = sample_neighbors(colptr, seeds, 5, False, torch.Generator().manual_seed(9))
+    c = sample_neighbors(colptr, seeds, 5, False, torch.Generator().manual_seed(10))
+    assert torch.equal(a[1], b[1]) and not torch.equal(a[1], c[1])
+
+
+def test_empty_seed_batch_and_bad_arguments():
+    colptr = _random_csc(10, 3, seed=5)
+    counts, positions = sample_neighbors(colptr, torch.empty(0, dtype=torch.long), 3)
+    assert counts.numel() == 0 and positions.numel() == 0
+    with pytest.raises(ValueError, match="num_neighbors"):
+        sample_neighbors(colptr, torch.tensor([0]), -2)
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        sample_neighbors(colptr, torch.tensor([10]), 2)
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        sample_neighbors(colptr, torch.tensor([-1]), 2)
+
+
+def _chi_square(observed: torch.Tensor) -> float:
+    expected = observed.float().mean()
+    return float(((observed.float() - expected) ** 2 / expected).sum())
+
+
+def test_subsets_without_replacement_are_uniform():
+    # One seed with 5 entries, k=2: 10 possible subsets, each equally likely.
+    colptr = torch.tensor([0, 5])
+    draws = 20_000
+    seeds = torch.zeros(draws, dtype=torch.long)
+    counts, positions = sample_neighbors(colptr, seeds, 2, False,
+                                         torch.Generator().manual_seed(0))
+    assert torch.all(counts == 2)
+    pairs = positions.view(-1, 2).sort(dim=1).values
+    assert torch.all(pairs[:, 0] != pairs[:, 1])
+    codes = pairs[:, 0] * 5 + pairs[:, 1]
+    observed = torch.bincount(codes, minlength=25)[[a * 5 + b for a in range(5)
+                                                    for b in range(a + 1, 5)]]
+    assert int(observed.sum()) == draws
+    # 9 degrees of freedom: p = 0.001 lies at 27.9; a loose bound of 40.
+    assert _chi_square(observed) < 40
+
+
+def test_draws_with_replacement_are_uniform():
+    colptr = torch.tensor([0, 7])
+    counts, positions = sample_neighbors(colptr, torch.zeros(3000, dtype=torch.long), 5, True,
+                                         torch.Generator().manual_seed(0))
+    assert torch.all(counts == 5)
+    observed = torch.bincount(positions, minlength=7)
+    # 6 degrees of freedom: p = 0.001 lies at 22.5; a loose bound of 35.
+    assert _chi_square(observed) < 35
+
+
+def test_mixed_degrees_keep_seed_order():
+    # Seeds alternate between degree <= k (taken whole) and > k (sampled).
+    colptr = torch.tensor([0, 2, 12, 13, 33])
+    seeds = torch.tensor([1, 0, 3, 2, 1])
+    counts, positions = sample_neighbors(colptr, seeds, 3, False,
+                                         torch.Generator().manual_seed(0))
+    assert counts.tolist() == [3, 2, 3, 1, 3]
+    segs = _segments(counts, positions)
+    assert segs[1] == [0, 1] and segs[3] == [12]
+    assert all(2 <= p < 12 for p in segs[0] + segs[4])
+    assert all(13 <= p < 33 for p in segs[2])

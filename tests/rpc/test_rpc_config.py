@@ -1,0 +1,27 @@
+"""RpcConfig: defaults, environment overrides, validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyg_dist.errors import RpcError
+from pyg_dist.rpc.config import RpcConfig
+
+
+def test_environment_overrides_defaults_and_explicit_values_win():
+    env = {"PYG_DIST_TIMEOUT": "2.5", "PYG_DIST_WORKERS": "3", "PYG_DIST_RETRIES": "2"}
+    config = RpcConfig.from_env(env, workers=7)
+    assert (config.timeout, config.workers, config.retries) == (2.5, 7, 2)
+    assert config.max_message_bytes == RpcConfig().max_message_bytes
+
+
+def test_unparseable_environment_variable_names_itself():
+    with pytest.raises(RpcError, match="PYG_DIST_MAX_IN_FLIGHT"):
+        RpcConfig.from_env({"PYG_DIST_MAX_IN_FLIGHT": "lots"})
+
+
+@pytest.mark.parametrize("field, value", [("timeout", 0), ("workers", 0),
+                                          ("max_message_bytes", -1), ("retries", -1)])
+def test_out_of_range_values_are_refused(field, value):
+    with pytest.raises(RpcError, match=field):
+        RpcConfig(**{field: value})

@@ -1,0 +1,101 @@
+"""Hostile frames sent with a bare DEALER: error replies, and the server keeps
+serving (a valid request afterwards is answered correctly)."""
+
+from __future__ import annotations
+
+import random
+
+import msgpack
+import pytest
+import torch
+import zmq
+from conftest import HANDLERS
+from support.rawzmq import RawDealer, header
+
+from pyg_dist.rpc import RpcConfig, RpcServer
+from pyg_dist.rpc.protocol import ErrorReply
+
+LIMIT = 64 * 1024
+
+
+@pytest.fixture
+def small_server():
+    srv = RpcServer(HANDLERS, config=RpcConfig(workers=2, max_message_bytes=LIMIT))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _assert_still_serving(dealer, req_id=1000):
+    x = torch.arange(10, dtype=torch.float32)
+    reply = dealer.call(req_id, "add", {"k": 2}, [x])
+    assert not isinstance(reply, ErrorReply), reply
+    assert torch.equal(reply.tensors[0], x + 2)
+
+
+GOOD = header(5, "add", {"k": 1}, [["float32", [4]]])
+
+MALFORMED = {
+    "random bytes": ([random.Random(0).randbytes(64)], None, "not valid msgpack"),
+    "truncated header": ([GOOD[: len(GOOD) // 2], b"\0" * 16], None, "not valid msgpack"),
+    "header not a map": ([msgpack.packb("hello")], None, "must be a map"),
+    "unknown op": ([header(6, "drop_tables")], 6, "unknown op 'drop_tables'"),
+    "wrong dtype": ([header(7, "add", {"k": 1}, [["complex64", [4]]]), b"\0" * 32], 7,
+                    "dtype 'complex64' is not allowed"),
+    "shape lies about byte count": ([header(8, "add", {"k": 1}, [["float32", [100]]]),
+                                     b"\0" * 16], 8, "need 400 bytes but the frame holds 16"),
+    "negative shape": ([header(9, "add", {"k": 1}, [["float32", [-4]]]), b"\0" * 16], 9,
+                       "non-negative"),
+    "missing tensor frame": ([header(10, "add", {"k": 1}, [["float32", [4]]])], 10,
+                             "declares 1 tensors but 0"),
+    "other protocol version": ([msgpack.packb({"version": 2, "id": 11, "op": "add"})], 11,
+                               "unsupported protocol version 2"),
+    "oversize request": ([header(12, "echo", {}, [["uint8", [LIMIT + 10]]]),
+                          b"\0" * (LIMIT + 10)], 12, "exceeds this server's limit"),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_malformed_request_gets_error_reply_and_server_keeps_serving(small_server, name):
+    frames, want_id, match = MALFORMED[name]
+    with RawDealer(small_server.endpoint) as dealer:
+        head, tensors = dealer.request(frames)
+        assert head["status"] == "error"
+        assert head["id"] == want_id
+        assert head["error"]["type"] == "ProtocolError"
+        assert match in head["error"]["message"]
+        assert tensors == []
+        _assert_still_serving(dealer)
+
+
+def test_handler_refusal_for_bad_args_is_an_error_reply(small_server):
+    with RawDealer(small_server.endpoint) as dealer:
+        head, _ = dealer.request([header(3, "add", {}, [["float32", [1]]]), b"\0" * 4])
+        assert head["status"] == "error" and head["error"]["type"] == "KeyError"
+        _assert_still_serving(dealer)
+
+
+def test_grossly_oversized_frame_is_dropped_by_zmq_and_others_still_served(small_server):
+    with RawDealer(small_server.endpoint, timeout=0.5) as hostile:
+        # Beyond ZeroMQ's MAXMSGSIZE (2x the limit): libzmq cuts the peer off.
+        hostile.send([header(1, "echo", {}, [["uint8", [3 * LIMIT]]]), b"\0" * (3 * LIMIT)])
+        with pytest.raises(zmq.Again):
+            hostile.recv()
+    with RawDealer(small_server.endpoint) as other:
+        _assert_still_serving(other)
+
+
+def test_many_garbage_messages_interleaved_with_valid_ones(small_server):
+    with RawDealer(small_server.endpoint) as dealer:
+        rng = random.Random(1)
+        for i in range(50):
+            dealer.send([rng.randbytes(1 + i)])
+        head_ids = set()
+        for _ in range(50):
+            head, _ = dealer.recv()
+            assert head["status"] == "error"
+            head_ids.add(head["id"])
+        assert head_ids == {None}
+        _assert_still_serving(dealer)

@@ -1,0 +1,6 @@
+"""Helpers shared by the test suite (importable as ``support``).
+
+* :mod:`support.servers`: start real ``pyg-dist serve`` processes and stop them.
+* :mod:`support.rawzmq`: a bare DEALER socket that speaks the wire protocol by
+  hand, for sending malformed frames a real client never would.
+"""
