@@ -1,0 +1,107 @@
+"""``pyg-dist partition`` and ``pyg-dist info`` on real graphs and real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pyg_dist.cli import main
+from pyg_dist.cli.partition import parse_options
+from pyg_dist.errors import InvalidPartitionArgumentError
+
+
+def test_partition_then_info_in_a_subprocess(tmp_path):
+    root = tmp_path / "cora"
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    done = subprocess.run(
+        [sys.executable, "-m", "pyg_dist", "partition", "pyg_dist.datasets:cora", str(root),
+         "--num-parts", "2", "--partitioner", "metis", "-o", "balance_train=true"],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "partition" in done.stderr  # the tqdm progress bar goes to stderr
+    assert "edge cut:" in done.stdout
+    meta = json.loads((root / "meta.json").read_text())
+    assert meta["partitioner"] == {"name": "metis", "distribution": meta["partitioner"][
+        "distribution"], "options": {"balance_train": True, "balance_edges": False, "seed": 0,
+                                     "ufactor": None, "recursive": None}}
+    info = subprocess.run([sys.executable, "-m", "pyg_dist", "info", str(root), "--verify"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert info.returncode == 0, info.stderr
+    lines = info.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["part", "nodes"])
+    rows = [lines[header + 1].split(), lines[header + 2].split()]
+    assert [r[0] for r in rows] == ["0", "1"]
+    assert sum(int(r[1]) for r in rows) == 2708
+    assert sum(int(r[2]) for r in rows) == 10556
+    for row, part in zip(rows, meta["parts"]):
+        assert int(row[3]) == part["stats"]["num_halo_nodes"]
+        assert int(row[4]) == part["stats"]["num_cut_edges"]
+    assert f"edge cut: {meta['stats']['edge_cut']} of 10556" in info.stdout
+    assert "balance" in info.stdout and "checksums: all 5 files verified" in info.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["no_such_module_xyz:graph"], "cannot import"),
+    (["pyg_dist.datasets"], "module:callable"),
+    (["pyg_dist.datasets:nothing_here"], "no attribute"),
+])
+def test_bad_dataset_string_is_an_error_and_writes_nothing(tmp_path, capsys, argv, message):
+    code = main(["partition", *argv, str(tmp_path / "ds"), "-n", "2", "--no-progress"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "pyg-dist partition: error:" in err and message in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["-n", "0"], "num_parts"),
+    (["-n", "2", "-p", "nope"], "no plugin named 'nope'"),
+    (["-n", "2", "-o", "bogus=1"], "bogus"),
+    (["-n", "2", "-o", "novalue"], "KEY=VALUE"),
+])
+def test_bad_arguments_are_errors_and_write_nothing(tmp_path, capsys, extra, message):
+    code = main(["partition", "pyg_dist.datasets:fake", str(tmp_path / "ds"),
+                 "--no-progress", *extra])
+    assert code == 1
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_root_needs_overwrite(tmp_path, capsys):
+    root = tmp_path / "ds"
+    argv = ["partition", "pyg_dist.datasets:fake", str(root), "-n", "2", "-p", "random",
+            "--no-progress"]
+    assert main(argv) == 0
+    assert main(argv) == 1
+    assert "overwrite" in capsys.readouterr().err
+    assert main([*argv, "--overwrite", "--name", "again"]) == 0
+    assert json.loads((root / "meta.json").read_text())["graph_name"] == "again"
+
+
+def test_info_on_a_tampered_dataset_with_verify(tmp_path, capsys):
+    root = tmp_path / "ds"
+    assert main(["partition", "pyg_dist.datasets:fake", str(root), "-n", "2", "-p", "random",
+                 "--no-progress"]) == 0
+    path = root / "part-0" / "edges.safetensors"
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 1
+    path.write_bytes(bytes(raw))
+    assert main(["info", str(root)]) == 0  # meta.json alone is fine
+    assert main(["info", str(root), "--verify"]) == 1
+    assert "checksum mismatch" in capsys.readouterr().err
+
+
+def test_info_on_a_non_dataset(tmp_path, capsys):
+    assert main(["info", str(tmp_path)]) == 1
+    assert "meta.json" in capsys.readouterr().err
+
+
+def test_parse_options():
+    assert parse_options(["a=1", "b=true", "c=x", "d=\"y\"", "e=null"]) == {
+        "a": 1, "b": True, "c": "x", "d": "y", "e": None}
+    with pytest.raises(InvalidPartitionArgumentError):
+        parse_options(["=1"])
