@@ -32,6 +32,7 @@ import logging
 import warnings
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -62,6 +63,18 @@ _SCHEMAS = {
 # Keeps the torch.library registration alive for the life of the process.
 _LIBRARY: Optional[torch.library.Library] = None
 
+# pyg-lib's Mapper uses a dense array below this many nodes (or when the
+# batch touches more than a tenth of them), a hash map above.
+_DENSE_MAPPER_NODES = 1_000_000
+
+# Floyd's algorithm costs O(k^2) per node; above this fan-out, sort instead.
+_FLOYD_MAX_K = 64
+
+
+def _long(values: list[int]) -> Tensor:
+    """An int64 tensor from a list of ints (via numpy: ~10x faster than torch.tensor)."""
+    return torch.from_numpy(np.asarray(values, dtype=np.int64).reshape(-1))
+
 
 def _segments(counts: Tensor) -> tuple[Tensor, Tensor]:
     """Segment id and rank within the segment of every slot of a ragged array.
@@ -85,7 +98,8 @@ def _sample_positions(start: Tensor, deg: Tensor, count: Tensor, num_neighbors: 
     Mirrors ``NeighborSampler::_sample`` in pyg-lib: the full neighbourhood in
     CSC order when ``num_neighbors < 0`` or (without replacement) when it is at
     least the degree; ``count`` uniform draws with replacement; otherwise a
-    uniform random subset of ``count`` distinct neighbours.
+    uniform random subset of ``count`` distinct neighbours (Floyd's algorithm,
+    as pyg-lib; random keys sorted per seed for fan-outs above 64).
 
     Args:
         start: ``rowptr[seed]``.
@@ -94,15 +108,30 @@ def _sample_positions(start: Tensor, deg: Tensor, count: Tensor, num_neighbors: 
         num_neighbors: The fan-out asked for.
         replace: Sample with replacement.
     """
+    k = num_neighbors
+    if 0 <= k <= _FLOYD_MAX_K and not replace:
+        # A [seeds, k] grid: Floyd offsets for seeds with more than k
+        # neighbours, 0..k-1 (CSC order) for the others; cells past count drop.
+        cols = torch.arange(k)
+        offsets = torch.where((deg > k).unsqueeze(1), _floyd_subsets(deg, k), cols)
+        return (start.unsqueeze(1) + offsets)[cols < count.unsqueeze(1)]
     seg, rank = _segments(count)
-    if replace and num_neighbors >= 0:
+    if replace and k >= 0:
         draw = (torch.rand(seg.numel(), dtype=torch.float64) * deg[seg]).long()
         return start[seg] + torch.minimum(draw, deg[seg] - 1)
     pos = start[seg] + rank  # full neighbourhoods, CSC order
     partial = count < deg
     if bool(partial.any()):
-        offsets = _floyd_subsets(deg[partial], num_neighbors)
-        pos[partial[seg]] = (start[partial].unsqueeze(1) + offsets).reshape(-1)
+        # Large fan-out: a random key per candidate edge, sorted within each
+        # seed's segment (segment id + U[0, 1)); the first k are kept.
+        p_deg = deg[partial]
+        e_seg, e_rank = _segments(p_deg)
+        order = torch.argsort(e_seg.to(torch.float64)
+                              + torch.rand(e_seg.numel(), dtype=torch.float64))
+        keep = e_rank < k
+        e_ptr = torch.cumsum(p_deg, 0) - p_deg
+        chosen = order[keep] - e_ptr[e_seg[keep]]
+        pos[partial[seg]] = start[partial].repeat_interleave(k) + chosen
     return pos
 
 
@@ -112,10 +141,11 @@ def _floyd_subsets(population: Tensor, k: int) -> Tensor:
     Robert Floyd's algorithm, the one pyg-lib runs per node (``IndexTracker``:
     for ``i`` in ``n-k .. n-1`` draw ``r`` in ``[0, i]``; take ``i`` instead if
     ``r`` was already taken), vectorised over nodes: ``k`` steps, each a
-    ``[P, j]`` comparison, no sort. Requires ``n > k`` for every row.
+    ``[P, j]`` comparison, no sort. Rows with ``n <= k`` hold garbage (the
+    caller takes their whole neighbourhood instead).
 
     Args:
-        population: Neighbourhood size of every node, each larger than ``k``.
+        population: Neighbourhood size of every node.
         k: Subset size.
 
     Returns:
@@ -217,9 +247,9 @@ def merge_sampler_outputs(node_ids: list[Tensor], edge_ids: list[Tensor],
     """
     if disjoint and batch is None:
         raise ValueError("merge_sampler_outputs: 'batch' is required when disjoint")
-    pid = torch.tensor(partition_ids, dtype=torch.long)
-    order = torch.tensor(partition_orders, dtype=torch.long)
-    cs = [torch.tensor(c, dtype=torch.long) for c in cumsum_neighbors_per_node]
+    pid = _long(partition_ids)
+    order = _long(partition_orders)
+    cs = [_long(c) for c in cumsum_neighbors_per_node]
     cs_len = torch.tensor([c.numel() for c in cs], dtype=torch.long)
     cs_cat = torch.cat(cs) if cs else torch.empty(0, dtype=torch.long)
     cs_off = torch.cumsum(cs_len, 0) - cs_len
@@ -253,7 +283,7 @@ def relabel_neighborhood(seed: Tensor, sampled_nodes_with_dupl: Tensor,
         seed: The batch's seed nodes (unique).
         sampled_nodes_with_dupl: All hops' sampled nodes, with duplicates.
         sampled_nbrs_per_node: Neighbours sampled per source, all hops.
-        num_nodes: Number of nodes in the graph (unused: no dense mapper).
+        num_nodes: Number of nodes in the graph (sizes the dense mapper).
         batch: Unsupported (disjoint mode).
         csc: Return ``(neighbour, source)`` instead of ``(source, neighbour)``.
         disjoint: Unsupported.
@@ -263,12 +293,22 @@ def relabel_neighborhood(seed: Tensor, sampled_nodes_with_dupl: Tensor,
     """
     if disjoint:
         raise NotImplementedError(f"{STANDIN_LABEL}: disjoint relabelling is not implemented")
-    counts = torch.tensor(sampled_nbrs_per_node, dtype=torch.long)
+    counts = _long(sampled_nbrs_per_node)
     src = torch.repeat_interleave(torch.arange(counts.numel()), counts)
     every = torch.cat([seed, sampled_nodes_with_dupl])
+    positions = torch.arange(every.numel())
+    if num_nodes <= _DENSE_MAPPER_NODES or every.numel() > num_nodes // 10:
+        # Dense mapper: first position of every node id, no sort.
+        first = torch.full((num_nodes,), every.numel(), dtype=torch.long)
+        first.scatter_reduce_(0, every, positions, reduce="amin")
+        is_first = first[every] == positions
+        local_of = torch.empty(num_nodes, dtype=torch.long)
+        local_of[every[is_first]] = torch.arange(int(is_first.sum()))
+        nbr = local_of[sampled_nodes_with_dupl]
+        return (nbr, src) if csc else (src, nbr)
     uniq, inverse = torch.unique(every, return_inverse=True)
     first = torch.full((uniq.numel(),), every.numel(), dtype=torch.long)
-    first.scatter_reduce_(0, inverse, torch.arange(every.numel()), reduce="amin")
+    first.scatter_reduce_(0, inverse, positions, reduce="amin")
     local = torch.empty_like(first)
     local[torch.argsort(first)] = torch.arange(uniq.numel())
     nbr = local[inverse[seed.numel():]]

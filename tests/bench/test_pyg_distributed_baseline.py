@@ -45,11 +45,14 @@ def _csc(num_nodes: int, num_edges: int, seed: int = 0):
     return colptr, ei[0][perm]
 
 
-@pytest.mark.parametrize("k,replace", [(-1, False), (0, False), (3, False), (50, False),
-                                       (3, True)])
-def test_dist_neighbor_sample_matches_pyg_lib_contract(k, replace):
-    colptr, row = _csc(200, 2000)
-    seed = torch.randperm(200)[:40]
+@pytest.mark.parametrize("num_nodes,num_edges,k,replace", [
+    (200, 2000, -1, False), (200, 2000, 0, False), (200, 2000, 3, False),
+    (200, 2000, 50, False), (200, 2000, 3, True),
+    (40, 8000, 100, False),  # fan-out above the Floyd limit: the sort path
+])
+def test_dist_neighbor_sample_matches_pyg_lib_contract(num_nodes, num_edges, k, replace):
+    colptr, row = _csc(num_nodes, num_edges)
+    seed = torch.randperm(num_nodes)[:40]
     node, pos, cumsum = dist_neighbor_sample(colptr, row, seed, k, csc=True, replace=replace)
     deg = colptr[seed + 1] - colptr[seed]
     expected = deg if k < 0 else (torch.where(deg > 0, k, 0) if replace else deg.clamp(max=k))
@@ -63,6 +66,15 @@ def test_dist_neighbor_sample_matches_pyg_lib_contract(k, replace):
         assert bool(((mine >= colptr[seed[i]]) & (mine < colptr[seed[i] + 1])).all())
         if not replace:
             assert mine.unique().numel() == c
+
+
+def test_dist_neighbor_sample_draws_uniform_subsets():
+    torch.manual_seed(0)  # deterministic: the bounds below hold for this stream
+    colptr = torch.tensor([0, 20])
+    row = torch.arange(20)
+    _, pos, _ = dist_neighbor_sample(colptr, row, torch.zeros(4000, dtype=torch.long), 5)
+    hits = torch.bincount(pos, minlength=20)  # expected 4000 * 5 / 20 = 1000 each
+    assert int(hits.sum()) == 20_000 and int(hits.min()) > 900 and int(hits.max()) < 1100
 
 
 def test_merge_and_relabel_match_pyg_lib_reference_loops():
@@ -95,8 +107,10 @@ def test_merge_and_relabel_match_pyg_lib_reference_loops():
         mapper.setdefault(v, len(mapper))
         ref_row.append(j // 4)
         ref_col.append(mapper[v])
-    out_row, out_col = relabel_neighborhood(seed, sampled, per_node, 300, None, True, False)
-    assert out_row.tolist() == ref_col and out_col.tolist() == ref_row  # csc swaps
+    for num_nodes in (300, 10**9):  # dense mapper, and the sort-based one
+        out_row, out_col = relabel_neighborhood(seed, sampled, per_node, num_nodes, None, True,
+                                                False)
+        assert out_row.tolist() == ref_col and out_col.tolist() == ref_row  # csc swaps
 
 
 def _check_batch(rec: dict, i: int, data, edge_keys: set, in_deg: torch.Tensor) -> None:
