@@ -35,7 +35,7 @@ from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from pyg_dist.errors import SamplerError
-from pyg_dist.sampler.relabel import NodeIndex
+from pyg_dist.sampler.relabel import node_index
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
 logger = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ class DistNeighborSampler(BaseSampler):
         num_seeds = seed_nodes.numel()
         # Disjoint mode keys every node by (seed index, node): one tree per seed.
         keys = torch.arange(num_seeds) * n + seed_nodes if self.disjoint else seed_nodes
-        index = NodeIndex(keys)
+        index = node_index(keys, num_seeds * n if self.disjoint else n)
         frontier_local, frontier_keys = torch.arange(num_seeds), keys
         chunks, rows, cols, edges = [keys], [], [], []
         num_sampled_nodes, num_sampled_edges = [num_seeds], []
@@ -226,7 +226,7 @@ class DistNeighborSampler(BaseSampler):
                              num_sampled_nodes=num_sampled_nodes,
                              num_sampled_edges=num_sampled_edges)
 
-    def _induced_edges(self, node: Tensor, index: NodeIndex, base_seed: int
+    def _induced_edges(self, node: Tensor, index: Any, base_seed: int
                        ) -> tuple[Tensor, Tensor, Tensor]:
         """Every edge whose two endpoints were sampled (one full-neighbourhood round)."""
         counts, nbrs, eids = self.graph_store.sample_neighbors(

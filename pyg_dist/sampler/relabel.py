@@ -1,18 +1,36 @@
 """Vectorised relabelling of a distributed neighbour sample.
 
-:class:`NodeIndex` relabels sampled neighbours to local node ids the way
-PyG's ``NeighborSampler`` (pyg-lib / torch-sparse) does: seeds first, then
-every new node in order of its first appearance, hop by hop. It is pure
-tensor logic, tested with plain tensors, and never loops over nodes in
-Python: a batch of 1,024 seeds with fan-out ``[15, 10]`` touches ~150k
-edges, and a Python loop over them would cost more than the whole sampling
-round trip.
+A node index relabels sampled neighbours to local node ids the way PyG's
+``NeighborSampler`` (pyg-lib / torch-sparse) does: seeds first, then every
+new node in order of its first appearance, hop by hop. It is pure tensor
+logic, tested with plain tensors, and never loops over nodes in Python: a
+batch of 1,024 seeds with fan-out ``[15, 10]`` touches ~150k edges, and a
+Python loop over them would cost more than the whole sampling round trip.
+
+Two implementations share one interface (:func:`node_index` picks):
+
+* :class:`DenseNodeIndex`, for key spaces up to :data:`DENSE_LIMIT`: one
+  int32 slot per possible key, so a lookup is one gather and finding new
+  keys in order of first appearance is one ``scatter_reduce``; no sort at
+  all. It allocates ``4 * key_space`` bytes per batch.
+* :class:`NodeIndex`, for any key space: a sorted copy of the known keys,
+  looked up with ``searchsorted``.
 """
 
 from __future__ import annotations
 
+from typing import Optional, Union
+
 import torch
 from torch import Tensor
+
+DENSE_LIMIT = 1 << 24
+"""Largest key space the dense index is used for (64 MiB of int32 slots)."""
+
+# Slot value of a key that has no local id yet.
+_UNKNOWN = torch.iinfo(torch.int32).max
+# Offset that makes "first position" marks negative, apart from local ids.
+_MARK = 1 << 30
 
 
 class NodeIndex:
@@ -88,3 +106,61 @@ class NodeIndex:
         merged_keys, perm = torch.sort(merged_keys)
         self._keys, self._local = merged_keys, merged_local[perm]
         return local, uniq[order]
+
+
+class DenseNodeIndex:
+    """:class:`NodeIndex` over a small key space: one int32 slot per key.
+
+    Args:
+        seeds: The seed keys (int64, in ``[0, key_space)``); they become
+            local ids ``0 .. len(seeds) - 1``.
+        key_space: One more than the largest possible key.
+    """
+
+    def __init__(self, seeds: Tensor, key_space: int) -> None:
+        seeds = seeds.to(torch.long)
+        self.num_nodes = seeds.numel()
+        self._slots = torch.full((key_space,), _UNKNOWN, dtype=torch.int32)
+        # amin: a repeated seed keeps its first position.
+        self._slots.scatter_reduce_(0, seeds, torch.arange(self.num_nodes, dtype=torch.int32),
+                                    reduce="amin")
+
+    def lookup(self, keys: Tensor) -> tuple[Tensor, Tensor]:
+        """Local ids of ``keys`` and a mask of the known ones (see :class:`NodeIndex`)."""
+        local = self._slots[keys]
+        return local.to(torch.long), local != _UNKNOWN
+
+    def add(self, keys: Tensor) -> tuple[Tensor, Tensor]:
+        """Maps ``keys`` to local ids, appending new ones (see :class:`NodeIndex`)."""
+        keys = keys.to(torch.long)
+        slots = self._slots[keys]
+        missing_at = (slots == _UNKNOWN).nonzero().view(-1)
+        if missing_at.numel() == 0:
+            return slots.to(torch.long), keys.new_empty(0)
+        if missing_at.numel() >= _MARK:
+            raise OverflowError("more than 2**30 new nodes in one hop")
+        missing = keys[missing_at]
+        # Mark every missing key's slot with its first position (negative,
+        # so it cannot be mistaken for a local id); the entries that find
+        # their own mark are the first appearances, already in order.
+        marks = torch.arange(missing.numel(), dtype=torch.int32) - _MARK
+        self._slots.scatter_reduce_(0, missing, marks, reduce="amin")
+        new_keys = missing[self._slots[missing] == marks]
+        self._slots[new_keys] = torch.arange(self.num_nodes, self.num_nodes + new_keys.numel(),
+                                             dtype=torch.int32)
+        self.num_nodes += new_keys.numel()
+        slots[missing_at] = self._slots[missing]
+        return slots.to(torch.long), new_keys
+
+
+def node_index(seeds: Tensor, key_space: Optional[int] = None
+               ) -> Union[NodeIndex, DenseNodeIndex]:
+    """The fastest node index for a key space.
+
+    Args:
+        seeds: The seed keys; they become local ids ``0 .. len(seeds) - 1``.
+        key_space: One more than the largest possible key, if known.
+    """
+    if key_space is not None and key_space <= DENSE_LIMIT:
+        return DenseNodeIndex(seeds, key_space)
+    return NodeIndex(seeds)
