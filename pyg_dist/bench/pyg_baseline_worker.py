@@ -74,8 +74,11 @@ def _build_loader(cfg: dict[str, Any]):
     return loader, seeds
 
 
-def _batches(loader, total: int):
+def _batches(loader, total: int, num_seeds: int, batch_size: int):
     """Yield ``total`` batches, starting new epochs as needed."""
+    if len(loader) == 0:  # drop_last with fewer seeds than a batch: would loop forever
+        raise ValueError(f"this partition owns {num_seeds} seed nodes, fewer than one batch "
+                         f"of {batch_size}: use a smaller batch size or more seed nodes")
     done = 0
     while done < total:
         for batch in loader:
@@ -107,7 +110,8 @@ def _run(cfg: dict[str, Any]) -> dict[str, Any]:
     recorded: dict[str, torch.Tensor] = {}
     seeds_n = edges_n = nodes_n = 0
     t0 = None
-    for i, batch in enumerate(_batches(loader, warmup + num_batches)):
+    batches = _batches(loader, warmup + num_batches, int(seeds.numel()), cfg["batch_size"])
+    for i, batch in enumerate(batches):
         if i == warmup:
             t0 = time.perf_counter()
         if i >= warmup:

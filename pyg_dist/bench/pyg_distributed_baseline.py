@@ -36,7 +36,7 @@ import time
 from typing import Any, Optional
 
 from pyg_dist.bench.pyg_baseline_ops import STANDIN_LABEL
-from pyg_dist.errors import PygDistError
+from pyg_dist.errors import InvalidPartitionArgumentError
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +82,11 @@ def _note(part_info: dict[str, Any], ranks: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def _launch(cfgs: list[dict[str, Any]], workdir: str, env: dict[str, str]
-            ) -> list[subprocess.Popen]:
-    """Start one worker per config; stdout/stderr to ``workdir/rank{r}.log``."""
-    procs = []
+def _launch(cfgs: list[dict[str, Any]], workdir: str, env: dict[str, str],
+            procs: list[subprocess.Popen]) -> None:
+    """Start one worker per config into ``procs`` (so that a failure half-way
+    still leaves every started process to the caller's ``finally``); output
+    goes to ``workdir/rank{r}.log``."""
     for cfg in cfgs:
         cfg_path = osp.join(workdir, f"rank{cfg['rank']}.json")
         with open(cfg_path, "w") as f:
@@ -96,7 +97,6 @@ def _launch(cfgs: list[dict[str, Any]], workdir: str, env: dict[str, str]
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "pyg_dist.bench.pyg_baseline_worker", cfg_path],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-    return procs
 
 
 def _wait(procs: list[subprocess.Popen], deadline: float) -> tuple[str, Optional[int]]:
@@ -166,6 +166,31 @@ def _summarise(status: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _outcome(out: dict[str, Any], status: str, failed: Optional[int],
+             cfgs: list[dict[str, Any]], part: dict[str, Any], timeout_s: float,
+             procs: list[subprocess.Popen]) -> None:
+    """Fill ``out`` with the figures, or with why there are none."""
+    ranks = [_read_json(c["result_path"]) or {"rank": c["rank"]} for c in cfgs]
+    out["note"] = _note(part, ranks)
+    out["status"] = status
+    out.update(_summarise(status, ranks))
+    if status == "ok":
+        out["result"] = f"{out['seeds_per_s']:.0f} seeds/s, {out['edges_per_s']:.0f} edges/s"
+        return
+    if status == "hung":
+        out["progress"] = [_read_json(c["progress_path"]) for c in cfgs]
+        out["result"] = f"hung after {timeout_s:g} s"
+    else:
+        rep = ranks[failed] if failed is not None else {}
+        log = osp.join(osp.dirname(cfgs[0]["result_path"]), f"rank{failed}.log")
+        out["error"] = rep.get("error") or (
+            f"rank {failed} exited with code {procs[failed].returncode}; see {log}")
+        out["traceback"] = rep.get("traceback")
+        out["result"] = f"error: {out['error']}"
+    # A table that shows only the note still says what happened.
+    out["note"] = f"{out['result']}; {out['note']}"
+
+
 def run_pyg_distributed_baseline(
     data, num_parts: int, num_neighbors: list[int], batch_size: int, num_batches: int,
     workdir: str, timeout_s: float, *, num_workers: int = 0, concurrency: int = 1,
@@ -206,7 +231,8 @@ def run_pyg_distributed_baseline(
         ``error`` (and ``traceback``); on a hang ``progress`` per process.
     """
     if num_parts < 2:
-        raise PygDistError(f"num_parts={num_parts}: PyG's Partitioner needs at least 2 parts")
+        raise InvalidPartitionArgumentError(
+            f"num_parts={num_parts}: PyG's Partitioner needs at least 2 parts; pass 2 or more")
     os.makedirs(workdir, exist_ok=True)
     out: dict[str, Any] = {"system": SYSTEM, "status": "unavailable", "workdir": workdir,
                            "num_parts": num_parts, "num_neighbors": list(num_neighbors),
@@ -217,8 +243,8 @@ def run_pyg_distributed_baseline(
         from pyg_dist.bench.pyg_baseline_partition import partition_with_pyg
         part = partition_with_pyg(data, num_parts, workdir, input_nodes)
     except Exception as exc:  # the baseline cannot even start: say exactly why
-        out.update(error=f"{type(exc).__name__}: {exc}",
-                   result=f"cannot run: {type(exc).__name__}: {exc}")
+        reason = f"cannot run: {type(exc).__name__}: {exc}"
+        out.update(error=f"{type(exc).__name__}: {exc}", result=reason, note=reason)
         return out
     out.update(partition_s=part["partition_s"], metis=part["metis"],
                seeds_per_part=part["seeds_per_part"])
@@ -234,28 +260,11 @@ def run_pyg_distributed_baseline(
     t0 = time.monotonic()
     procs: list[subprocess.Popen] = []
     try:
-        procs = _launch(cfgs, workdir, env)
+        _launch(cfgs, workdir, env, procs)
         out["pids"] = [p.pid for p in procs]
         status, failed = _wait(procs, t0 + timeout_s)
     finally:
         _stop(procs)
     out["total_s"] = time.monotonic() - t0
-    ranks = [_read_json(c["result_path"]) or {"rank": c["rank"]} for c in cfgs]
-    out["note"] = _note(part, ranks)
-    out["status"] = status
-    out.update(_summarise(status, ranks))
-    if status == "ok":
-        out["result"] = f"{out['seeds_per_s']:.0f} seeds/s, {out['edges_per_s']:.0f} edges/s"
-    elif status == "hung":
-        progress = [_read_json(c["progress_path"]) for c in cfgs]
-        out["progress"] = progress
-        out["result"] = f"hung after {timeout_s:g} s"
-    else:
-        rep = ranks[failed] if failed is not None else {}
-        out["error"] = rep.get("error") or f"rank {failed} exited with code " \
-            f"{procs[failed].returncode}; see {osp.join(workdir, f'rank{failed}.log')}"
-        out["traceback"] = rep.get("traceback")
-        out["result"] = f"error: {out['error']}"
-    if status != "ok":  # a table that shows only the note still says what happened
-        out["note"] = f"{out['result']}; {out['note']}"
+    _outcome(out, status, failed, cfgs, part, timeout_s, procs)
     return out

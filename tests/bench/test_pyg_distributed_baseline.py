@@ -171,3 +171,16 @@ def test_pyg_distributed_baseline_reports_hang_and_kills_processes(tmp_path):
     for pid in out["pids"]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_pyg_distributed_baseline_reports_worker_errors(tmp_path):
+    data = _tiny_graph()
+    # Each partition owns ~1,000 seeds: not one batch of 5,000 (drop_last).
+    out = run_pyg_distributed_baseline(data, 2, FANOUT, 5000, 2, str(tmp_path / "run"),
+                                       timeout_s=90)
+    assert out["status"] == "error"
+    assert "fewer than one batch of 5000" in out["error"]
+    assert out["note"].startswith("error: ValueError")
+    for pid in out["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
