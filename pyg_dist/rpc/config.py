@@ -32,6 +32,7 @@ ENV_VARS = {
     "server_public_key": "PYG_DIST_SERVER_PUBLIC_KEY",
     "client_secret_key": "PYG_DIST_CLIENT_SECRET_KEY",
     "client_public_key": "PYG_DIST_CLIENT_PUBLIC_KEY",
+    "authorized_keys_dir": "PYG_DIST_AUTHORIZED_KEYS_DIR",
 }
 
 
@@ -67,6 +68,10 @@ class RpcConfig:
         client_secret_key: Z85 CURVE secret key of the client; generated per
             client when the server key is set and this is not.
         client_public_key: Z85 CURVE public key matching ``client_secret_key``.
+        authorized_keys_dir: With CURVE on a server: a directory of client
+            public ``.key`` files (pyzmq certificates); only those clients
+            may connect. ``None`` admits any client that knows the server's
+            public key.
     """
 
     timeout: float = 30.0
@@ -82,6 +87,7 @@ class RpcConfig:
     server_public_key: Optional[str] = None
     client_secret_key: Optional[str] = None
     client_public_key: Optional[str] = None
+    authorized_keys_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         positive = ("timeout", "connect_timeout", "max_message_bytes",

@@ -21,6 +21,7 @@ server keeps serving everyone else.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ from typing import Any, Optional
 
 import zmq
 from torch import Tensor
+from zmq.auth.thread import ThreadAuthenticator
 
 from pyg_dist.errors import ProtocolError, PygDistError, TransportError
 from pyg_dist.rpc import protocol
@@ -73,6 +75,7 @@ class RpcServer:
         self._endpoint: Optional[str] = None
         self._error: Optional[BaseException] = None
         self._replies_addr = f"inproc://pyg-dist-replies-{id(self):x}"
+        self._auth: Optional[ThreadAuthenticator] = None
 
     # Public API ##############################################################
 
@@ -97,6 +100,7 @@ class RpcServer:
         if self._threads:
             return self.endpoint
         self._ctx = zmq.Context()
+        self._start_authenticator()
         io = threading.Thread(target=self._io_main, name=f"{self._name}-io", daemon=True)
         self._threads.append(io)
         io.start()
@@ -140,12 +144,28 @@ class RpcServer:
             thread.join(timeout)
             if thread.is_alive():
                 alive.append(thread.name)
+        if self._auth is not None:
+            self._auth.stop()
         if alive:
             # Terminating the context would block on their sockets.
             logger.warning("threads still running after stop: %s", ", ".join(alive))
             return
         self._ctx.term()
         logger.info("%s on %s stopped", self._name, self._endpoint)
+
+    def _start_authenticator(self) -> None:
+        """With CURVE and an authorised-keys directory, admits only those
+        clients (ZAP handler in its own thread, on this server's context)."""
+        directory = self._config.authorized_keys_dir
+        if not self._config.curve_server or directory is None:
+            return
+        if not os.path.isdir(directory):
+            raise TransportError(f"authorised CURVE keys directory {directory} does not "
+                                 f"exist; create it and copy the clients' public .key "
+                                 f"files into it", address=self._bind)
+        self._auth = ThreadAuthenticator(self._ctx, log=logger)
+        self._auth.start()
+        self._auth.configure_curve(domain="*", location=directory)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks until the server is stopped; returns whether it is."""

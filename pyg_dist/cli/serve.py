@@ -1,0 +1,82 @@
+"""``pyg-dist serve``: serve one part of a partitioned dataset."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Registers ``pyg-dist serve``."""
+    p = sub.add_parser(
+        "serve",
+        help="serve one part of a partitioned dataset over ZeroMQ",
+        description=(
+            "Loads part K of ROOT and serves sampling and feature requests until SIGTERM "
+            "or Ctrl-C. Prints one line 'ready ENDPOINT' on stdout once it serves (with "
+            "the real port when --bind uses port 0). Limits and deadlines come from "
+            "PYG_DIST_* environment variables (see docs/wire-protocol.md)."))
+    p.add_argument("root", help="the partitioned dataset (directory with meta.json)")
+    p.add_argument("--part", type=int, required=True, help="the part to serve")
+    p.add_argument("--bind", default="tcp://127.0.0.1:0",
+                   help="ZeroMQ endpoint to bind (default: %(default)s; port 0 = any free)")
+    p.add_argument("--feature-store", default="memory",
+                   help="feature-store plugin (default: %(default)s; see 'pyg-dist plugins')")
+    p.add_argument("--graph-store", default="memory",
+                   help="graph-store plugin (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker threads serving requests (default: PYG_DIST_WORKERS or 4)")
+    p.add_argument("--max-message-bytes", type=int, default=None,
+                   help="largest request accepted, in bytes (default: 1 GiB)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the sha256 check of the partition files while loading")
+    p.add_argument("--curve-secret-key", metavar="FILE", default=None,
+                   help="serve with CURVE encryption using this '.key_secret' file "
+                        "(made by 'pyg-dist keys')")
+    p.add_argument("--curve-authorized-keys", metavar="DIR", default=None,
+                   help="with --curve-secret-key: admit only clients whose public '.key' "
+                        "file is in DIR")
+    p.set_defaults(run=run)
+
+
+def _config(args: argparse.Namespace):  # -> RpcConfig, imported lazily
+    from pyg_dist.errors import RpcError
+    from pyg_dist.rpc.config import RpcConfig
+
+    overrides = {}
+    if args.workers is not None:
+        overrides["workers"] = args.workers
+    if args.max_message_bytes is not None:
+        overrides["max_message_bytes"] = args.max_message_bytes
+    if args.curve_authorized_keys and not args.curve_secret_key:
+        raise RpcError("--curve-authorized-keys needs --curve-secret-key")
+    if args.curve_secret_key:
+        from pyg_dist.auth import load_keys
+
+        keys = load_keys(args.curve_secret_key, need_secret=True)
+        overrides["server_secret_key"] = keys.secret.decode()
+        overrides["server_public_key"] = keys.public.decode()
+        overrides["authorized_keys_dir"] = args.curve_authorized_keys
+    return RpcConfig.from_env(**overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Loads the part, prints ``ready <endpoint>``, serves until signalled and
+    exits the process with status 0 after a clean stop."""
+    from pyg_dist.server import PartitionServer
+
+    server = PartitionServer(args.root, args.part, bind=args.bind,
+                             feature_store=args.feature_store, graph_store=args.graph_store,
+                             config=_config(args), verify=not args.no_verify)
+    # The ready line is the contract with launchers (LocalCluster, tests):
+    # exactly "ready <endpoint>", flushed at once.
+    server.serve_forever(on_ready=lambda endpoint: print(f"ready {endpoint}", flush=True))
+    # Every socket is closed and every thread joined at this point. Tearing
+    # down torch in interpreter finalisation still takes seconds on a busy
+    # host, so leave at once: a stopped server should be gone, not lingering.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

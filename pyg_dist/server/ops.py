@@ -1,0 +1,211 @@
+"""The partition server's operations: ``meta``, ``sample``, ``get``, ``sizes``,
+``edge_index``.
+
+Every handler validates its arguments and tensors (types, dtype, shape, id
+range, ownership) before it touches data; a refusal raises
+:class:`~pyg_dist.errors.ProtocolError` (malformed request) or
+:class:`~pyg_dist.errors.StoreError` (ids or attributes this part does not
+hold), which :class:`~pyg_dist.rpc.RpcServer` turns into an error reply. All
+ids on the wire are global.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
+
+from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.kernels import sample_neighbors
+from pyg_dist.partitioning import PartitionReader
+from pyg_dist.rpc.protocol import PROTOCOL_VERSION
+from pyg_dist.rpc.server import Handler
+from pyg_dist.store.local import local_rows
+
+Result = tuple[dict[str, Any], list[Tensor]]
+
+_SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed takes
+
+
+@dataclass(frozen=True)
+class _Csc:
+    colptr: Tensor
+    row: Tensor
+    edge_ids: Tensor
+    dst_ids: Tensor  # owned global ids of the destination node type, sorted
+
+
+def _edge_type(value: Any) -> Any:
+    """``None`` or a ``[src, rel, dst]`` list from msgpack -> store key."""
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ProtocolError(f"edge_type must be nil or [src, rel, dst] strings, got {value!r}")
+
+
+def _group(value: Any) -> Optional[str]:
+    if value is None or isinstance(value, str):
+        return value
+    raise ProtocolError(f"group must be nil or a node type string, got {value!r}")
+
+
+def _int_arg(args: dict[str, Any], name: str, default: Any, low: int, high: int) -> Any:
+    value = args.get(name, default)
+    if value is None and default is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ProtocolError(f"argument {name!r} must be an int in [{low}, {high}], "
+                            f"got {value!r}")
+    return value
+
+
+class PartitionOps:
+    """The handler table of one part, over its PyG feature and graph stores.
+
+    Args:
+        reader: The dataset (for ``meta.json`` and the partition book).
+        part: The part served.
+        feature_store: PyG feature store indexed by local row.
+        graph_store: PyG graph store giving CSC with global source ids,
+            ``get_edge_ids(edge_type)`` and ``node_ids(node_type)``.
+    """
+
+    def __init__(self, reader: PartitionReader, part: int, feature_store: FeatureStore,
+                 graph_store: GraphStore) -> None:
+        self.reader = reader
+        self.part = part
+        self.features = feature_store
+        self.graph = graph_store
+        self.num_nodes = reader.num_nodes
+        self._book = reader.book.to_tensor()
+        self._csc: dict[Any, _Csc] = {}
+        for attr in graph_store.get_all_edge_attrs():
+            edge_type = attr.edge_type
+            row, colptr = graph_store.get_edge_index(edge_type=edge_type, layout="csc")
+            dst = edge_type[-1] if isinstance(edge_type, tuple) else None
+            self._csc[edge_type] = _Csc(colptr.long(), row, graph_store.get_edge_ids(edge_type),
+                                        graph_store.node_ids(dst))
+        files = json.dumps(reader.meta["files"], sort_keys=True).encode()
+        self._graph_id = {"name": reader.meta.get("graph_name"),
+                          "files_sha256": hashlib.sha256(files).hexdigest()}
+
+    def handlers(self) -> dict[str, Handler]:
+        """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
+        return {"meta": self.meta, "sample": self.sample, "get": self.get,
+                "sizes": self.sizes, "edge_index": self.edge_index}
+
+    # Validation ############################################################
+
+    def _ids(self, tensors: list[Tensor], node_ids: Tensor) -> Tensor:
+        """Checks the one id tensor of a request; returns the local rows."""
+        if len(tensors) != 1:
+            raise ProtocolError(f"expected exactly one tensor of node ids, got {len(tensors)}")
+        ids = tensors[0]
+        if ids.dtype != torch.int64 or ids.dim() != 1:
+            raise ProtocolError(f"node ids must be a 1-D int64 tensor, got {ids.dtype} of "
+                                f"shape {list(ids.shape)}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
+            raise StoreError(f"node ids must lie in [0, {self.num_nodes}); got the range "
+                             f"[{int(ids.min())}, {int(ids.max())}]")
+        try:
+            return local_rows(node_ids, ids)
+        except StoreError as exc:
+            raise StoreError(f"part {self.part}: {exc}") from exc
+
+    def _csc_of(self, args: dict[str, Any]) -> _Csc:
+        edge_type = _edge_type(args.get("edge_type"))
+        csc = self._csc.get(edge_type)
+        if csc is None:
+            raise StoreError(f"part {self.part} holds no edge type {edge_type!r}; it holds "
+                             f"{list(self._csc)}")
+        return csc
+
+    def _specs(self, group: Optional[str]) -> dict[str, dict[str, Any]]:
+        try:
+            return self.reader.node_feature_specs(group)
+        except Exception as exc:
+            raise StoreError(f"no node type {group!r} in this graph") from exc
+
+    # Operations ############################################################
+
+    def meta(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """Counts, feature specs, the partition book (tensor 0), versions."""
+        meta = self.reader.meta
+        features = {name: {**spec, "size": [self.num_nodes, *spec["shape"]]}
+                    for name, spec in self._specs(None).items()} \
+            if None in self.reader.node_types else {}
+        result = {
+            "version": PROTOCOL_VERSION,
+            "part": self.part,
+            "num_parts": self.reader.num_parts,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.reader.num_edges,
+            "num_local_nodes": int(sum(c.dst_ids.numel() for c in self._csc.values())),
+            "num_local_edges": int(sum(c.row.numel() for c in self._csc.values())),
+            "features": features,
+            "graph": self._graph_id,
+            "is_hetero": bool(meta.get("is_hetero", False)),
+            "format_version": meta.get("format_version"),
+            "partitioner": meta.get("partitioner"),
+        }
+        return result, [self._book]
+
+    def sample(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """One hop for owned seeds: tensors ``counts``, ``neighbours``, ``edge_ids``.
+
+        Args ``num_neighbors`` (``-1``: all), ``replace`` (bool), ``seed``
+        (int or nil: same seed, same answer), ``edge_type`` (nil).
+        """
+        csc = self._csc_of(args)
+        k = _int_arg(args, "num_neighbors", None, -1, 1 << 31)
+        if k is None:
+            raise ProtocolError("argument 'num_neighbors' is required")
+        replace = args.get("replace", False)
+        if not isinstance(replace, bool):
+            raise ProtocolError(f"argument 'replace' must be a bool, got {replace!r}")
+        seed = _int_arg(args, "seed", None, *_SEED_RANGE)
+        rows = self._ids(tensors, csc.dst_ids)
+        generator = torch.Generator()
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        counts, positions = sample_neighbors(csc.colptr, rows, k, replace, generator)
+        return {}, [counts, csc.row[positions], csc.edge_ids[positions]]
+
+    def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """Rows of features ``attrs`` (list of names) of ``group`` for the ids."""
+        group = _group(args.get("group"))
+        attrs = args.get("attrs")
+        if not isinstance(attrs, list) or not attrs or \
+                not all(isinstance(a, str) for a in attrs):
+            raise ProtocolError(f"argument 'attrs' must be a non-empty list of feature "
+                                f"names, got {attrs!r}")
+        specs = self._specs(group)
+        unknown = [a for a in attrs if a not in specs]
+        if unknown:
+            raise StoreError(f"unknown feature(s) {unknown} of node type {group!r}; this "
+                             f"graph has {sorted(specs)}")
+        rows = self._ids(tensors, self.graph.node_ids(group))
+        out = [self.features.get_tensor(TensorAttr(group, name, rows)) for name in attrs]
+        return {"attrs": attrs}, out
+
+    def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""
+        specs = self._specs(_group(args.get("group")))
+        return {"sizes": {n: [self.num_nodes, *s["shape"]] for n, s in specs.items()},
+                "dtypes": {n: s["dtype"] for n, s in specs.items()}}, []
+
+    def edge_index(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """The part's edges as tensors ``row`` (source), ``col`` (destination),
+        ``edge_ids``, all global, in CSC order."""
+        csc = self._csc_of(args)
+        col = torch.repeat_interleave(csc.dst_ids, csc.colptr[1:] - csc.colptr[:-1],
+                                      output_size=csc.row.numel())
+        return {}, [csc.row, col, csc.edge_ids]

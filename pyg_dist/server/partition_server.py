@@ -1,0 +1,118 @@
+"""``PartitionServer``: one part of a partitioned graph, served over ZeroMQ.
+
+It opens the dataset with :class:`~pyg_dist.partitioning.PartitionReader`,
+builds the part's PyG feature and graph stores through the plugin registry
+(``memory``, ``mmap`` or a third party's), and serves the operations of
+:mod:`pyg_dist.server.ops` on a :class:`~pyg_dist.rpc.RpcServer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any, Optional, Union
+
+from pyg_dist.errors import InvalidPartitionArgumentError
+from pyg_dist.partitioning import PartitionReader
+from pyg_dist.plugins import PluginRegistry, default_registry
+from pyg_dist.rpc.config import RpcConfig, default_config
+from pyg_dist.rpc.server import RpcServer
+from pyg_dist.server.ops import PartitionOps
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionServer:
+    """Serves part ``part`` of the dataset at ``root``.
+
+    Args:
+        root: The partitioned dataset (directory holding ``meta.json``).
+        part: The part to serve, in ``[0, num_parts)``.
+        bind: ZeroMQ endpoint to bind; port ``0`` picks a free port
+            (:attr:`endpoint` reports it).
+        feature_store: Name of the feature-store plugin.
+        graph_store: Name of the graph-store plugin.
+        config: RPC limits and worker count; :func:`default_config` by default.
+        registry: Plugin registry; :data:`pyg_dist.plugins.default_registry`
+            by default.
+        verify: Check file checksums against ``meta.json`` while loading.
+        store_options: Extra keyword options for both store factories.
+
+    Raises:
+        PartitionFormatError: if the dataset is missing or malformed.
+        InvalidPartitionArgumentError: if ``part`` is out of range.
+        PluginNotFoundError: if a store plugin is not installed.
+    """
+
+    def __init__(self, root: Union[str, os.PathLike], part: int, *,
+                 bind: str = "tcp://127.0.0.1:0", feature_store: str = "memory",
+                 graph_store: str = "memory", config: Optional[RpcConfig] = None,
+                 registry: Optional[PluginRegistry] = None, verify: bool = True,
+                 **store_options: Any) -> None:
+        self.reader = PartitionReader(root, verify=verify)
+        if isinstance(part, bool) or not isinstance(part, int) \
+                or not 0 <= part < self.reader.num_parts:
+            raise InvalidPartitionArgumentError(
+                f"part must lie in [0, {self.reader.num_parts}) for {root}; got {part!r}")
+        self.part = part
+        registry = registry or default_registry
+        fs = registry.feature_store(feature_store)(self.reader, part, **store_options)
+        gs = registry.graph_store(graph_store)(self.reader, part, **store_options)
+        self.ops = PartitionOps(self.reader, part, fs, gs)
+        self.config = config or default_config()
+        self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}")
+        logger.info("loaded part %d of %s (%s feature store, %s graph store)", part, root,
+                    feature_store, graph_store)
+
+    @property
+    def endpoint(self) -> str:
+        """The bound endpoint (with the real port)."""
+        return self._rpc.endpoint
+
+    def start(self) -> str:
+        """Starts serving in background threads; returns the endpoint."""
+        return self._rpc.start()
+
+    def stop(self) -> None:
+        """Stops serving and releases the sockets. Safe to call twice."""
+        self._rpc.stop()
+
+    def serve_forever(self, on_ready: Optional[Callable[[str], None]] = None) -> None:
+        """Serves until SIGTERM or SIGINT (or :meth:`stop` from another
+        thread), then stops cleanly.
+
+        Signal handlers are installed (from the main thread only) before the
+        server starts, so a signal right after ``on_ready`` is never lost;
+        the previous handlers are restored on return.
+
+        Args:
+            on_ready: Called with the endpoint once the server serves.
+        """
+        stop = threading.Event()
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+        try:
+            endpoint = self.start()
+            if on_ready is not None:
+                on_ready(endpoint)
+            # A bounded wait keeps the main thread responsive to signals.
+            while not stop.wait(0.5):
+                if self._rpc.wait(0):
+                    break
+            logger.info("part %d: stop requested", self.part)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.stop()
+
+    def __enter__(self) -> PartitionServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
