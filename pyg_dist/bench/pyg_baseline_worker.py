@@ -109,20 +109,21 @@ def _run(cfg: dict[str, Any]) -> dict[str, Any]:
     warmup, num_batches = cfg["warmup_batches"], cfg["num_batches"]
     recorded: dict[str, torch.Tensor] = {}
     seeds_n = edges_n = nodes_n = 0
-    t0 = None
     batches = _batches(loader, warmup + num_batches, int(seeds.numel()), cfg["batch_size"])
+    t0 = time.perf_counter()
     for i, batch in enumerate(batches):
-        if i == warmup:
-            t0 = time.perf_counter()
-        if i >= warmup:
-            seeds_n += int(batch.batch_size)
-            edges_n += int(batch.edge_index.size(1))
-            nodes_n += int(batch.n_id.numel())
-            if i - warmup < cfg["record_batches"]:
-                _record(batch, i - warmup, recorded)
-            if (i - warmup) % 16 == 15:
-                _write_json(cfg["progress_path"], {"phase": "running", "batches": i - warmup + 1})
-    elapsed = time.perf_counter() - t0 if t0 is not None else 0.0
+        if i < warmup:
+            t0 = time.perf_counter()  # the clock starts once the last warm-up batch is out
+            continue
+        j = i - warmup
+        seeds_n += int(batch.batch_size)
+        edges_n += int(batch.edge_index.size(1))
+        nodes_n += int(batch.n_id.numel())
+        if j < cfg["record_batches"]:
+            _record(batch, j, recorded)
+        if j % 16 == 15:
+            _write_json(cfg["progress_path"], {"phase": "running", "batches": j + 1})
+    elapsed = time.perf_counter() - t0
     if recorded:
         from safetensors.torch import save_file
         recorded["seeds"] = seeds.contiguous()
