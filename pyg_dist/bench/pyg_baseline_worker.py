@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -72,6 +73,23 @@ def _build_loader(cfg: dict[str, Any]):
     # as well, which rejects it (TypeError); PyG's 180 s default applies and
     # the parent's own deadline bounds the run.
     return loader, seeds
+
+
+def _start_watchdog(limit_s: float) -> None:
+    """Leave at once if the parent dies or ``limit_s`` passes.
+
+    The parent stops this process on its own deadline; this covers a parent
+    that was killed outright (its ``finally`` never ran), so that no worker
+    stays behind holding ports, even inside a hung RPC call.
+    """
+    parent, deadline = os.getppid(), time.monotonic() + limit_s
+
+    def watch() -> None:
+        while os.getppid() == parent and time.monotonic() < deadline:
+            time.sleep(0.5)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="baseline-watchdog", daemon=True).start()
 
 
 def _batches(loader, total: int, num_seeds: int, batch_size: int):
@@ -140,6 +158,7 @@ def main(argv: list[str]) -> int:
         cfg = json.load(f)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s rank{cfg['rank']} %(name)s: %(message)s")
+    _start_watchdog(cfg["limit_s"] + 30.0)
     torch.set_num_threads(cfg["num_threads"])
     torch.manual_seed(cfg["seed"] + cfg["rank"])
     result: dict[str, Any] = {"rank": cfg["rank"], "ok": False}
@@ -157,7 +176,7 @@ def main(argv: list[str]) -> int:
         # Graceful RPC shutdown: keep serving the other partitions' sampling
         # and feature requests until every process is done.
         from torch_geometric.distributed.rpc import shutdown_rpc
-        shutdown_rpc(f"rank{cfg['rank']}", graceful=True, timeout=cfg["rpc_timeout_s"])
+        shutdown_rpc(f"rank{cfg['rank']}", graceful=True, timeout=cfg["limit_s"])
         return 0
     # PyG registers a graceful RPC shutdown at exit, which waits for the other
     # processes; after a failure the parent stops them, so leave at once.

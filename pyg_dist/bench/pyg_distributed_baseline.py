@@ -141,7 +141,7 @@ def _worker_configs(part: dict[str, Any], num_parts: int, num_neighbors: list[in
         "labels_path": part["labels_path"], "seeds_path": part["seeds_path"],
         "master_addr": "127.0.0.1", "master_port": port,
         "num_neighbors": list(num_neighbors), "batch_size": batch_size,
-        "num_batches": num_batches, "rpc_timeout_s": max(1, int(timeout_s)),
+        "num_batches": num_batches, "limit_s": max(1.0, float(timeout_s)),
         "result_path": osp.join(workdir, f"result{r}.json"),
         "progress_path": osp.join(workdir, f"progress{r}.json"),
         "record_path": osp.join(workdir, f"batches{r}.safetensors"), **opts,

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# Rows processed per step when building the symmetric CSR: bounds the size of
-# temporaries to a few tens of MB whatever the graph size.
-_CHUNK = 1 << 22
+# Entries processed per step when building the symmetric CSR: bounds the size of
+# temporaries to a few MB whatever the graph size.
+_CHUNK = 1 << 20
 
 
 @dataclass
@@ -50,16 +50,27 @@ class PartitionInput:
         deg += torch.bincount(self.edge_index[1], minlength=self.num_nodes)
         return deg
 
-    def symmetric_csr(self) -> tuple[np.ndarray, np.ndarray]:
+    def symmetric_csr(self, max_degree: Optional[int] = None,
+                      seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """The undirected adjacency as METIS wants it: both directions of every
         edge, no self loops, no duplicates, sorted.
+
+        Args:
+            max_degree: Optionally thin the adjacency for partitioners whose
+                memory grows with it: the undirected edge ``{u, v}`` is kept
+                with probability ``min(1, max_degree / min(deg u, deg v))``
+                (a deterministic hash of the pair), so every node keeps about
+                ``max_degree`` or more of its edges and the edges of
+                low-degree nodes are all kept. ``None`` keeps everything.
+            seed: Seed of that hash.
 
         Returns:
             ``(xadj, adjncy)``, both int64 numpy arrays (METIS's ``idx_t`` in
             the pymetis wheel is 64-bit, so they are passed without a copy).
             Neighbours of ``v`` are ``adjncy[xadj[v]:xadj[v + 1]]``.
         """
-        return symmetric_csr(self.edge_index, self.num_nodes)
+        return symmetric_csr(self.edge_index, self.num_nodes, max_degree=max_degree,
+                             seed=seed)
 
 
 @runtime_checkable
@@ -79,7 +90,8 @@ class Partitioner(Protocol):
         ...
 
 
-def symmetric_csr(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def symmetric_csr(edge_index: Tensor, num_nodes: int, *, max_degree: Optional[int] = None,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Builds the sorted, deduplicated, loop-free symmetric CSR of a graph.
 
     Memory: one int64 array of ``2 * num_edges`` keys (``row * n + col``),
@@ -91,6 +103,8 @@ def symmetric_csr(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.nd
     Args:
         edge_index: ``[2, E]`` integer tensor.
         num_nodes: Number of nodes.
+        max_degree: Thin the adjacency (see :meth:`PartitionInput.symmetric_csr`).
+        seed: Seed of the thinning hash.
     """
     n = int(num_nodes)
     src = edge_index[0].numpy()
@@ -108,16 +122,18 @@ def symmetric_csr(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.nd
         np.multiply(b, n, out=bwd)
         bwd += a
     keys.sort()
-    kept = _compact_unique_no_loops(keys, n)
-    keys = keys[:kept]
+    keys = keys[:_compact(keys, n)]
     xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n)
-    for s in range(0, kept, _CHUNK):
+    if max_degree is not None:
+        keys = keys[:_thin(keys, n, np.diff(xadj), max_degree, seed)]
+        xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n)
+    for s in range(0, keys.shape[0], _CHUNK):
         block = keys[s:s + _CHUNK]
         np.remainder(block, n, out=block)
     return xadj.astype(np.int64, copy=False), keys
 
 
-def _compact_unique_no_loops(keys: np.ndarray, n: int) -> int:
+def _compact(keys: np.ndarray, n: int) -> int:
     """Drops duplicate keys and self loops from sorted ``keys`` in place;
     returns how many remain at the front.
 
@@ -132,7 +148,36 @@ def _compact_unique_no_loops(keys: np.ndarray, n: int) -> int:
         np.not_equal(block[1:], block[:-1], out=keep[1:])
         keep &= (block % (n + 1)) != 0
         prev = block[-1]
-        survivors = block[keep]
-        keys[write:write + survivors.shape[0]] = survivors
-        write += survivors.shape[0]
+        write = _move(keys, block, keep, write)
     return write
+
+
+def _thin(keys: np.ndarray, n: int, degree: np.ndarray, max_degree: int, seed: int) -> int:
+    """Keeps ``{u, v}`` with probability ``min(1, max_degree / min(deg))``,
+    deciding by a hash of the unordered pair so both directions agree."""
+    write = 0
+    for s in range(0, keys.shape[0], _CHUNK):
+        block = keys[s:s + _CHUNK]
+        row, col = np.divmod(block, n)
+        low = np.minimum(row, col)
+        pair = low * n + np.maximum(row, col)
+        # splitmix64-style mixing of the pair id: uniform in [0, 1).
+        h = (pair.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15))
+        h ^= h >> np.uint64(30)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(27)
+        h *= np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(31)
+        uniform = (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+        smaller = np.minimum(degree[row], degree[col]).astype(np.float64)
+        keep = uniform * smaller < max_degree
+        write = _move(keys, block, keep, write)
+    return write
+
+
+def _move(keys: np.ndarray, block: np.ndarray, keep: np.ndarray, write: int) -> int:
+    """Copies the kept entries of ``block`` to ``keys[write:]`` (never ahead of
+    the block being read) and returns the new write position."""
+    survivors = block[keep]
+    keys[write:write + survivors.shape[0]] = survivors
+    return write + survivors.shape[0]

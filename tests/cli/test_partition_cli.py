@@ -27,7 +27,8 @@ def test_partition_then_info_in_a_subprocess(tmp_path):
     meta = json.loads((root / "meta.json").read_text())
     assert meta["partitioner"] == {"name": "metis", "distribution": meta["partitioner"][
         "distribution"], "options": {"balance_train": True, "balance_edges": False, "seed": 0,
-                                     "ufactor": None, "recursive": None}}
+                                     "ufactor": None, "recursive": None,
+                                     "max_degree": None}}
     info = subprocess.run([sys.executable, "-m", "pyg_dist", "info", str(root), "--verify"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert info.returncode == 0, info.stderr

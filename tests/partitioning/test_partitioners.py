@@ -81,3 +81,28 @@ def test_metis_is_deterministic_for_a_seed(cora_graph):
     for options in ({}, {"balance_train": True, "balance_edges": True}):
         assert torch.equal(cls(seed=5, **options).assign(graph, 4),
                            cls(seed=5, **options).assign(graph, 4))
+
+
+def test_thinned_csr_is_symmetric_and_keeps_low_degree_edges(cora_graph):
+    n = cora_graph.num_nodes
+    full_xadj, full_adj = symmetric_csr(cora_graph.edge_index, n)
+    xadj, adj = symmetric_csr(cora_graph.edge_index, n, max_degree=4)
+    rows = torch.repeat_interleave(torch.arange(n), torch.from_numpy(xadj).diff())
+    kept = torch.stack([rows, torch.from_numpy(adj)])
+    assert torch.equal(coalesce(kept.flip(0), num_nodes=n), kept), "must stay symmetric"
+    full_rows = torch.repeat_interleave(torch.arange(n), torch.from_numpy(full_xadj).diff())
+    full = set(zip(full_rows.tolist(), full_adj.tolist()))
+    assert set(zip(rows.tolist(), adj.tolist())) <= full
+    degree = torch.from_numpy(full_xadj).diff()
+    low = [(u, v) for u, v in full if degree[u] <= 4 and degree[v] <= 4]
+    assert low and all((u, v) in set(zip(rows.tolist(), adj.tolist())) for u, v in low)
+    assert 0.3 * len(full) < adj.size < len(full)
+
+
+def test_metis_on_a_thinned_graph_still_writes_every_edge(tmp_path, cora_graph, reassembled):
+    reader = pyg_dist.partition(cora_graph, 4, tmp_path / "thin", "metis", max_degree=3)
+    rebuilt, _ = reassembled(reader)
+    assert torch.equal(rebuilt.edge_index, cora_graph.edge_index)
+    random = pyg_dist.partition(cora_graph, 4, tmp_path / "random", "random")
+    assert reader.meta["stats"]["edge_cut"] < 0.5 * random.meta["stats"]["edge_cut"]
+    assert reader.meta["partitioner"]["options"]["max_degree"] == 3
