@@ -60,6 +60,7 @@ def _build_loader(cfg: dict[str, Any]):
     # As in PyG's example: the whole label vector is given to every process.
     feature.labels = load_file(cfg["labels_path"])["y"]
     seeds = load_file(cfg["seeds_path"])[f"part_{rank}"]
+    _check_enough_seeds(len(seeds), cfg["batch_size"])
     ctx = DistContext(world_size=world, rank=rank, global_world_size=world,
                       global_rank=rank, group_name="pyg-dist-baseline")
     loader = DistNeighborLoader(
@@ -92,11 +93,16 @@ def _start_watchdog(limit_s: float) -> None:
     threading.Thread(target=watch, name="baseline-watchdog", daemon=True).start()
 
 
-def _batches(loader, total: int, num_seeds: int, batch_size: int):
-    """Yield ``total`` batches, starting new epochs as needed."""
-    if len(loader) == 0:  # drop_last with fewer seeds than a batch: would loop forever
+def _check_enough_seeds(num_seeds: int, batch_size: int) -> None:
+    """With ``drop_last``, fewer seeds than a batch give an empty loader, and
+    :func:`_batches` would wait for a batch forever."""
+    if num_seeds < batch_size:
         raise ValueError(f"this partition owns {num_seeds} seed nodes, fewer than one batch "
                          f"of {batch_size}: use a smaller batch size or more seed nodes")
+
+
+def _batches(loader, total: int):
+    """Yield ``total`` batches, starting new epochs as needed."""
     done = 0
     while done < total:
         for batch in loader:
@@ -127,7 +133,7 @@ def _run(cfg: dict[str, Any]) -> dict[str, Any]:
     warmup, num_batches = cfg["warmup_batches"], cfg["num_batches"]
     recorded: dict[str, torch.Tensor] = {}
     seeds_n = edges_n = nodes_n = 0
-    batches = _batches(loader, warmup + num_batches, int(seeds.numel()), cfg["batch_size"])
+    batches = _batches(loader, warmup + num_batches)
     t0 = time.perf_counter()
     for i, batch in enumerate(batches):
         if i < warmup:
