@@ -86,6 +86,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
         book = _assign(plugin, graph, num_parts)
         bar.update(1)
         tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
+        created = _first_missing(root.parent)
         tmp.mkdir(parents=True)
         try:
             meta = _write_all(tmp, graph, book, bar)
@@ -95,11 +96,22 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
             (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
             _replace(tmp, root)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(created or tmp, ignore_errors=True)
             raise
         bar.update(1)
     logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
     return PartitionReader(root, verify=False)
+
+
+def _first_missing(path: Path) -> Optional[Path]:
+    """The outermost ancestor of ``path`` (or itself) that does not exist yet:
+    what to remove so that a failed run leaves no directories behind."""
+    missing = None
+    for candidate in [path, *path.parents]:
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
 
 
 def _check_num_parts(num_parts: Any, num_nodes: int) -> None:

@@ -113,6 +113,14 @@ def test_failure_while_writing_removes_the_temporary_directory(tmp_path):
     _assert_nothing_written(tmp_path)
 
 
+def test_failure_removes_the_parent_directories_it_created(tmp_path):
+    data = Data(edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]),
+                x=torch.empty(4, 2, device="meta"))
+    with pytest.raises(NotImplementedError):
+        pyg_dist.partition(data, 2, tmp_path / "new" / "deeper" / "ds", "random")
+    _assert_nothing_written(tmp_path)
+
+
 def test_failure_while_overwriting_keeps_the_old_dataset(tmp_path, fake_graph):
     root = tmp_path / "ds"
     pyg_dist.partition(fake_graph, 2, root, "random")

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyg_dist.errors import StoreError
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.store.local import PartitionFeatureStore, PartitionGraphStore
-
-
-def _no_options(kind: str, options: dict[str, Any]) -> None:
-    if options:
-        raise StoreError(f"the {kind} store takes no options; got {sorted(options)}")
+from pyg_dist_plugins.stores import check_no_options
 
 
 def memory_feature_store(reader: PartitionReader, part: int,
@@ -23,7 +18,7 @@ def memory_feature_store(reader: PartitionReader, part: int,
         part: The part to serve.
         **options: None are accepted.
     """
-    _no_options("memory feature", options)
+    check_no_options("memory feature", options)
     return PartitionFeatureStore.from_part(reader.load_part(part, mmap=False, topology=False))
 
 
@@ -36,6 +31,6 @@ def memory_graph_store(reader: PartitionReader, part: int,
         part: The part to serve.
         **options: None are accepted.
     """
-    _no_options("memory graph", options)
+    check_no_options("memory graph", options)
     data = reader.load_part(part, mmap=False, features=False)
     return PartitionGraphStore.from_part(data, {None: reader.num_nodes})

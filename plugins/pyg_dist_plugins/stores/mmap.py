@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyg_dist.errors import StoreError
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.store.local import PartitionFeatureStore, PartitionGraphStore
-
-
-def _no_options(kind: str, options: dict[str, Any]) -> None:
-    if options:
-        raise StoreError(f"the {kind} store takes no options; got {sorted(options)}")
+from pyg_dist_plugins.stores import check_no_options
 
 
 def mmap_feature_store(reader: PartitionReader, part: int,
@@ -29,7 +24,7 @@ def mmap_feature_store(reader: PartitionReader, part: int,
         part: The part to serve.
         **options: None are accepted.
     """
-    _no_options("mmap feature", options)
+    check_no_options("mmap feature", options)
     return PartitionFeatureStore.from_part(reader.load_part(part, mmap=True, topology=False))
 
 
@@ -42,6 +37,6 @@ def mmap_graph_store(reader: PartitionReader, part: int,
         part: The part to serve.
         **options: None are accepted.
     """
-    _no_options("mmap graph", options)
+    check_no_options("mmap graph", options)
     data = reader.load_part(part, mmap=True, features=False)
     return PartitionGraphStore.from_part(data, {None: reader.num_nodes})
