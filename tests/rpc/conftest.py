@@ -2,44 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
-import torch
+from support.handlers import HANDLERS
 
 from pyg_dist.rpc import RpcConfig, RpcServer
-
-
-def echo(args, tensors):
-    return {"args": args}, tensors
-
-
-def add(args, tensors):
-    return {"k": args["k"]}, [tensors[0] + args["k"]]
-
-
-def boom(args, tensors):
-    raise ValueError(args.get("msg", "boom"))
-
-
-def crash(args, tensors):
-    raise RuntimeError("handler bug")
-
-
-def slow(args, tensors):
-    # Bounded so a stuck test cannot keep a worker forever.
-    threading.Event().wait(min(float(args.get("s", 1.0)), 5.0))
-    return {"slept": args.get("s")}, []
-
-
-def whoami_factory(name):
-    def whoami(args, tensors):
-        return {"name": name}, [torch.tensor([len(name)])]
-    return whoami
-
-
-HANDLERS = {"echo": echo, "add": add, "boom": boom, "crash": crash, "slow": slow}
 
 
 @pytest.fixture
@@ -52,12 +18,3 @@ def server():
     finally:
         srv.stop()
 
-
-def wait_until(predicate, timeout=10.0):
-    """Polls ``predicate`` until true or ``timeout``; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 import torch
-from conftest import HANDLERS, whoami_factory
+from support.handlers import HANDLERS, whoami_factory
 
 from pyg_dist.errors import RemoteError, RpcError, RpcTimeoutError, TransportError
 from pyg_dist.rpc import PROTOCOL_VERSION, RpcClient, RpcConfig, RpcServer
@@ -80,7 +80,7 @@ def test_unexpected_handler_failure_and_unknown_op_become_error_replies(server):
 
 def test_slow_reply_raises_typed_timeout_naming_address_and_op(server):
     with RpcClient([server.endpoint]) as client:
-        future = client.call_async(0, "slow", {"s": 3.0}, timeout=0.2)
+        future = client.call_async(0, "slow", {"s": 1.0}, timeout=0.2)
         with pytest.raises(RpcTimeoutError) as info:
             future.result(timeout=10)
         assert client.call(0, "echo", {"after": True}).result == {"args": {"after": True}}
@@ -103,7 +103,7 @@ def test_call_to_a_stopped_server_times_out_within_its_deadline():
 
 def test_close_fails_calls_in_flight_and_refuses_new_ones(server):
     client = RpcClient([server.endpoint])
-    future = client.call_async(0, "slow", {"s": 3.0})
+    future = client.call_async(0, "slow", {"s": 1.0})
     client.close()
     with pytest.raises(TransportError, match="client is closed"):
         future.result(timeout=10)

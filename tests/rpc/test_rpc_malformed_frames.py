@@ -9,7 +9,7 @@ import msgpack
 import pytest
 import torch
 import zmq
-from conftest import HANDLERS
+from support.handlers import HANDLERS
 from support.rawzmq import RawDealer, header
 
 from pyg_dist.rpc import RpcConfig, RpcServer

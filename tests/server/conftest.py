@@ -29,7 +29,7 @@ def cora_reader(cora_root):
     return PartitionReader(cora_root)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cora_cluster(cora_root):
     args = ["--workers", "2", "--max-message-bytes", str(MAX_MESSAGE_BYTES)]
     with serve_parts(cora_root, serve_args=args) as cluster:

@@ -1,0 +1,97 @@
+"""Bad requests to a real partition server process get error replies, and a
+valid request afterwards is still answered correctly (bare DEALER socket)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from support.rawzmq import RawDealer, header
+
+from pyg_dist.rpc.protocol import ErrorReply, encode_request
+
+MAX_MESSAGE_BYTES = 1 << 20  # what the cora_cluster fixture passes to pyg-dist serve
+
+
+@pytest.fixture(scope="module")
+def part0(cora_reader):
+    return cora_reader.load_part(0)
+
+
+def _still_serving(dealer, part, req_id=777):
+    ids = part.node_ids[[5, 0, 5, 17]]
+    reply = dealer.call(req_id, "get", {"attrs": ["x", "y"]}, [ids])
+    assert not isinstance(reply, ErrorReply), reply
+    assert torch.equal(reply.tensors[0], part.node_features["x"][[5, 0, 5, 17]])
+    assert torch.equal(reply.tensors[1], part.node_features["y"][[5, 0, 5, 17]])
+
+
+def _not_owned(part):
+    owned = set(part.node_ids.tolist())
+    return next(i for i in range(2708) if i not in owned)
+
+
+BAD_REQUESTS = {
+    # name: (op, args, tensor factory(part), remote type, message fragment)
+    "negative ids": ("get", {"attrs": ["x"]}, lambda p: [torch.tensor([0, -3])],
+                     "StoreError", "must lie in [0, 2708)"),
+    "out-of-range ids": ("sample", {"num_neighbors": 2}, lambda p: [torch.tensor([2708])],
+                         "StoreError", "must lie in [0, 2708)"),
+    "ids of another part": ("get", {"attrs": ["x"]},
+                            lambda p: [torch.tensor([_not_owned(p)])],
+                            "StoreError", "not owned by this part"),
+    "int32 ids": ("get", {"attrs": ["x"]}, lambda p: [p.node_ids[:3].int()],
+                  "ProtocolError", "1-D int64"),
+    "2-d ids": ("sample", {"num_neighbors": 2}, lambda p: [p.node_ids[:4].view(2, 2)],
+                "ProtocolError", "1-D int64"),
+    "no ids": ("get", {"attrs": ["x"]}, lambda p: [], "ProtocolError", "exactly one tensor"),
+    "unknown attribute": ("get", {"attrs": ["x", "secret"]}, lambda p: [p.node_ids[:2]],
+                          "StoreError", "unknown feature(s) ['secret']"),
+    "attrs not a list": ("get", {"attrs": "x"}, lambda p: [p.node_ids[:2]],
+                         "ProtocolError", "'attrs' must be"),
+    "fan-out below -1": ("sample", {"num_neighbors": -5}, lambda p: [p.node_ids[:2]],
+                         "ProtocolError", "'num_neighbors'"),
+    "fan-out not an int": ("sample", {"num_neighbors": "ten"}, lambda p: [p.node_ids[:2]],
+                           "ProtocolError", "'num_neighbors'"),
+    "replace not a bool": ("sample", {"num_neighbors": 2, "replace": 1},
+                           lambda p: [p.node_ids[:2]], "ProtocolError", "'replace'"),
+    "unknown edge type": ("edge_index", {"edge_type": ["a", "b", "c"]}, lambda p: [],
+                          "StoreError", "no edge type"),
+    "unknown op": ("drop", {}, lambda p: [], "ProtocolError", "unknown op 'drop'"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_REQUESTS))
+def test_invalid_request_gets_error_reply(cora_cluster, part0, name):
+    op, args, make, remote_type, fragment = BAD_REQUESTS[name]
+    with RawDealer(cora_cluster.endpoints[0]) as dealer:
+        reply = dealer.call(41, op, args, make(part0))
+        assert isinstance(reply, ErrorReply)
+        assert reply.type == remote_type
+        assert fragment in reply.message
+        _still_serving(dealer, part0)
+
+
+def test_malformed_frames_get_error_replies(cora_cluster, part0):
+    rng = random.Random(3)
+    good = encode_request(9, "get", {"attrs": ["x"]}, [part0.node_ids[:4]])
+    head = bytes(good[0])
+    cases = [
+        ([rng.randbytes(100)], "not valid msgpack"),
+        ([head[: len(head) - 5], bytes(good[1])], "not valid msgpack"),
+        ([header(9, "get", {"attrs": ["x"]}, [["int64", [5]]]), bytes(good[1])],
+         "need 40 bytes but the frame holds 32"),
+        ([header(9, "get", {"attrs": ["x"]}, [["pickle", [4]]]), bytes(good[1])],
+         "not allowed"),
+        ([header(9, "get", {"attrs": ["x"]}, [["uint8", [MAX_MESSAGE_BYTES + 1]]]),
+          bytes(MAX_MESSAGE_BYTES + 1)], "exceeds this server's limit"),
+    ]
+    with RawDealer(cora_cluster.endpoints[0]) as dealer:
+        for frames, fragment in cases:
+            head_reply, tensors = dealer.request(frames)
+            assert head_reply["status"] == "error", frames[:1]
+            assert head_reply["error"]["type"] == "ProtocolError"
+            assert fragment in head_reply["error"]["message"]
+            assert tensors == []
+            _still_serving(dealer, part0)
