@@ -45,7 +45,7 @@ def train_epoch(model, loader, optimizer) -> float:
         loss = F.cross_entropy(out, batch.y[:batch.batch_size])
         loss.backward()
         optimizer.step()
-        total += float(loss)
+        total += loss.item()
     return total
 
 

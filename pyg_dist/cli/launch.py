@@ -37,16 +37,45 @@ def add_parser(subparsers: Any) -> None:
             "torn down when the script exits or on Ctrl-C. Example: pyg-dist launch "
             "parts/ --nproc 2 -- train.py --epochs 50"))
     p.add_argument("root", help="partitioned dataset directory (with meta.json)")
-    p.add_argument("--nproc", type=int, default=1,
+    _add_options(p)
+    # REMAINDER: argparse's subparsers do not hand "--" on, so the options
+    # after ROOT and the script come through here and are split in run().
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS]",
+                   help="the training script and its arguments, after --")
+    p.set_defaults(run=run)
+
+
+def _add_options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
+    def default(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    p.add_argument("--nproc", type=int, default=default(1),
                    help="trainer processes (torchrun --nproc-per-node; default 1)")
-    p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+    p.add_argument("--serve-arg", action="append", default=default([]), metavar="ARG",
                    help="extra argument for every 'pyg-dist serve' (repeatable), e.g. "
                         "--serve-arg=--feature-store --serve-arg=mmap")
-    p.add_argument("--startup-timeout", type=float, default=120.0,
+    p.add_argument("--startup-timeout", type=float, default=default(120.0),
                    help="seconds to wait for every server's ready line (default 120)")
-    p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="-- SCRIPT [ARGS...]: the training script and its arguments")
-    p.set_defaults(run=run)
+
+
+def split_command(args: argparse.Namespace) -> list[str]:
+    """Separates launcher options given after ROOT from the script's command line.
+
+    ``ROOT --nproc 2 -- train.py --lr 0.1`` arrives as ``command = ["--nproc",
+    "2", "--", "train.py", "--lr", "0.1"]``: the part before ``--`` is parsed
+    into ``args``, the part after is returned.
+    """
+    command = list(args.command)
+    if "--" in command:
+        cut = command.index("--")
+        own, command = command[:cut], command[cut + 1:]
+        parser = argparse.ArgumentParser(prog="pyg-dist launch", add_help=False)
+        _add_options(parser, defaults=False)
+        extra = parser.parse_args(own)
+        if "serve_arg" in vars(extra):
+            extra.serve_arg = list(args.serve_arg) + extra.serve_arg
+        vars(args).update(vars(extra))
+    return command
 
 
 def torchrun_command(nproc: int, command: list[str]) -> list[str]:
@@ -60,9 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from pyg_dist.cluster import LocalCluster
     from pyg_dist.errors import PygDistError
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = split_command(args)
     if not command:
         raise PygDistError("no script given: pyg-dist launch ROOT --nproc N -- SCRIPT [ARGS]")
     if args.nproc < 1:
