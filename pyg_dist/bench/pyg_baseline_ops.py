@@ -333,7 +333,7 @@ def install_pyg_lib_standins() -> list[str]:
     if not missing:
         return []
     if _LIBRARY is None:
-        _LIBRARY = torch.library.Library("pyg", "FRAGMENT")  # noqa: TOR901
+        _LIBRARY = torch.library.Library("pyg", "FRAGMENT")
     for name in missing:
         _LIBRARY.define(_SCHEMAS[name])
         # CompositeImplicitAutograd: one Python kernel for every backend, and
