@@ -8,7 +8,8 @@ starts one ``pyg-dist serve`` process per part of ``ROOT`` on 127.0.0.1
 script with ``PYG_DIST_SERVERS`` (comma-separated endpoints, ordered by part)
 in its environment, so that ``pyg_dist.connect()`` needs no arguments.
 Servers and trainers are stopped when the script exits, on an error, and on
-Ctrl-C; the exit code is the script's.
+Ctrl-C. The exit code is torchrun's: 0 when every rank succeeded, 1 when one
+failed (torchrun does not pass a rank's own code on), 130 after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def torchrun_command(nproc: int, command: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs ``pyg-dist launch``; returns the script's exit code."""
+    """Runs ``pyg-dist launch``; returns torchrun's exit code."""
     from pyg_dist.cluster import LocalCluster
     from pyg_dist.errors import PygDistError
 
