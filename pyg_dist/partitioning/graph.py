@@ -122,10 +122,12 @@ def symmetric_csr(edge_index: Tensor, num_nodes: int, *, max_degree: Optional[in
         np.multiply(b, n, out=bwd)
         bwd += a
     keys.sort()
-    keys = keys[:_compact(keys, n)]
+    # resize() shrinks the buffer in place (realloc), so the memory of
+    # dropped duplicates is returned before METIS runs; a slice would keep it.
+    keys.resize(_compact(keys, n), refcheck=False)
     xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n)
     if max_degree is not None:
-        keys = keys[:_thin(keys, n, np.diff(xadj), max_degree, seed)]
+        keys.resize(_thin(keys, n, np.diff(xadj), max_degree, seed), refcheck=False)
         xadj = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * n)
     for s in range(0, keys.shape[0], _CHUNK):
         block = keys[s:s + _CHUNK]
