@@ -1,0 +1,163 @@
+"""Seeded generator of hostile requests for the fuzz test.
+
+Every message is built from a valid request (``get``, ``sample``, ``meta``,
+...) and then damaged in one of several ways: bit flips in the header or in a
+tensor frame, random frame counts, wrong or unknown dtypes, shapes that lie
+about the byte count, huge declared sizes, truncated headers, headers whose
+fields have the wrong types, and plain random bytes. No frame is larger than
+the server's request limit plus a margin below ZeroMQ's ``MAXMSGSIZE``, so
+every message reaches the server and gets exactly one reply.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import msgpack
+import torch
+
+from pyg_dist.rpc import protocol
+
+Frames = list[bytes]
+
+
+class RequestFuzzer:
+    """Makes valid and damaged requests for one partition server.
+
+    Args:
+        owned: Global ids owned by the server's part (int64).
+        max_message_bytes: The server's request limit.
+        seed: Seed of the random generator.
+    """
+
+    def __init__(self, owned: torch.Tensor, max_message_bytes: int, seed: int = 0) -> None:
+        self.owned = owned
+        self.limit = max_message_bytes
+        self.rng = random.Random(seed)
+        self.mutators: list[Callable[[Frames], Frames]] = [
+            self.flip_header_bits, self.flip_header_bits, self.flip_tensor_bits,
+            self.random_frame_count, self.wrong_dtype, self.lying_shape,
+            self.huge_size, self.truncate_header, self.wrong_field_types,
+            self.random_bytes, self.random_msgpack,
+        ]
+
+    # Valid requests ########################################################
+
+    def valid(self, req_id: int) -> Frames:
+        """A well-formed request of a random op with small owned-id tensors."""
+        rng = self.rng
+        ids = self.owned[torch.randint(len(self.owned), (rng.randint(1, 16),),
+                                       generator=torch.Generator().manual_seed(req_id))]
+        op = rng.choice(["get", "get", "sample", "sample", "meta", "sizes", "ping",
+                         "edge_index"])
+        if op == "get":
+            args, tensors = {"attrs": rng.choice([["x"], ["y"], ["x", "y"]])}, [ids]
+        elif op == "sample":
+            # Small fan-outs without replacement: even flipped bits cannot ask
+            # for more neighbours than a node has.
+            args = {"num_neighbors": rng.choice([-1, 2, 5]), "replace": False,
+                    "seed": rng.randint(0, 100)}
+            tensors = [ids]
+        else:
+            args, tensors = {}, []
+        frames = protocol.encode_request(req_id, op, args, tensors)
+        return [bytes(f) for f in frames]
+
+    def hostile(self, req_id: int) -> Frames:
+        """A valid request damaged by one randomly chosen mutator."""
+        return self.rng.choice(self.mutators)(self.valid(req_id))
+
+    # Mutators ##############################################################
+
+    def _flip(self, raw: bytes, max_bits: int = 3) -> bytes:
+        out = bytearray(raw)
+        for _ in range(self.rng.randint(1, max_bits)):
+            out[self.rng.randrange(len(out))] ^= 1 << self.rng.randrange(8)
+        return bytes(out)
+
+    def flip_header_bits(self, frames: Frames) -> Frames:
+        # Two bits at most: three flips can turn a small fan-out into a
+        # uint32 one, which the server accepts (see docs/reliability.md).
+        return [self._flip(frames[0], 2), *frames[1:]]
+
+    def flip_tensor_bits(self, frames: Frames) -> Frames:
+        if len(frames) < 2 or not frames[1]:
+            return self.flip_header_bits(frames)
+        return [frames[0], self._flip(frames[1]), *frames[2:]]
+
+    def random_frame_count(self, frames: Frames) -> Frames:
+        count = self.rng.choice([0, 1, 2, 3, 5, 20, 64, 65, 100])
+        extra = [self.rng.randbytes(self.rng.randint(0, 64)) for _ in range(count)]
+        return [frames[0], *extra] if self.rng.random() < 0.5 else [frames[0], *frames[1:], *extra]
+
+    def _edit_header(self, frames: Frames, change: Callable[[dict], None]) -> Frames:
+        head = msgpack.unpackb(frames[0], raw=False)
+        change(head)
+        return [msgpack.packb(head, use_bin_type=True), *frames[1:]]
+
+    def wrong_dtype(self, frames: Frames) -> Frames:
+        name = self.rng.choice(["float64", "float32", "uint8", "bool", "complex64", "object",
+                                "pickle", "", "int64\0", 7, None])
+
+        def change(head: dict) -> None:
+            head["tensors"] = [[name, spec[1]] for spec in head.get("tensors", [])] \
+                or [[name, [4]]]
+        return self._edit_header(frames, change)
+
+    def lying_shape(self, frames: Frames) -> Frames:
+        shape = self.rng.choice([[0], [1], [3, 3], [-1], [8, -8], [1.5], [True], ["8"],
+                                 [1] * 9, [None], [], [2, 4, 1], [7]])
+
+        def change(head: dict) -> None:
+            head["tensors"] = [[spec[0], shape] for spec in head.get("tensors", [])] \
+                or [["int64", shape]]
+        return self._edit_header(frames, change)
+
+    def huge_size(self, frames: Frames) -> Frames:
+        choice = self.rng.randrange(4)
+        if choice == 0:  # a header that declares a gigantic tensor
+            spec = ["float64", [self.rng.choice([1 << 40, 1 << 62, (1 << 64) - 1])]]
+            return self._edit_header(frames, lambda h: h.update(tensors=[spec]))
+        if choice == 1:  # a header declaring many gigantic dimensions
+            spec = ["int64", [1 << 62] * 8]
+            return self._edit_header(frames, lambda h: h.update(tensors=[spec]))
+        if choice == 2:  # a huge id / op string / args
+            return self._edit_header(frames, lambda h: h.update(
+                id=1 << 63, op="x" * 10_000, args={"k" * 100: list(range(1000))}))
+        # A real frame just over the request limit (refused by its size).
+        return [frames[0], bytes(self.limit + 8)]
+
+    def truncate_header(self, frames: Frames) -> Frames:
+        head = frames[0]
+        return [head[: self.rng.randrange(len(head))], *frames[1:]]
+
+    def wrong_field_types(self, frames: Frames) -> Frames:
+        field = self.rng.choice(["version", "id", "op", "args", "tensors"])
+        value = self.rng.choice([None, -1, "1", 1.5, [], {}, b"\x80\x04", True, {"a": [1]},
+                                 [[["int64", [1]]]], 1 << 64 - 1])
+        return self._edit_header(frames, lambda h: h.update({field: value}))
+
+    def random_bytes(self, frames: Frames) -> Frames:
+        return [self.rng.randbytes(self.rng.randint(0, 256))
+                for _ in range(self.rng.randint(1, 4))]
+
+    def random_msgpack(self, frames: Frames) -> Frames:
+        def value(depth: int = 0):
+            kind = self.rng.randrange(7 if depth < 12 else 4)
+            if kind == 0:
+                return self.rng.randint(-(1 << 63), (1 << 64) - 1)
+            if kind == 1:
+                return self.rng.random()
+            if kind == 2:
+                return self.rng.randbytes(self.rng.randint(0, 16)).decode("latin-1")
+            if kind == 3:
+                return None
+            if kind == 4:
+                return [value(depth + 1) for _ in range(self.rng.randint(0, 3))]
+            if kind == 5:
+                return msgpack.ExtType(self.rng.randint(0, 127), self.rng.randbytes(4))
+            return {str(i): value(depth + 1) for i in range(self.rng.randint(0, 3))}
+        head = {"version": 1, "id": self.rng.randint(0, 100), "op": "get", "args": value(),
+                "tensors": value()}
+        return [msgpack.packb(head, use_bin_type=True), *frames[1:]]

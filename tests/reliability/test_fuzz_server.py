@@ -1,0 +1,101 @@
+"""10,000+ random and damaged requests against one live ``pyg-dist serve``
+process from a bare DEALER socket, many in flight at once.
+
+Every request gets exactly one reply (an error for the damaged ones), the
+process stays up, its memory does not grow without bound, and a valid
+request afterwards is answered correctly. Figures (requests, rate, RSS) are
+printed; run with ``-s`` to see them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+import psutil
+import pytest
+import torch
+from fuzzing import RequestFuzzer
+from support.rawzmq import RawDealer
+from support.servers import serve_part
+
+from pyg_dist.partitioning import PartitionReader
+from pyg_dist.rpc import RpcClient, RpcConfig
+
+NUM_REQUESTS = 10_000
+WINDOW = 128  # requests in flight at once
+LIMIT = 1 << 20  # --max-message-bytes of the fuzzed server
+# Generous: the allocator may keep some freed memory; unbounded growth from
+# 10k requests (e.g. buffered garbage) would show up far above this.
+MAX_RSS_GROWTH = 150 << 20
+# Safety net, not part of the assertion: an accidental huge allocation
+# becomes an error reply instead of swapping the machine.
+ADDRESS_SPACE_LIMIT = 12 << 30
+
+
+def _rss(pid: int) -> int:
+    return psutil.Process(pid).memory_info().rss
+
+
+def _pump(dealer: RawDealer, messages, window: int) -> dict[str, int]:
+    """Sends every message, keeping ``window`` in flight; counts replies."""
+    sent = received = ok = 0
+
+    def take() -> None:
+        nonlocal received, ok
+        head = msgpack.unpackb(dealer.sock.recv_multipart()[0], raw=False)
+        received += 1
+        ok += head.get("status") == "ok"
+
+    for frames in messages:
+        if sent - received >= window:
+            take()
+        dealer.send(frames)
+        sent += 1
+    while received < sent:
+        take()
+    return {"sent": sent, "received": received, "ok": ok}
+
+
+def _check_serves_correctly(endpoint: str, data, owned: torch.Tensor) -> None:
+    ids = owned[[0, 5, 3, 5]]
+    with RpcClient([endpoint], RpcConfig(timeout=30)) as client:
+        reply = client.call(0, "get", {"attrs": ["x", "y"]}, [ids])
+        assert torch.equal(reply.tensors[0], data.x[ids])
+        assert torch.equal(reply.tensors[1], data.y[ids])
+        counts, nbrs, eids = client.call(0, "sample", {"num_neighbors": -1}, [ids]).tensors
+        for i, node in enumerate(ids.tolist()):
+            want = torch.sort(data.edge_index[0, data.edge_index[1] == node]).values
+            got = nbrs[int(counts[:i].sum()):int(counts[:i + 1].sum())]
+            assert torch.equal(torch.sort(got).values, want)
+        assert torch.equal(data.edge_index[1, eids], ids.repeat_interleave(counts))
+
+
+@pytest.mark.timeout(240)
+def test_ten_thousand_hostile_requests_leave_the_server_serving(cora2_root, cora_data):
+    owned = PartitionReader(cora2_root).load_part(0).node_ids
+    args = ["--workers", "2", "--max-message-bytes", str(LIMIT)]
+    with serve_part(cora2_root, 0, serve_args=args) as (proc, endpoint):
+        psutil.Process(proc.pid).rlimit(psutil.RLIMIT_AS,
+                                        (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+        fuzzer = RequestFuzzer(owned, LIMIT, seed=2026)
+        with RawDealer(endpoint, timeout=60) as dealer:
+            # Warm-up with valid requests, so the baseline includes the
+            # allocator's and the workers' steady state.
+            warm = _pump(dealer, (fuzzer.valid(i) for i in range(2000)), WINDOW)
+            assert warm["ok"] == warm["sent"]
+            before = _rss(proc.pid)
+            start = time.monotonic()
+            counts = _pump(dealer, (fuzzer.hostile(i) for i in range(NUM_REQUESTS)), WINDOW)
+            seconds = time.monotonic() - start
+            after = _rss(proc.pid)
+        print(f"\nfuzz: {counts['sent']} hostile requests in {seconds:.1f}s "
+              f"({counts['sent'] / seconds:.0f}/s, {WINDOW} in flight), "
+              f"{counts['received']} replies, {counts['ok']} of them 'ok'; server RSS "
+              f"{before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB after")
+        assert counts["sent"] >= 10_000
+        assert counts["received"] == counts["sent"]  # one reply each, none lost
+        assert counts["ok"] < counts["sent"] // 2  # the damage was mostly refused
+        assert proc.poll() is None
+        assert after - before < MAX_RSS_GROWTH
+        _check_serves_correctly(endpoint, cora_data, owned)

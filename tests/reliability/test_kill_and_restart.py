@@ -1,0 +1,102 @@
+"""A partition server killed in the middle of an epoch (SIGKILL): the
+training loop gets a typed error naming that server within the deadline
+(plus one second), nothing hangs and no process or thread is left behind.
+The same server restarted on the same address serves the next epoch of the
+same loader, without restarting the trainer, and its batches are correct.
+
+Time to error is printed (``-s`` shows it); the only timed assertion is the
+bound the issue asks for: deadline + 1 s.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+from reliability_checks import assert_batch_matches_graph
+from support.servers import serve_part, serve_parts
+
+from pyg_dist.errors import RpcError, RpcTimeoutError
+from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
+from pyg_dist.rpc import RpcConfig
+from pyg_dist.store.connect import connect
+
+DEADLINE = 2.0  # RpcConfig.timeout of the trainer in these tests
+KILL_AFTER = 3  # batches taken before the kill
+
+
+def _serve_children() -> list[psutil.Process]:
+    """Live ``pyg_dist serve`` processes started by this test process."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "serve" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+class DeadlineMissed(AssertionError):
+    """The typed error came later than the deadline plus one second."""
+
+
+def _prefetch_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("pyg-dist-prefetch")]
+
+
+# With prefetch the pipeline starts one more batch right before it raises the
+# head's error, then waits for it (one more full deadline): see the fix in
+# docs/reliability.md, "Known gaps". Only the timing fails (raises= pins it).
+PREFETCH_SLOW = pytest.mark.xfail(
+    strict=True, raises=DeadlineMissed,
+    reason="PrefetchPipeline starts a new batch after the head failed and waits for it "
+           "before raising: error after ~2x the deadline (loader/prefetch.py)")
+
+
+@pytest.mark.parametrize("prefetch", [0, pytest.param(4, marks=PREFETCH_SLOW)],
+                         ids=["prefetch0", "prefetch4"])
+def test_sigkill_mid_epoch_raises_typed_error_then_restart_serves_next_epoch(
+        cora2_root, cora_data, edge_keys, prefetch):
+    config = RpcConfig(timeout=DEADLINE, connect_timeout=30.0)
+    with serve_parts(cora2_root) as cluster:
+        victim, address = cluster.processes[1], cluster.endpoints[1]
+        fs, gs = connect(cluster.endpoints, config)
+        try:
+            loader = DistNeighborLoader((fs, gs), num_neighbors=[5, 5], batch_size=64,
+                                        shuffle=True, seed=7, prefetch=prefetch)
+            batches = iter(loader)
+            for _ in range(KILL_AFTER):
+                assert_batch_matches_graph(next(batches), cora_data, edge_keys)
+            victim.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            with pytest.raises(RpcError) as info:
+                for _ in batches:
+                    pass
+            elapsed = time.monotonic() - killed_at
+            print(f"\nprefetch={prefetch}: typed error {type(info.value).__name__} "
+                  f"{elapsed:.3f}s after SIGKILL (deadline {DEADLINE}s)")
+            assert isinstance(info.value, RpcTimeoutError)
+            assert info.value.address == address and address in str(info.value)
+            assert victim.wait(timeout=10) == -signal.SIGKILL
+            assert not psutil.pid_exists(victim.pid)
+            assert _prefetch_threads() == []
+
+            # Same address, fresh process; the trainer keeps its stores.
+            with serve_part(cora2_root, 1, serve_args=["--bind", address]) as (_, again):
+                assert again == address
+                seen = 0
+                for batch in loader:
+                    assert_batch_matches_graph(batch, cora_data, edge_keys)
+                    seen += batch.batch_size
+                assert seen == cora_data.num_nodes
+        finally:
+            fs.close()
+    assert _serve_children() == []
+    assert _prefetch_threads() == []
+    if elapsed > DEADLINE + 1.0:
+        raise DeadlineMissed(f"typed error {elapsed:.3f}s after the kill; the deadline "
+                             f"is {DEADLINE}s (+1s allowed)")
