@@ -36,10 +36,21 @@ def segment_arange(counts: Tensor) -> Tensor:
     return flat - torch.repeat_interleave(starts, counts, output_size=total)
 
 
-def _all_positions(start: Tensor, deg: Tensor) -> Tensor:
-    """Every CSC position of every seed, seed by seed, in CSC order."""
+def _expand(start: Tensor, deg: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Every CSC position of every seed, seed by seed, in CSC order.
+
+    Returns ``(positions, segment, offset)``: the CSC position of every
+    entry, the index of its seed, and its offset within the seed's segment.
+    """
     total = int(deg.sum())
-    return torch.repeat_interleave(start, deg, output_size=total) + segment_arange(deg)
+    segment = torch.repeat_interleave(
+        torch.arange(deg.numel(), device=deg.device), deg, output_size=total)
+    offset = torch.arange(total, device=deg.device) - (torch.cumsum(deg, 0) - deg)[segment]
+    return start[segment] + offset, segment, offset
+
+
+def _all_positions(start: Tensor, deg: Tensor) -> Tensor:
+    return _expand(start, deg)[0]
 
 
 def _with_replacement(start: Tensor, deg: Tensor, k: int,
@@ -57,30 +68,18 @@ def _with_replacement(start: Tensor, deg: Tensor, k: int,
 
 def _without_replacement(start: Tensor, deg: Tensor, k: int,
                          generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
-    counts = torch.clamp(deg, max=k)
-    # Only seeds with more entries than k need a random choice.
-    big = deg > k
-    small_pos = _all_positions(start[~big], deg[~big])
-    big_start, big_deg = start[big], deg[big]
-    candidates = _all_positions(big_start, big_deg)
-    segment = torch.repeat_interleave(
-        torch.arange(big_deg.numel(), device=deg.device), big_deg, output_size=candidates.numel())
+    # One sort over every candidate entry: few kernel launches, which is
+    # what small batches pay for, and still O(E log E) for big ones.
+    positions, segment, offset = _expand(start, deg)
     # key = segment + u/2 in [segment, segment + 0.5): sorting keeps segments
-    # apart (no rounding can reach the next one) and shuffles inside each.
-    key = segment.double() + 0.5 * torch.rand(candidates.numel(), dtype=torch.float64,
-                                              device=deg.device, generator=generator)
+    # apart and in order (no rounding reaches the next one) and shuffles
+    # inside each; the first k of every segment are a uniform k-subset.
+    key = torch.rand(positions.numel(), dtype=torch.float64, device=deg.device,
+                     generator=generator).mul_(0.5).add_(segment)
     order = torch.argsort(key)
-    keep = segment_arange(big_deg) < k  # rank within the sorted segment
-    big_pos = candidates[order][keep]
-    # Interleave the two groups back into seed order.
-    positions = torch.empty(int(counts.sum()), dtype=torch.long, device=deg.device)
-    out_start = torch.cumsum(counts, 0) - counts
-    slot = torch.repeat_interleave(out_start, counts, output_size=positions.numel()) \
-        + segment_arange(counts)
-    is_big = torch.repeat_interleave(big, counts, output_size=positions.numel())
-    positions[slot[~is_big]] = small_pos
-    positions[slot[is_big]] = big_pos
-    return counts, positions
+    # Segments keep their place and length, so rank-in-segment after the
+    # sort is the same ``offset`` array as before it.
+    return torch.clamp(deg, max=k), positions[order][offset < k]
 
 
 def sample_neighbors(colptr: Tensor, seeds: Tensor, num_neighbors: int,
@@ -92,8 +91,9 @@ def sample_neighbors(colptr: Tensor, seeds: Tensor, num_neighbors: int,
         colptr: int64 CSC column pointer of length ``num_columns + 1``.
         seeds: int64 local column indices in ``[0, num_columns)``; repeats
             are allowed and sampled independently.
-        num_neighbors: Fan-out ``k``. ``-1`` takes every entry (in CSC order);
-            so does any ``k >= degree`` without replacement.
+        num_neighbors: Fan-out ``k``. ``-1`` takes every entry, in CSC order;
+            without replacement a seed with ``degree <= k`` gets all of its
+            entries too (in CSC order if that holds for every seed).
         replace: Draw ``k`` entries with replacement (a seed without entries
             gets none) instead of a ``min(degree, k)``-subset.
         generator: Random generator on ``colptr``'s device, for

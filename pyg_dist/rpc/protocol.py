@@ -122,9 +122,14 @@ def tensor_frame(tensor: Tensor) -> tuple[list[Any], memoryview]:
     if name is None:
         raise ProtocolError(
             f"dtype {tensor.dtype} cannot be sent; allowed: {sorted(DTYPES)}")
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    # uint8 view works for every dtype (bfloat16 has no numpy twin).
-    raw = memoryview(flat.view(torch.uint8).numpy())
+    if tensor.device.type == "cpu" and tensor.numel() and tensor.dtype != torch.bfloat16 \
+            and tensor.is_contiguous():
+        # Fast path (most frames): a byte view on the tensor's own memory.
+        raw = memoryview(tensor.detach().numpy()).cast("B")
+    else:
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        # A uint8 view works for every dtype (bfloat16 has no numpy twin).
+        raw = memoryview(flat.view(torch.uint8).numpy())
     return [name, list(tensor.shape)], raw
 
 
@@ -259,12 +264,13 @@ def _tensor(buf: memoryview, dtype: torch.dtype, shape: list[int]) -> Tensor:
         return torch.empty(shape, dtype=dtype)
     if buf.readonly:  # plain bytes (not a zmq frame): torch wants writable memory
         buf = memoryview(bytearray(buf))
-    tensor = torch.frombuffer(buf, dtype=torch.uint8)
+    tensor = torch.frombuffer(buf, dtype=dtype)
     # Frames may start at any byte offset inside libzmq's receive buffer;
-    # copy the rare misaligned one rather than hand out misaligned tensors.
+    # copy the rare misaligned one (bytearrays are malloc-aligned) rather
+    # than hand out misaligned tensors.
     if tensor.data_ptr() % dtype.itemsize:
-        tensor = tensor.clone()
-    return tensor.view(dtype).view(shape)
+        tensor = torch.frombuffer(bytearray(buf), dtype=dtype)
+    return tensor if len(shape) == 1 else tensor.view(shape)
 
 
 def _tensors(header: dict[str, Any], frames: Sequence[Any]) -> list[Tensor]:

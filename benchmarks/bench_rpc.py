@@ -1,0 +1,186 @@
+"""RPC throughput on loopback: pyg-dist's partition server against bare pyzmq.
+
+Not a test: it prints figures. Run::
+
+    .venv/bin/python benchmarks/bench_rpc.py            # full run, ~1-2 minutes
+    .venv/bin/python benchmarks/bench_rpc.py --quick    # fewer rows / seconds
+
+What is measured, each through a real server process on 127.0.0.1:
+
+* feature fetch: ``get`` of ``x`` (128 float32 per row) for 1k, 10k and 100k
+  random owned ids, in GB/s of returned feature bytes;
+* small sampling calls: ``sample`` of 16 seeds with fan-out 10, requests/s;
+* the transport ceiling: a bare pyzmq ROUTER in its own process answering
+  the same request with a precomputed reply of the same byte size (no gather,
+  no validation, no protocol), driven by a bare DEALER.
+
+Every figure is taken with ``--depth`` requests kept in flight by one client
+thread (1 = pure round-trip latency), and the ratio pyg-dist / bare printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import torch
+import zmq
+from torch_geometric.data import Data
+
+import pyg_dist
+from pyg_dist.cluster import LocalCluster
+from pyg_dist.rpc import RpcClient, RpcConfig
+
+FEATURES = 128
+
+
+def bare_server(reply_bytes: list[int]) -> None:
+    """Bare ROUTER: answers a request whose first frame is ``b"<i>"`` with the
+    precomputed payload ``i`` (zero-copy), echoing the request id frame."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.linger = 0
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    payloads = [memoryview(bytearray(n)) for n in reply_bytes]
+    print(f"ready tcp://127.0.0.1:{port}", flush=True)
+    try:
+        while True:
+            identity, which, *_ = sock.recv_multipart(copy=False)
+            sock.send_multipart([identity, which, payloads[int(which.bytes)]], copy=False)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def _pipelined(issue: Callable[[], object], wait: Callable[[object], None], depth: int,
+               seconds: float) -> tuple[int, float]:
+    """Keeps ``depth`` requests in flight for about ``seconds``; returns
+    (completed requests, elapsed seconds)."""
+    pending: collections.deque = collections.deque(issue() for _ in range(depth))
+    done, start = 0, time.perf_counter()
+    while True:
+        wait(pending.popleft())
+        done += 1
+        if time.perf_counter() - start < seconds:
+            pending.append(issue())
+        elif not pending:
+            return done, time.perf_counter() - start
+
+
+def bench_bare(endpoint: str, which: int, request_bytes: int, depth: int,
+               seconds: float) -> tuple[int, float]:
+    """Requests/s against the bare server, one DEALER, ``depth`` in flight."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(endpoint)
+    body = memoryview(bytearray(request_bytes))
+    tag = str(which).encode()
+    try:
+        def issue() -> None:
+            sock.send_multipart([tag, body], copy=request_bytes < 65536)
+
+        def wait(_: object) -> None:
+            sock.recv_multipart(copy=False)
+
+        _pipelined(issue, wait, depth, 0.3)  # warm-up
+        return _pipelined(issue, wait, depth, seconds)
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def bench_pyg(client: RpcClient, op: str, args: dict, ids: torch.Tensor, depth: int,
+              seconds: float) -> tuple[int, float]:
+    """Requests/s of ``op`` against the partition server."""
+    def issue():
+        return client.call_async(0, op, args, [ids])
+
+    def wait(future) -> None:
+        future.result(timeout=60)
+
+    _pipelined(issue, wait, depth, 0.3)
+    return _pipelined(issue, wait, depth, seconds)
+
+
+def build_dataset(root: str, num_nodes: int) -> None:
+    """A one-part random graph with 128 float32 features per node."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(num_nodes, FEATURES, generator=gen)
+    edge_index = torch.randint(0, num_nodes, (2, num_nodes * 10), generator=gen)
+    data = Data(x=x, y=torch.zeros(num_nodes, dtype=torch.long), edge_index=edge_index)
+    pyg_dist.partition(data, 1, root, partitioner="random")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller and shorter run")
+    parser.add_argument("--seconds", type=float, default=None, help="time per figure")
+    parser.add_argument("--depth", type=int, nargs="+", default=[1, 8],
+                        help="requests in flight (default: 1 8)")
+    parser.add_argument("--workers", type=int, default=4, help="server worker threads")
+    parser.add_argument("--bare-server", type=int, nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare_server is not None:
+        bare_server(args.bare_server)
+        return
+    seconds = args.seconds or (1.0 if args.quick else 3.0)
+    rows_list = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    num_nodes = max(rows_list) + 10_000
+    torch.set_num_threads(1)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "bench")
+        build_dataset(root, num_nodes)
+        sample_reply = 8 * (16 + 2 * 16 * 10)  # counts + neighbours + edge ids
+        payloads = [rows * FEATURES * 4 for rows in rows_list] + [sample_reply]
+        bare = subprocess.Popen([sys.executable, __file__, "--bare-server",
+                                 *map(str, payloads)], stdout=subprocess.PIPE, text=True)
+        try:
+            bare_endpoint = bare.stdout.readline().split()[1]
+            with LocalCluster(root, serve_args=["--workers", str(args.workers)]) as cluster, \
+                    RpcClient(cluster.endpoints, RpcConfig(timeout=60)) as client:
+                run_all(client, bare_endpoint, rows_list, num_nodes, args.depth, seconds)
+        finally:
+            bare.terminate()
+            bare.wait(10)
+
+
+def run_all(client: RpcClient, bare_endpoint: str, rows_list: list[int], num_nodes: int,
+            depths: list[int], seconds: float) -> None:
+    """Runs and prints every figure."""
+    gen = torch.Generator().manual_seed(1)
+    print(f"loopback, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"zmq {zmq.zmq_version()}, {seconds:g} s per figure")
+    print(f"{'workload':<30}{'depth':>6}{'pyg-dist':>14}{'bare zmq':>14}{'ratio':>8}")
+    for depth in depths:
+        for i, rows in enumerate(rows_list):
+            ids = torch.randperm(num_nodes, generator=gen)[:rows]
+            nbytes = rows * FEATURES * 4
+            n, dt = bench_pyg(client, "get", {"attrs": ["x"]}, ids, depth, seconds)
+            ours = n * nbytes / dt / 1e9
+            n, dt = bench_bare(bare_endpoint, i, ids.numel() * 8, depth, seconds)
+            ceiling = n * nbytes / dt / 1e9
+            label = f"get {rows} rows ({nbytes / 1e6:.1f} MB)"
+            print(f"{label:<30}{depth:>6}{ours:>10.2f}GB/s{ceiling:>10.2f}GB/s"
+                  f"{ours / ceiling:>8.2f}", flush=True)
+        seeds = torch.randperm(num_nodes, generator=gen)[:16]
+        args = {"num_neighbors": 10, "replace": False, "seed": 7}
+        n, dt = bench_pyg(client, "sample", args, seeds, depth, seconds)
+        ours = n / dt
+        n, dt = bench_bare(bare_endpoint, len(rows_list), 16 * 8, depth, seconds)
+        ceiling = n / dt
+        print(f"{'sample 16 seeds, fan-out 10':<30}{depth:>6}{ours:>11.0f}r/s"
+              f"{ceiling:>11.0f}r/s{ours / ceiling:>8.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
