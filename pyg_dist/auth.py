@@ -18,12 +18,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import zmq
 import zmq.auth
 
 from pyg_dist.errors import PygDistError
+
+if TYPE_CHECKING:  # imported lazily at run time: keeps ``pyg-dist keys`` light
+    from pyg_dist.rpc.config import RpcConfig
 
 
 class KeyFileError(PygDistError, ValueError):
@@ -89,3 +92,97 @@ def ephemeral_client_keys() -> CurveKeyPair:
     knows their public key (no authorised-keys directory)."""
     public, secret = zmq.curve_keypair()
     return CurveKeyPair(public=public, secret=secret)
+
+
+def client_config(server_key: str | os.PathLike, client_key: str | os.PathLike | None = None,
+                  *, base: Optional[RpcConfig] = None) -> RpcConfig:
+    """An :class:`~pyg_dist.rpc.config.RpcConfig` that talks CURVE to a server.
+
+    ``fs, gs = pyg_dist.connect(addresses, client_config("server.key",
+    "trainer.key_secret"))`` is all a trainer needs.
+
+    Args:
+        server_key: The server's public ``.key`` file (its ``.key_secret``
+            works too; only the public half is used).
+        client_key: This client's ``.key_secret`` file, needed when the
+            server admits only authorised clients. ``None`` uses a fresh
+            key pair, enough for a server without an authorised-keys
+            directory.
+        base: Deadlines and limits to start from; the defaults plus the
+            environment (:func:`~pyg_dist.rpc.config.default_config`) if
+            ``None``.
+
+    Raises:
+        KeyFileError: if a key file is missing or of the wrong kind.
+    """
+    from pyg_dist.rpc.config import default_config
+
+    server = load_keys(server_key)
+    client = load_keys(client_key, need_secret=True) if client_key is not None \
+        else ephemeral_client_keys()
+    return (base or default_config()).replace(
+        server_public_key=server.public.decode(),
+        client_public_key=client.public.decode(),
+        client_secret_key=client.secret.decode())  # type: ignore[union-attr]
+
+
+def server_config(secret_key: str | os.PathLike,
+                  authorized_keys: str | os.PathLike | None = None, *,
+                  base: Optional[RpcConfig] = None) -> RpcConfig:
+    """An :class:`~pyg_dist.rpc.config.RpcConfig` that serves with CURVE.
+
+    The in-process twin of ``pyg-dist serve --curve-secret-key FILE
+    --curve-authorized-keys DIR``.
+
+    Args:
+        secret_key: The server's ``.key_secret`` file.
+        authorized_keys: A directory of client public ``.key`` files; only
+            those clients are admitted. ``None`` admits any client that
+            knows the server's public key.
+        base: Deadlines and limits to start from (defaults plus environment
+            if ``None``).
+
+    Raises:
+        KeyFileError: if the key file is missing or holds no secret key, or
+            the directory does not exist.
+    """
+    from pyg_dist.rpc.config import default_config
+
+    keys = load_keys(secret_key, need_secret=True)
+    directory = None
+    if authorized_keys is not None:
+        if not Path(authorized_keys).is_dir():
+            raise KeyFileError(f"authorised keys directory {authorized_keys} does not "
+                               f"exist; create it and copy the clients' public .key files "
+                               f"into it")
+        directory = str(authorized_keys)
+    return (base or default_config()).replace(
+        server_secret_key=keys.secret.decode(),  # type: ignore[union-attr]
+        server_public_key=keys.public.decode(), authorized_keys_dir=directory)
+
+
+def client_env(server_key: str | os.PathLike,
+               client_key: str | os.PathLike | None = None) -> dict[str, str]:
+    """Environment variables that make every trainer process talk CURVE.
+
+    ``pyg_dist.connect()`` builds its configuration from the environment
+    when given none, so exporting these before ``pyg-dist launch`` (or
+    ``torchrun``) turns CURVE on without touching the training script.
+
+    Args:
+        server_key: The server's public ``.key`` file.
+        client_key: This client's ``.key_secret`` file, or ``None`` for a
+            fresh key pair per process.
+
+    Returns:
+        ``{"PYG_DIST_SERVER_PUBLIC_KEY": ..., ...}`` (Z85 key text).
+    """
+    from pyg_dist.rpc.config import ENV_VARS
+
+    server = load_keys(server_key)
+    env = {ENV_VARS["server_public_key"]: server.public.decode()}
+    if client_key is not None:
+        client = load_keys(client_key, need_secret=True)
+        env[ENV_VARS["client_public_key"]] = client.public.decode()
+        env[ENV_VARS["client_secret_key"]] = client.secret.decode()  # type: ignore[union-attr]
+    return env

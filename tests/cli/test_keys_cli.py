@@ -42,3 +42,31 @@ def test_public_file_is_not_a_secret(tmp_path):
         load_keys(tmp_path / "server.key", need_secret=True)
     with pytest.raises(KeyFileError, match="cannot read"):
         load_keys(tmp_path / "missing.key")
+
+
+def test_config_helpers_load_key_files(tmp_path):
+    from pyg_dist.auth import client_config, client_env, generate_keys, server_config
+    from pyg_dist.rpc import RpcConfig
+
+    generate_keys(tmp_path, "server")
+    generate_keys(tmp_path, "trainer")
+    server = load_keys(tmp_path / "server.key_secret")
+    trainer = load_keys(tmp_path / "trainer.key_secret")
+    cfg = client_config(tmp_path / "server.key", tmp_path / "trainer.key_secret",
+                        base=RpcConfig(timeout=3.0))
+    assert cfg.timeout == 3.0 and cfg.curve_client and not cfg.curve_server
+    assert cfg.server_public_key == server.public.decode()
+    assert cfg.client_secret_key == trainer.secret.decode()
+    ephemeral = client_config(tmp_path / "server.key")
+    assert ephemeral.client_secret_key not in (None, trainer.secret.decode())
+    srv = server_config(tmp_path / "server.key_secret", tmp_path)
+    assert srv.curve_server and srv.server_public_key == server.public.decode()
+    assert srv.authorized_keys_dir == str(tmp_path)
+    env = client_env(tmp_path / "server.key", tmp_path / "trainer.key_secret")
+    assert RpcConfig.from_env(env).client_public_key == trainer.public.decode()
+    with pytest.raises(KeyFileError, match="only a public key"):
+        client_config(tmp_path / "server.key", tmp_path / "trainer.key")
+    with pytest.raises(KeyFileError, match="only a public key"):
+        server_config(tmp_path / "server.key")
+    with pytest.raises(KeyFileError, match="does not exist"):
+        server_config(tmp_path / "server.key_secret", tmp_path / "nowhere")
