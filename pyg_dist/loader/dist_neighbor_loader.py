@@ -136,7 +136,7 @@ class DistNeighborLoader(NodeLoader):
             neighbor_sampler = DistNeighborSampler(
                 (fs, gs), num_neighbors=num_neighbors, replace=replace,
                 subgraph_type=subgraph_type, disjoint=disjoint, seed=seed, timeout=timeout)
-        nodes = _input_ids(input_nodes, gs.num_nodes)
+        nodes, input_id = _input_ids(input_nodes, gs.num_nodes)
         self.prefetch = prefetch
         self.device = device
         self.rank, self.world_size = ddp_layout(rank, world_size)
@@ -149,7 +149,7 @@ class DistNeighborLoader(NodeLoader):
             kwargs["sampler"] = self._rank_sampler
         super().__init__(data=(fs, gs), node_sampler=neighbor_sampler, input_nodes=nodes,
                          transform=transform, transform_sampler_output=transform_sampler_output,
-                         filter_per_worker=filter_per_worker, **kwargs)
+                         filter_per_worker=filter_per_worker, input_id=input_id, **kwargs)
 
     # Iteration: one seam ####################################################
 
@@ -242,8 +242,10 @@ def _check_data(data: Any) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
     return data[0], data[1]
 
 
-def _input_ids(input_nodes: Any, num_nodes: int) -> Tensor:
-    """Global int64 ids of ``input_nodes`` (ids, mask, ``(None, ids)`` or ``None``)."""
+def _input_ids(input_nodes: Any, num_nodes: int) -> tuple[Tensor, Optional[Tensor]]:
+    """Global int64 ids of ``input_nodes`` (ids, mask, ``(None, ids)`` or ``None``),
+    and the ``input_id`` PyG reports for them: the node ids themselves for a
+    mask, the positions in the input (``None``) otherwise."""
     if isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 \
             and (input_nodes[0] is None or isinstance(input_nodes[0], str)):
         if input_nodes[0] is not None:
@@ -253,14 +255,15 @@ def _input_ids(input_nodes: Any, num_nodes: int) -> Tensor:
     if isinstance(input_nodes, str):
         raise LoaderError("node-typed input_nodes (heterogeneous graphs) are not supported yet")
     if input_nodes is None:
-        return torch.arange(num_nodes)
+        return torch.arange(num_nodes), None
     if not isinstance(input_nodes, Tensor):
         input_nodes = torch.as_tensor(input_nodes)
     if input_nodes.dtype == torch.bool:
         if input_nodes.numel() != num_nodes:
             raise LoaderError(f"a boolean input_nodes mask needs one entry per node "
                               f"({num_nodes}), got {input_nodes.numel()}")
-        return input_nodes.nonzero().view(-1)
+        ids = input_nodes.nonzero().view(-1)
+        return ids, ids
     if input_nodes.is_floating_point() or input_nodes.dim() != 1:
         raise LoaderError(f"input_nodes must be 1-D integer ids or a boolean mask, got dtype "
                           f"{input_nodes.dtype} and shape {tuple(input_nodes.shape)}")
@@ -268,4 +271,4 @@ def _input_ids(input_nodes: Any, num_nodes: int) -> Tensor:
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
         raise LoaderError(f"input_nodes holds ids outside [0, {num_nodes}): min "
                           f"{int(ids.min())}, max {int(ids.max())}")
-    return ids
+    return ids, None

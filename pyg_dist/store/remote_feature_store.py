@@ -162,7 +162,7 @@ class RemoteFeatureStore(FeatureStore):
                 if tuple(tensor.shape) != expected:
                     raise StoreError(f"server {address} sent {name!r} of shape "
                                      f"{tuple(tensor.shape)}, expected {expected}")
-                out[answer.positions] = tensor.to(out.dtype)
+                out.index_copy_(0, answer.positions, tensor.to(out.dtype))
         return outs
 
     def __repr__(self) -> str:

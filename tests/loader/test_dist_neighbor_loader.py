@@ -25,8 +25,8 @@ def test_batches_carry_pyg_attributes(cora_data, cora_stores3):
         assert batch.x.shape == (batch.num_nodes, 1433) and batch.x.dtype == torch.float32
         assert torch.equal(batch.x, cora_data.x[batch.n_id])
         assert torch.equal(batch.y, cora_data.y[batch.n_id])
-        train_ids = cora_data.train_mask.nonzero().view(-1)
-        assert torch.equal(batch.n_id[:batch.batch_size], train_ids[batch.input_id])
+        # As in PyG, a mask's input_id holds the node ids themselves.
+        assert torch.equal(batch.n_id[:batch.batch_size], batch.input_id)
         sizes.append(batch.batch_size)
     assert sizes == [64, 64, 12]
 
