@@ -14,7 +14,7 @@ from pyg_dist.cli.partition import parse_options
 from pyg_dist.errors import InvalidPartitionArgumentError
 
 
-def test_partition_then_info_in_a_subprocess(tmp_path):
+def test_partition_in_a_subprocess(tmp_path):
     root = tmp_path / "cora"
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     done = subprocess.run(
@@ -29,10 +29,17 @@ def test_partition_then_info_in_a_subprocess(tmp_path):
         "distribution"], "options": {"balance_train": True, "balance_edges": False, "seed": 0,
                                      "ufactor": None, "recursive": None,
                                      "max_degree": None}}
-    info = subprocess.run([sys.executable, "-m", "pyg_dist", "info", str(root), "--verify"],
-                          capture_output=True, text=True, timeout=120, env=env)
-    assert info.returncode == 0, info.stderr
-    lines = info.stdout.splitlines()
+
+
+def test_info_prints_per_part_figures_and_totals(tmp_path, capsys):
+    root = tmp_path / "cora"
+    assert main(["partition", "pyg_dist.datasets:cora", str(root), "-n", "2",
+                 "--no-progress"]) == 0
+    meta = json.loads((root / "meta.json").read_text())
+    capsys.readouterr()
+    assert main(["info", str(root), "--verify"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["part", "nodes"])
     rows = [lines[header + 1].split(), lines[header + 2].split()]
     assert [r[0] for r in rows] == ["0", "1"]
@@ -41,8 +48,8 @@ def test_partition_then_info_in_a_subprocess(tmp_path):
     for row, part in zip(rows, meta["parts"]):
         assert int(row[3]) == part["stats"]["num_halo_nodes"]
         assert int(row[4]) == part["stats"]["num_cut_edges"]
-    assert f"edge cut: {meta['stats']['edge_cut']} of 10556" in info.stdout
-    assert "balance" in info.stdout and "checksums: all 5 files verified" in info.stdout
+    assert f"edge cut: {meta['stats']['edge_cut']} of 10556" in out
+    assert "balance" in out and "checksums: all 5 files verified" in out
 
 
 @pytest.mark.parametrize("argv, message", [
