@@ -57,6 +57,11 @@ def split_attributes(data: Any) -> GraphParts:
         raise InvalidPartitionArgumentError(
             f"partition() takes a homogeneous torch_geometric Data, got "
             f"{type(data).__name__}; HeteroData is not supported yet")
+    if data.edge_index is None and "adj_t" in data:
+        raise InvalidPartitionArgumentError(
+            "the graph holds its topology as adj_t; partition() reads edge_index: set "
+            "it first, e.g. row, col, _ = data.adj_t.t().coo(); "
+            "data.edge_index = torch.stack([row, col])")
     num_nodes = data.num_nodes
     if not num_nodes:
         raise InvalidPartitionArgumentError(

@@ -54,6 +54,13 @@ def test_edge_index_out_of_range(tmp_path):
     _assert_nothing_written(tmp_path)
 
 
+def test_sparse_adjacency_instead_of_edge_index(tmp_path):
+    data = Data(x=torch.zeros(3, 1), adj_t=torch.eye(3).to_sparse())
+    with pytest.raises(InvalidPartitionArgumentError, match="adj_t"):
+        pyg_dist.partition(data, 2, tmp_path / "ds", "random")
+    _assert_nothing_written(tmp_path)
+
+
 def test_not_a_data_object(tmp_path):
     with pytest.raises(InvalidPartitionArgumentError, match="Data"):
         pyg_dist.partition({"x": 1}, 2, tmp_path / "ds", "random")
