@@ -32,7 +32,6 @@ from pyg_dist.errors import (
     RemoteError,
     RpcError,
     RpcTimeoutError,
-    ServerUnavailableError,
     TransportError,
 )
 from pyg_dist.rpc import protocol
@@ -44,6 +43,7 @@ logger = logging.getLogger(__name__)
 # Extra time ``call`` waits beyond a deadline for the I/O thread itself.
 _GRACE = 5.0
 _MAX_POLL_MS = 1000
+_BACKLOG_POLL_MS = 10
 
 
 @dataclass
@@ -299,6 +299,7 @@ class RpcClient:
             for index, sock in enumerate(sockets):
                 if sock in events:
                     self._drain_replies(index, sock, state)
+            state.send_backlog(sockets)
             state.expire(self._endpoints)
 
     def _drain_commands(self, sockets: list[zmq.Socket], state: _IoState) -> bool:
@@ -314,16 +315,8 @@ class RpcClient:
             self._commands.clear()
             closing = self._closed
         for call in calls:
-            try:
-                sockets[call.server].send_multipart(call.frames, zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                _fail(call.future, ServerUnavailableError(
-                    f"cannot send {call.op!r} to {self._endpoints[call.server]}: its send "
-                    f"queue is full (server down or overloaded)",
-                    address=self._endpoints[call.server], op=call.op))
-                continue
-            call.frames = []  # let the tensors go as soon as libzmq has them
             state.add(call)
+            state.send(sockets[call.server], call)
         return closing
 
     def _drain_replies(self, index: int, sock: zmq.Socket, state: _IoState) -> None:
@@ -355,15 +348,35 @@ class RpcClient:
 
 
 class _IoState:
-    """Calls sent and awaiting a reply, with their deadlines (I/O thread only)."""
+    """Calls awaiting a reply, with their deadlines, and calls that could not
+    be sent yet (I/O thread only)."""
 
     def __init__(self) -> None:
         self.pending: dict[Optional[int], _Call] = {}
         self._deadlines: list[tuple[float, int]] = []
+        # Calls libzmq refused for now (no connection: a failed handshake, a
+        # full queue); re-tried every loop until they go or their deadline
+        # passes, so a call never fails earlier than its deadline.
+        self._backlog: list[_Call] = []
 
     def add(self, call: _Call) -> None:
         self.pending[call.req_id] = call
         heapq.heappush(self._deadlines, (call.deadline, call.req_id))
+
+    def send(self, sock: zmq.Socket, call: _Call) -> bool:
+        try:
+            sock.send_multipart(call.frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self._backlog.append(call)
+            return False
+        call.frames = []  # let the tensors go as soon as libzmq has them
+        return True
+
+    def send_backlog(self, sockets: list[zmq.Socket]) -> None:
+        backlog, self._backlog = self._backlog, []
+        for call in backlog:
+            if call.req_id in self.pending:  # not expired meanwhile
+                self.send(sockets[call.server], call)
 
     def poll_ms(self) -> int:
         while self._deadlines and self._deadlines[0][1] not in self.pending:
@@ -371,7 +384,8 @@ class _IoState:
         if not self._deadlines:
             return _MAX_POLL_MS
         left = self._deadlines[0][0] - time.monotonic()
-        return max(0, min(_MAX_POLL_MS, int(left * 1000) + 1))
+        limit = _BACKLOG_POLL_MS if self._backlog else _MAX_POLL_MS
+        return max(0, min(limit, int(left * 1000) + 1))
 
     def expire(self, endpoints: Sequence[str]) -> None:
         now = time.monotonic()
@@ -380,9 +394,11 @@ class _IoState:
             call = self.pending.pop(req_id, None)
             if call is not None:
                 address = endpoints[call.server]
+                unsent = " (it could not even be sent: no connection)" if call.frames else ""
                 _fail(call.future, RpcTimeoutError(
-                    f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s; "
-                    f"is the server running and reachable?", address=address, op=call.op))
+                    f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s"
+                    f"{unsent}; is the server running and reachable, and do the CURVE "
+                    f"keys match?", address=address, op=call.op))
 
 
 def _fail(future: futures.Future, exc: BaseException) -> None:
