@@ -30,6 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="worker threads serving requests (default: PYG_DIST_WORKERS or 4)")
     p.add_argument("--max-message-bytes", type=int, default=None,
                    help="largest request accepted, in bytes (default: 1 GiB)")
+    p.add_argument("--max-reply-bytes", type=int, default=None,
+                   help="largest reply an operation may produce, in bytes (default: 1 GiB)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the sha256 check of the partition files while loading")
     p.add_argument("--curve-secret-key", metavar="FILE", default=None,
@@ -50,6 +52,8 @@ def _config(args: argparse.Namespace):  # -> RpcConfig, imported lazily
         overrides["workers"] = args.workers
     if args.max_message_bytes is not None:
         overrides["max_message_bytes"] = args.max_message_bytes
+    if args.max_reply_bytes is not None:
+        overrides["max_reply_bytes"] = args.max_reply_bytes
     if args.curve_authorized_keys and not args.curve_secret_key:
         raise RpcError("--curve-authorized-keys needs --curve-secret-key")
     if args.curve_secret_key:

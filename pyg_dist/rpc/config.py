@@ -22,6 +22,8 @@ ENV_VARS = {
     "timeout": "PYG_DIST_TIMEOUT",
     "connect_timeout": "PYG_DIST_CONNECT_TIMEOUT",
     "max_message_bytes": "PYG_DIST_MAX_MESSAGE_BYTES",
+    "max_reply_bytes": "PYG_DIST_MAX_REPLY_BYTES",
+    "reply_hwm": "PYG_DIST_REPLY_HWM",
     "max_in_flight": "PYG_DIST_MAX_IN_FLIGHT",
     "workers": "PYG_DIST_WORKERS",
     "max_queued": "PYG_DIST_MAX_QUEUED",
@@ -49,6 +51,16 @@ class RpcConfig:
             together. A bigger request gets an error reply. ZeroMQ's own
             ``MAXMSGSIZE`` is set to twice this value, so a grossly oversized
             frame is dropped by libzmq before it is ever buffered in full.
+        max_reply_bytes: Largest reply a server's operations produce; a
+            request whose answer would be bigger (e.g. ``sample`` with a huge
+            fan-out, ``get`` of too many rows) is refused before anything is
+            allocated.
+        reply_hwm: Replies a server queues for one client that does not read
+            them; beyond it further replies to that client are dropped (its
+            calls time out) and logged, so server memory stays bounded by
+            about ``reply_hwm * max_reply_bytes`` per such client. Keep it at
+            least the clients' ``max_in_flight``: then a client that reads
+            never loses a reply, however bursty the server.
         max_in_flight: Most requests one client keeps outstanding; further
             callers block (up to their deadline) until a slot frees up.
         workers: Number of worker threads a server runs handlers on.
@@ -77,6 +89,8 @@ class RpcConfig:
     timeout: float = 30.0
     connect_timeout: float = 10.0
     max_message_bytes: int = 1 << 30
+    max_reply_bytes: int = 1 << 30
+    reply_hwm: int = 1024
     max_in_flight: int = 1024
     workers: int = 4
     max_queued: int = 4096
@@ -90,7 +104,8 @@ class RpcConfig:
     authorized_keys_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
-        positive = ("timeout", "connect_timeout", "max_message_bytes",
+        positive = ("timeout", "connect_timeout", "max_message_bytes", "max_reply_bytes",
+                    "reply_hwm",
                     "max_in_flight", "workers", "max_queued")
         for name in positive:
             if not getattr(self, name) > 0:

@@ -193,7 +193,12 @@ class RpcServer:
         # before buffering it; anything between the two limits gets a clear
         # error reply from decode_request instead.
         router.setsockopt(zmq.MAXMSGSIZE, 2 * self._config.max_message_bytes)
-        router.sndhwm = router.rcvhwm = 0  # back-pressure is the inbox's job
+        # Incoming: back-pressure is the inbox's job. Outgoing: a bounded
+        # queue per client; ROUTER_MANDATORY makes a full one visible
+        # (zmq.Again) instead of a silent drop, so it can be logged.
+        router.rcvhwm = 0
+        router.sndhwm = self._config.reply_hwm
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         if self._config.curve_server:
             router.curve_server = True
             router.curve_secretkey = self._config.server_secret_key.encode()
@@ -246,7 +251,7 @@ class RpcServer:
                         break
                     if len(msg) == 1:  # the stop poke
                         return
-                    router.send_multipart(msg, copy=False)
+                    self._send_reply(router, msg)
             if router in events:
                 while not self._inbox.full():
                     try:
@@ -254,6 +259,18 @@ class RpcServer:
                     except zmq.Again:
                         break
                     self._inbox.put_nowait(msg)
+
+    def _send_reply(self, router: zmq.Socket, msg: list[Any]) -> None:
+        try:
+            router.send_multipart(msg, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            logger.warning("%s: dropping a reply to a client that does not read its "
+                           "replies (%d queued already); its call will time out",
+                           self._name, self._config.reply_hwm)
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            logger.debug("%s: client gone before its reply was sent", self._name)
 
     # Workers #################################################################
 

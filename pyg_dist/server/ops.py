@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -23,7 +24,7 @@ from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_neighbors
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc.protocol import PROTOCOL_VERSION
+from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Handler
 from pyg_dist.store.local import local_rows
 
@@ -74,15 +75,18 @@ class PartitionOps:
         feature_store: PyG feature store indexed by local row.
         graph_store: PyG graph store giving CSC with global source ids,
             ``get_edge_ids(edge_type)`` and ``node_ids(node_type)``.
+        max_reply_bytes: Largest reply an operation may produce; bigger
+            answers are refused before they are computed.
     """
 
     def __init__(self, reader: PartitionReader, part: int, feature_store: FeatureStore,
-                 graph_store: GraphStore) -> None:
+                 graph_store: GraphStore, max_reply_bytes: int = 1 << 30) -> None:
         self.reader = reader
         self.part = part
         self.features = feature_store
         self.graph = graph_store
         self.num_nodes = reader.num_nodes
+        self.max_reply_bytes = int(max_reply_bytes)
         self._book = reader.book.to_tensor()
         self._csc: dict[Any, _Csc] = {}
         for attr in graph_store.get_all_edge_attrs():
@@ -125,6 +129,12 @@ class PartitionOps:
             raise StoreError(f"part {self.part} holds no edge type {edge_type!r}; it holds "
                              f"{list(self._csc)}")
         return csc
+
+    def _check_reply(self, nbytes: int, op: str, hint: str) -> None:
+        if nbytes > self.max_reply_bytes:
+            raise ProtocolError(
+                f"the answer to {op!r} would take {nbytes} bytes, over this server's reply "
+                f"limit of {self.max_reply_bytes} bytes (PYG_DIST_MAX_REPLY_BYTES); {hint}")
 
     def _specs(self, group: Optional[str]) -> dict[str, dict[str, Any]]:
         try:
@@ -171,6 +181,15 @@ class PartitionOps:
             raise ProtocolError(f"argument 'replace' must be a bool, got {replace!r}")
         seed = _int_arg(args, "seed", None, *_SEED_RANGE)
         rows = self._ids(tensors, csc.dst_ids)
+        deg = csc.colptr[rows + 1] - csc.colptr[rows]
+        if k == -1:
+            total = int(deg.sum())
+        elif replace:
+            total = k * int((deg > 0).sum())
+        else:
+            total = int(deg.clamp(max=k).sum())
+        self._check_reply(8 * (rows.numel() + 2 * total), "sample",
+                          "use a smaller fan-out or fewer seeds per request")
         generator = torch.Generator()
         if seed is None:
             generator.seed()
@@ -193,6 +212,9 @@ class PartitionOps:
             raise StoreError(f"unknown feature(s) {unknown} of node type {group!r}; this "
                              f"graph has {sorted(specs)}")
         rows = self._ids(tensors, self.graph.node_ids(group))
+        row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
+                        for a in attrs)
+        self._check_reply(rows.numel() * row_bytes, "get", "ask for fewer ids per request")
         out = [self.features.get_tensor(TensorAttr(group, name, rows)) for name in attrs]
         return {"attrs": attrs}, out
 
@@ -206,6 +228,8 @@ class PartitionOps:
         """The part's edges as tensors ``row`` (source), ``col`` (destination),
         ``edge_ids``, all global, in CSC order."""
         csc = self._csc_of(args)
+        self._check_reply(24 * csc.row.numel(), "edge_index",
+                          "raise the limit on the server for this graph")
         col = torch.repeat_interleave(csc.dst_ids, csc.colptr[1:] - csc.colptr[:-1],
                                       output_size=csc.row.numel())
         return {}, [csc.row, col, csc.edge_ids]

@@ -61,8 +61,8 @@ class PartitionServer:
         registry = registry or default_registry
         fs = registry.feature_store(feature_store)(self.reader, part, **store_options)
         gs = registry.graph_store(graph_store)(self.reader, part, **store_options)
-        self.ops = PartitionOps(self.reader, part, fs, gs)
         self.config = config or default_config()
+        self.ops = PartitionOps(self.reader, part, fs, gs, self.config.max_reply_bytes)
         self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}")
         logger.info("loaded part %d of %s (%s feature store, %s graph store)", part, root,
                     feature_store, graph_store)

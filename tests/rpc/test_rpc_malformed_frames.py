@@ -13,7 +13,7 @@ from support.handlers import HANDLERS
 from support.rawzmq import RawDealer, header
 
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.protocol import ErrorReply
+from pyg_dist.rpc.protocol import ErrorReply, encode_request
 
 LIMIT = 64 * 1024
 
@@ -99,3 +99,26 @@ def test_many_garbage_messages_interleaved_with_valid_ones(small_server):
             head_ids.add(head["id"])
         assert head_ids == {None}
         _assert_still_serving(dealer)
+
+
+def test_replies_to_a_client_that_does_not_read_are_dropped_not_hoarded(caplog):
+    config = RpcConfig(workers=2, reply_hwm=2, max_message_bytes=LIMIT)
+    with RpcServer(HANDLERS, config=config) as srv:
+        ctx = zmq.Context()
+        lazy = ctx.socket(zmq.DEALER)
+        lazy.linger = 0
+        lazy.rcvhwm = 1
+        lazy.setsockopt(zmq.RCVBUF, 4096)
+        try:
+            lazy.connect(srv.endpoint)
+            payload = torch.zeros(LIMIT // 8, dtype=torch.int64)  # 64 KiB echoed back
+            with caplog.at_level("WARNING", logger="pyg_dist.rpc.server"):
+                for i in range(200):
+                    lazy.send_multipart(encode_request(i, "echo", {}, [payload]))
+                with RawDealer(srv.endpoint) as other:
+                    for i in range(200):  # FIFO workers: the lazy requests are done
+                        assert not isinstance(other.call(10_000 + i, "echo"), ErrorReply)
+        finally:
+            lazy.close()
+            ctx.term()
+    assert any("does not read its replies" in r.getMessage() for r in caplog.records)

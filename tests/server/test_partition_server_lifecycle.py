@@ -13,6 +13,7 @@ from pyg_dist.errors import (
     InvalidPartitionArgumentError,
     PartitionFormatError,
     PluginNotFoundError,
+    RemoteError,
     RpcTimeoutError,
 )
 from pyg_dist.rpc import RpcClient, RpcConfig
@@ -66,3 +67,16 @@ def test_cli_with_a_missing_dataset_exits_with_an_error(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "ready" not in captured.out
     assert "meta.json" in captured.err
+
+
+def test_get_over_the_reply_limit_is_refused_and_smaller_ones_served(cora_root, cora_reader):
+    part = cora_reader.load_part(0)
+    row_bytes = 1433 * 4
+    config = RpcConfig(workers=1, max_reply_bytes=100 * row_bytes)
+    with PartitionServer(cora_root, 0, config=config) as server:
+        with RpcClient([server.endpoint]) as client:
+            with pytest.raises(RemoteError, match="reply limit") as info:
+                client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[:101]])
+            reply = client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[:100]])
+    assert info.value.remote_type == "ProtocolError"
+    assert reply.tensors[0].equal(part.node_features["x"][:100])

@@ -59,6 +59,10 @@ BAD_REQUESTS = {
     "unknown edge type": ("edge_index", {"edge_type": ["a", "b", "c"]}, lambda p: [],
                           "StoreError", "no edge type"),
     "unknown op": ("drop", {}, lambda p: [], "ProtocolError", "unknown op 'drop'"),
+    # 2**31 draws with replacement would be a 16 GiB answer: refused up front.
+    "answer over the reply limit": ("sample", {"num_neighbors": 1 << 31, "replace": True},
+                                    lambda p: [p.node_ids[:1]], "ProtocolError",
+                                    "over this server's reply limit"),
 }
 
 
