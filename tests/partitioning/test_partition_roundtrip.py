@@ -113,3 +113,12 @@ def test_empty_existing_directory_is_accepted(tmp_path, fake_graph):
     root = tmp_path / "ds"
     root.mkdir()
     assert pyg_dist.partition(fake_graph, 2, root, "random").num_parts == 2
+
+
+def test_more_than_256_parts_use_an_int16_book(tmp_path, fake_graph, reassembled):
+    reader = pyg_dist.partition(fake_graph, 300, tmp_path / "ds", "random")
+    assert reader.meta["books"][0]["dtype"] == "int16"
+    assert reader.book.to_tensor().dtype == torch.int16
+    rebuilt, owned = reassembled(reader)
+    assert torch.equal(rebuilt.edge_index, fake_graph.edge_index)
+    assert len(owned) == 300
