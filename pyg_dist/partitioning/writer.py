@@ -36,6 +36,7 @@ from pyg_dist.partitioning.format import (
 from pyg_dist.partitioning.graph import PartitionInput
 from pyg_dist.partitioning.inputs import GraphParts, split_attributes
 from pyg_dist.partitioning.layout import GraphSplitter, edge_tensors, node_tensors, summarize
+from pyg_dist.partitioning.reader import PartitionReader
 from pyg_dist.plugins import PARTITIONERS, PluginRegistry, default_registry
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ logger = logging.getLogger(__name__)
 def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
               partitioner: str = "metis", *, overwrite: bool = False,
               registry: Optional[PluginRegistry] = None, progress: bool = False,
-              graph_name: Optional[str] = None, **options: Any):
+              graph_name: Optional[str] = None, **options: Any) -> PartitionReader:
     """Partitions a graph and writes it to ``root`` in the pyg-dist format.
 
     Args:
@@ -70,8 +71,6 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
             options, reserved attribute names, or ``root`` not empty.
         PluginNotFoundError: no partitioner of that name is installed.
     """
-    from pyg_dist.partitioning.reader import PartitionReader
-
     root = Path(root)
     graph = split_attributes(data)
     _check_num_parts(num_parts, graph.num_nodes)
