@@ -9,7 +9,7 @@ bundled plugins are registered exactly like a third party's.
 Groups:
 
 * ``pyg_dist.partitioners``: callables assigning every node to a part
-  (see :mod:`pyg_dist.partition.partitioner`).
+  (see :mod:`pyg_dist.partitioning.graph`).
 * ``pyg_dist.feature_stores``: factories building the
   :class:`~torch_geometric.data.FeatureStore` a partition server reads from.
 * ``pyg_dist.graph_stores``: factories building the
