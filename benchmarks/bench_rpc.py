@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import zmq
@@ -127,12 +128,14 @@ def main() -> None:
     parser.add_argument("--depth", type=int, nargs="+", default=[1, 8],
                         help="requests in flight (default: 1 8)")
     parser.add_argument("--workers", type=int, default=4, help="server worker threads")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating runs per figure; the best of each side counts")
     parser.add_argument("--bare-server", type=int, nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server is not None:
         bare_server(args.bare_server)
         return
-    seconds = args.seconds or (1.0 if args.quick else 3.0)
+    seconds = args.seconds or (0.5 if args.quick else 1.0)
     rows_list = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     num_nodes = max(rows_list) + 10_000
     torch.set_num_threads(1)
@@ -148,36 +151,51 @@ def main() -> None:
             bare_endpoint = bare.stdout.readline().split()[1]
             with LocalCluster(root, serve_args=["--workers", str(args.workers)]) as cluster, \
                     RpcClient(cluster.endpoints, RpcConfig(timeout=60)) as client:
-                run_all(client, bare_endpoint, rows_list, num_nodes, args.depth, seconds)
+                run_all(client, bare_endpoint, rows_list, num_nodes, args.depth, seconds,
+                        args.rounds)
         finally:
             bare.terminate()
             bare.wait(10)
 
 
+def _best_of(rounds: int, ours: Callable[[], tuple[int, float]],
+             bare: Callable[[], tuple[int, float]]) -> tuple[float, float]:
+    """Best requests/s of each side over ``rounds`` alternating runs: on a
+    shared machine the best run is the one least disturbed by other load."""
+    best_ours = best_bare = 0.0
+    for _ in range(rounds):
+        n, dt = ours()
+        best_ours = max(best_ours, n / dt)
+        n, dt = bare()
+        best_bare = max(best_bare, n / dt)
+    return best_ours, best_bare
+
+
 def run_all(client: RpcClient, bare_endpoint: str, rows_list: list[int], num_nodes: int,
-            depths: list[int], seconds: float) -> None:
+            depths: list[int], seconds: float, rounds: int) -> None:
     """Runs and prints every figure."""
     gen = torch.Generator().manual_seed(1)
     print(f"loopback, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"zmq {zmq.zmq_version()}, {seconds:g} s per figure")
+          f"zmq {zmq.zmq_version()}, best of {rounds} x {seconds:g} s per figure")
     print(f"{'workload':<30}{'depth':>6}{'pyg-dist':>14}{'bare zmq':>14}{'ratio':>8}")
     for depth in depths:
         for i, rows in enumerate(rows_list):
             ids = torch.randperm(num_nodes, generator=gen)[:rows]
             nbytes = rows * FEATURES * 4
-            n, dt = bench_pyg(client, "get", {"attrs": ["x"]}, ids, depth, seconds)
-            ours = n * nbytes / dt / 1e9
-            n, dt = bench_bare(bare_endpoint, i, ids.numel() * 8, depth, seconds)
-            ceiling = n * nbytes / dt / 1e9
+            ours, ceiling = _best_of(
+                rounds,
+                partial(bench_pyg, client, "get", {"attrs": ["x"]}, ids, depth, seconds),
+                partial(bench_bare, bare_endpoint, i, ids.numel() * 8, depth, seconds))
+            ours, ceiling = ours * nbytes / 1e9, ceiling * nbytes / 1e9
             label = f"get {rows} rows ({nbytes / 1e6:.1f} MB)"
             print(f"{label:<30}{depth:>6}{ours:>10.2f}GB/s{ceiling:>10.2f}GB/s"
                   f"{ours / ceiling:>8.2f}", flush=True)
         seeds = torch.randperm(num_nodes, generator=gen)[:16]
         args = {"num_neighbors": 10, "replace": False, "seed": 7}
-        n, dt = bench_pyg(client, "sample", args, seeds, depth, seconds)
-        ours = n / dt
-        n, dt = bench_bare(bare_endpoint, len(rows_list), 16 * 8, depth, seconds)
-        ceiling = n / dt
+        ours, ceiling = _best_of(
+            rounds,
+            partial(bench_pyg, client, "sample", args, seeds, depth, seconds),
+            partial(bench_bare, bare_endpoint, len(rows_list), 16 * 8, depth, seconds))
         print(f"{'sample 16 seeds, fan-out 10':<30}{depth:>6}{ours:>11.0f}r/s"
               f"{ceiling:>11.0f}r/s{ours / ceiling:>8.2f}", flush=True)
 

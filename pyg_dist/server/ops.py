@@ -26,11 +26,44 @@ from pyg_dist.kernels import sample_neighbors
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Handler
-from pyg_dist.store.local import local_rows
+from pyg_dist.store.local import PartitionFeatureStore, local_rows
 
 Result = tuple[dict[str, Any], list[Tensor]]
 
 _SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed takes
+
+
+# Global -> local lookups use a dense table (4 bytes per node of the whole
+# graph) up to this many nodes: one gather instead of a binary search per id,
+# which dominates small requests. Bigger graphs fall back to searchsorted.
+_TABLE_MAX_NODES = 1 << 26
+
+
+class _LocalIndex:
+    """Maps owned global ids of one node type to local rows, refusing others."""
+
+    def __init__(self, node_ids: Tensor, num_nodes: int, part: int) -> None:
+        self.node_ids = node_ids
+        self.part = part
+        self.table: Optional[Tensor] = None
+        if num_nodes <= _TABLE_MAX_NODES and node_ids.numel() < (1 << 31):
+            self.table = torch.full((num_nodes,), -1, dtype=torch.int32)
+            self.table[node_ids] = torch.arange(node_ids.numel(), dtype=torch.int32)
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """Local rows of ``ids`` (int64, already checked to lie in range)."""
+        if self.table is None:
+            try:
+                return local_rows(self.node_ids, ids)
+            except StoreError as exc:
+                raise StoreError(f"part {self.part}: {exc}") from exc
+        rows = self.table[ids]
+        if ids.numel() and bool((rows < 0).any()):
+            bad = ids[rows < 0]
+            raise StoreError(f"part {self.part}: {bad.numel()} of {ids.numel()} ids are not "
+                             f"owned by this part (first: {int(bad[0])}); route them with "
+                             f"the partition book")
+        return rows.long()
 
 
 @dataclass(frozen=True)
@@ -38,7 +71,7 @@ class _Csc:
     colptr: Tensor
     row: Tensor
     edge_ids: Tensor
-    dst_ids: Tensor  # owned global ids of the destination node type, sorted
+    dst: _LocalIndex  # owned global ids of the destination node type
 
 
 def _edge_type(value: Any) -> Any:
@@ -89,12 +122,13 @@ class PartitionOps:
         self.max_reply_bytes = int(max_reply_bytes)
         self._book = reader.book.to_tensor()
         self._csc: dict[Any, _Csc] = {}
+        self._indexes: dict[Optional[str], _LocalIndex] = {}
         for attr in graph_store.get_all_edge_attrs():
             edge_type = attr.edge_type
             row, colptr = graph_store.get_edge_index(edge_type=edge_type, layout="csc")
             dst = edge_type[-1] if isinstance(edge_type, tuple) else None
             self._csc[edge_type] = _Csc(colptr.long(), row, graph_store.get_edge_ids(edge_type),
-                                        graph_store.node_ids(dst))
+                                        self._index(dst))
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
@@ -106,7 +140,14 @@ class PartitionOps:
 
     # Validation ############################################################
 
-    def _ids(self, tensors: list[Tensor], node_ids: Tensor) -> Tensor:
+    def _index(self, node_type: Optional[str]) -> _LocalIndex:
+        index = self._indexes.get(node_type)
+        if index is None:
+            index = _LocalIndex(self.graph.node_ids(node_type), self.num_nodes, self.part)
+            self._indexes[node_type] = index
+        return index
+
+    def _ids(self, tensors: list[Tensor], index: _LocalIndex) -> Tensor:
         """Checks the one id tensor of a request; returns the local rows."""
         if len(tensors) != 1:
             raise ProtocolError(f"expected exactly one tensor of node ids, got {len(tensors)}")
@@ -117,10 +158,7 @@ class PartitionOps:
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
             raise StoreError(f"node ids must lie in [0, {self.num_nodes}); got the range "
                              f"[{int(ids.min())}, {int(ids.max())}]")
-        try:
-            return local_rows(node_ids, ids)
-        except StoreError as exc:
-            raise StoreError(f"part {self.part}: {exc}") from exc
+        return index.rows(ids)
 
     def _csc_of(self, args: dict[str, Any]) -> _Csc:
         edge_type = _edge_type(args.get("edge_type"))
@@ -156,7 +194,7 @@ class PartitionOps:
             "num_parts": self.reader.num_parts,
             "num_nodes": self.num_nodes,
             "num_edges": self.reader.num_edges,
-            "num_local_nodes": int(sum(c.dst_ids.numel() for c in self._csc.values())),
+            "num_local_nodes": int(sum(c.dst.node_ids.numel() for c in self._csc.values())),
             "num_local_edges": int(sum(c.row.numel() for c in self._csc.values())),
             "features": features,
             "graph": self._graph_id,
@@ -180,7 +218,7 @@ class PartitionOps:
         if not isinstance(replace, bool):
             raise ProtocolError(f"argument 'replace' must be a bool, got {replace!r}")
         seed = _int_arg(args, "seed", None, *_SEED_RANGE)
-        rows = self._ids(tensors, csc.dst_ids)
+        rows = self._ids(tensors, csc.dst)
         deg = csc.colptr[rows + 1] - csc.colptr[rows]
         if k == -1:
             total = int(deg.sum())
@@ -211,12 +249,20 @@ class PartitionOps:
         if unknown:
             raise StoreError(f"unknown feature(s) {unknown} of node type {group!r}; this "
                              f"graph has {sorted(specs)}")
-        rows = self._ids(tensors, self.graph.node_ids(group))
+        rows = self._ids(tensors, self._index(group))
         row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
                         for a in attrs)
         self._check_reply(rows.numel() * row_bytes, "get", "ask for fewer ids per request")
-        out = [self.features.get_tensor(TensorAttr(group, name, rows)) for name in attrs]
-        return {"attrs": attrs}, out
+        return {"attrs": attrs}, [self._rows(group, name, rows) for name in attrs]
+
+    def _rows(self, group: Optional[str], name: str, rows: Tensor) -> Tensor:
+        if isinstance(self.features, PartitionFeatureStore):
+            # Our own stores hand out the whole tensor without a copy, and
+            # index_select gathers rows about 5-10x faster than the advanced
+            # indexing behind FeatureStore.get_tensor(index=...).
+            whole = self.features.get_tensor(TensorAttr(group, name, None))
+            return whole.index_select(0, rows)
+        return self.features.get_tensor(TensorAttr(group, name, rows))
 
     def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""
@@ -230,6 +276,6 @@ class PartitionOps:
         csc = self._csc_of(args)
         self._check_reply(24 * csc.row.numel(), "edge_index",
                           "raise the limit on the server for this graph")
-        col = torch.repeat_interleave(csc.dst_ids, csc.colptr[1:] - csc.colptr[:-1],
+        col = torch.repeat_interleave(csc.dst.node_ids, csc.colptr[1:] - csc.colptr[:-1],
                                       output_size=csc.row.numel())
         return {}, [csc.row, col, csc.edge_ids]
