@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+LIMIT = 1 << 20  # --max-message-bytes of the shared part-0 server (conftest)
+
 
 def assert_batch_matches_graph(batch, data, edge_keys) -> None:
     """A batch's features, labels and edges are those of the original graph."""

@@ -24,7 +24,6 @@ from support.rawzmq import RawDealer, header
 from support.servers import serve_part
 
 from pyg_dist.errors import ChecksumMismatchError
-from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.server import PartitionServer
 
@@ -75,7 +74,7 @@ class _CreatesFile:
         return (open, (self.path, "w"))
 
 
-def test_pickled_payloads_are_refused_and_never_unpickled(cora2_root, tmp_path):
+def test_pickled_payloads_are_refused_and_never_unpickled(part0_server, part0, tmp_path):
     marker = tmp_path / "unpickled-marker"
     payload = pickle.dumps(_CreatesFile(str(marker)), protocol=pickle.HIGHEST_PROTOCOL)
     pickle.loads(pickle.dumps(_CreatesFile(str(tmp_path / "probe"))))
@@ -95,16 +94,14 @@ def test_pickled_payloads_are_refused_and_never_unpickled(cora2_root, tmp_path):
         "pickle as a dtype name": [header(6, "get", {"attrs": ["x"]},
                                           [["pickle", [len(payload)]]]), payload],
     }
-    owned = PartitionReader(cora2_root).load_part(0).node_ids[:3]
-    with serve_part(cora2_root, 0, serve_args=["--workers", "1"]) as (proc, endpoint):
-        with RawDealer(endpoint, timeout=30) as dealer:
-            for name, frames in requests.items():
-                head, tensors = dealer.request(frames)
-                assert head["status"] == "error", name
-                assert head["error"]["type"] in {"ProtocolError", "StoreError"}, (name, head)
-                assert tensors == [], name
-            reply = dealer.call(99, "get", {"attrs": ["x"]}, [owned])
-            assert torch.equal(reply.tensors[0], PartitionReader(cora2_root)
-                               .load_part(0).node_features["x"][:3])
-        assert proc.poll() is None
+    proc, endpoint = part0_server
+    with RawDealer(endpoint, timeout=30) as dealer:
+        for name, frames in requests.items():
+            head, tensors = dealer.request(frames)
+            assert head["status"] == "error", name
+            assert head["error"]["type"] in {"ProtocolError", "StoreError"}, (name, head)
+            assert tensors == [], name
+        reply = dealer.call(99, "get", {"attrs": ["x"]}, [part0.node_ids[:3]])
+        assert torch.equal(reply.tensors[0], part0.node_features["x"][:3])
+    assert proc.poll() is None
     assert not marker.exists()
