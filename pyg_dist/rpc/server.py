@@ -258,7 +258,10 @@ class RpcServer:
                         msg = router.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
-                    self._inbox.put_nowait(msg)
+                    if self._config.workers:
+                        self._inbox.put_nowait(msg)
+                    else:  # inline mode: serve on this thread, no hand-off
+                        self._send_reply(router, [msg[0], *self.handle(msg[1:])])
 
     def _send_reply(self, router: zmq.Socket, msg: list[Any]) -> None:
         try:

@@ -145,3 +145,14 @@ def test_bad_server_index_is_refused(server):
     with RpcClient([server.endpoint]) as client:
         with pytest.raises(RpcError, match="out of range"):
             client.call_async(1, "echo")
+
+
+def test_inline_server_without_workers_serves_correctly():
+    with RpcServer(HANDLERS, config=RpcConfig(workers=0)) as srv:
+        with RpcClient([srv.endpoint]) as client:
+            x = torch.arange(1000, dtype=torch.float64)
+            futures = [client.call_async(0, "add", {"k": k}, [x]) for k in range(50)]
+            for k, fut in enumerate(futures):
+                assert torch.equal(fut.result(timeout=30).tensors[0], x + k)
+            with pytest.raises(RemoteError, match="boom"):
+                client.call(0, "boom", {"msg": "boom"})
