@@ -20,7 +20,7 @@ def test_unparseable_environment_variable_names_itself():
         RpcConfig.from_env({"PYG_DIST_MAX_IN_FLIGHT": "lots"})
 
 
-@pytest.mark.parametrize("field, value", [("timeout", 0), ("workers", 0),
+@pytest.mark.parametrize("field, value", [("timeout", 0), ("workers", -1),
                                           ("max_message_bytes", -1), ("retries", -1)])
 def test_out_of_range_values_are_refused(field, value):
     with pytest.raises(RpcError, match=field):
