@@ -34,6 +34,14 @@ def cora2_root(tmp_path_factory, cora_data):
 
 
 @pytest.fixture(scope="session")
+def cora1_root(tmp_path_factory, cora_data):
+    """Cora as one part: a whole graph behind a single server."""
+    root = tmp_path_factory.mktemp("reliability-cora") / "cora-1"
+    pyg_dist.partition(cora_data, 1, root, partitioner="random")
+    return root
+
+
+@pytest.fixture(scope="session")
 def edge_keys(cora_data):
     """Sorted ``src * N + dst`` keys of Cora's edges, for membership checks."""
     n = cora_data.num_nodes

@@ -11,14 +11,16 @@ import sys
 import pytest
 import torch
 import zmq
+from reliability_checks import assert_batch_matches_graph
 from support.rawzmq import RawDealer
 from support.servers import serve_part
 
 from pyg_dist.auth import client_config, client_env, generate_keys
 from pyg_dist.errors import RpcTimeoutError
-from pyg_dist.partitioning import PartitionReader
+from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.rpc.protocol import encode_request
+from pyg_dist.store.connect import connect
 
 REFUSED_WAIT = 1.5  # seconds a refused client waits for an answer that never comes
 
@@ -39,16 +41,16 @@ def keys(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def curve_server(cora2_root, keys):
+def curve_server(cora1_root, keys):
     args = ["--curve-secret-key", str(keys / "server" / "server.key_secret"),
             "--curve-authorized-keys", str(keys / "authorized"), "--workers", "2"]
-    with serve_part(cora2_root, 0, serve_args=args) as (proc, endpoint):
+    with serve_part(cora1_root, 0, serve_args=args) as (proc, endpoint):
         yield proc, endpoint
 
 
 @pytest.fixture(scope="module")
-def owned(cora2_root):
-    return PartitionReader(cora2_root).load_part(0).node_ids[:6]
+def owned():
+    return torch.tensor([0, 5, 2707, 5, 1000, 31])
 
 
 def _refused(endpoint: str, config: RpcConfig) -> RpcTimeoutError:
@@ -103,3 +105,19 @@ def test_environment_turns_curve_on_for_default_configs(curve_server, keys, cora
     with RpcClient([curve_server[1]], config) as client:
         reply = client.call(0, "get", {"attrs": ["y"]}, [owned])
         assert torch.equal(reply.tensors[0], cora_data.y[owned])
+
+
+def test_connect_and_loader_with_key_files_get_correct_batches(curve_server, keys, cora_data,
+                                                               edge_keys):
+    config = client_config(keys / "server" / "server.key",
+                           keys / "trainer" / "trainer.key_secret", base=RpcConfig(timeout=30))
+    fs, gs = connect([curve_server[1]], config)
+    try:
+        loader = DistNeighborLoader((fs, gs), num_neighbors=[3, 3], batch_size=128,
+                                    input_nodes=torch.arange(256), seed=1)
+        batches = list(loader)
+        assert len(batches) == 2
+        for batch in batches:
+            assert_batch_matches_graph(batch, cora_data, edge_keys)
+    finally:
+        fs.close()
