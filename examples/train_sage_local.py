@@ -90,6 +90,10 @@ def main() -> None:
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(f"test_acc={acc:.4f}", flush=True)
     if dist.is_initialized():
+        # Let gloo's worker threads finish with the last collective before the
+        # process group is torn down: torch can otherwise deadlock at exit,
+        # joining a gloo thread that waits for the GIL.
+        dist.barrier()
         dist.destroy_process_group()
 
 
