@@ -13,7 +13,6 @@ closed or the I/O thread dies.
 from __future__ import annotations
 
 import collections
-import heapq
 import itertools
 import logging
 import socket
@@ -21,7 +20,6 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent import futures
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import zmq
@@ -35,6 +33,7 @@ from pyg_dist.errors import (
     TransportError,
 )
 from pyg_dist.rpc import protocol
+from pyg_dist.rpc.calls import Call, IoState, fail
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.protocol import ErrorReply, Reply
 
@@ -42,19 +41,6 @@ logger = logging.getLogger(__name__)
 
 # Extra time ``call`` waits beyond a deadline for the I/O thread itself.
 _GRACE = 5.0
-_MAX_POLL_MS = 1000
-_BACKLOG_POLL_MS = 10
-
-
-@dataclass
-class _Call:
-    server: int
-    req_id: int
-    op: str
-    frames: list[Any]
-    future: futures.Future
-    deadline: float
-    timeout: float
 
 
 class RpcClient:
@@ -78,7 +64,7 @@ class RpcClient:
         self._config = config or default_config()
         self._endpoints = tuple(endpoints)
         self._ctx = zmq.Context()
-        self._commands: collections.deque[_Call] = collections.deque()
+        self._commands: collections.deque[Call] = collections.deque()
         self._lock = threading.Lock()
         self._wake_pending = False
         self._closed = False
@@ -146,7 +132,7 @@ class RpcClient:
             raise
         future: futures.Future = futures.Future()
         future.set_running_or_notify_cancel()  # calls cannot be cancelled
-        call = _Call(server, req_id, op, frames, future, deadline, timeout)
+        call = Call(server, req_id, op, frames, future, deadline, timeout)
         with self._lock:
             closed = self._closed
             if not closed:
@@ -263,7 +249,7 @@ class RpcClient:
 
     def _io_main(self) -> None:
         sockets: list[zmq.Socket] = []
-        state = _IoState()
+        state = IoState()
         failure: Optional[BaseException] = None
         try:
             sockets = [self._open(ep) for ep in self._endpoints]
@@ -280,13 +266,13 @@ class RpcClient:
                 self._commands.clear()
             reason = "client is closed" if failure is None else f"client I/O failed: {failure}"
             for call in itertools.chain(queued, state.pending.values()):
-                _fail(call.future, TransportError(
+                fail(call.future, TransportError(
                     f"call {call.op!r} to {self._endpoints[call.server]} aborted: {reason}",
                     address=self._endpoints[call.server], op=call.op))
             for sock in sockets:
                 sock.close()
 
-    def _io_loop(self, sockets: list[zmq.Socket], state: _IoState) -> None:
+    def _io_loop(self, sockets: list[zmq.Socket], state: IoState) -> None:
         poller = zmq.Poller()
         for sock in sockets:
             poller.register(sock, zmq.POLLIN)
@@ -302,7 +288,7 @@ class RpcClient:
             state.send_backlog(sockets)
             state.expire(self._endpoints)
 
-    def _drain_commands(self, sockets: list[zmq.Socket], state: _IoState) -> bool:
+    def _drain_commands(self, sockets: list[zmq.Socket], state: IoState) -> bool:
         """Sends queued calls; returns whether the client is closing."""
         try:
             while self._wake_r.recv(4096):
@@ -319,7 +305,7 @@ class RpcClient:
             state.send(sockets[call.server], call)
         return closing
 
-    def _drain_replies(self, index: int, sock: zmq.Socket, state: _IoState) -> None:
+    def _drain_replies(self, index: int, sock: zmq.Socket, state: IoState) -> None:
         address = self._endpoints[index]
         while True:
             try:
@@ -333,7 +319,7 @@ class RpcClient:
                 if call is None:
                     logger.warning("dropping malformed reply from %s: %s", address, exc)
                 else:
-                    _fail(call.future, ProtocolError(
+                    fail(call.future, ProtocolError(
                         f"malformed reply from {address} to {call.op!r}: {exc}",
                         address=address, op=call.op))
                 continue
@@ -341,69 +327,10 @@ class RpcClient:
             if call is None:
                 logger.debug("late or unknown reply %r from %s", req_id, address)
             elif isinstance(content, ErrorReply):
-                _fail(call.future, RemoteError(content.message, address=address, op=call.op,
+                fail(call.future, RemoteError(content.message, address=address, op=call.op,
                                                remote_type=content.type))
             else:
                 call.future.set_result(content)
-
-
-class _IoState:
-    """Calls awaiting a reply, with their deadlines, and calls that could not
-    be sent yet (I/O thread only)."""
-
-    def __init__(self) -> None:
-        self.pending: dict[Optional[int], _Call] = {}
-        self._deadlines: list[tuple[float, int]] = []
-        # Calls libzmq refused for now (no connection: a failed handshake, a
-        # full queue); re-tried every loop until they go or their deadline
-        # passes, so a call never fails earlier than its deadline.
-        self._backlog: list[_Call] = []
-
-    def add(self, call: _Call) -> None:
-        self.pending[call.req_id] = call
-        heapq.heappush(self._deadlines, (call.deadline, call.req_id))
-
-    def send(self, sock: zmq.Socket, call: _Call) -> bool:
-        try:
-            sock.send_multipart(call.frames, zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            self._backlog.append(call)
-            return False
-        call.frames = []  # let the tensors go as soon as libzmq has them
-        return True
-
-    def send_backlog(self, sockets: list[zmq.Socket]) -> None:
-        backlog, self._backlog = self._backlog, []
-        for call in backlog:
-            if call.req_id in self.pending:  # not expired meanwhile
-                self.send(sockets[call.server], call)
-
-    def poll_ms(self) -> int:
-        while self._deadlines and self._deadlines[0][1] not in self.pending:
-            heapq.heappop(self._deadlines)
-        if not self._deadlines:
-            return _MAX_POLL_MS
-        left = self._deadlines[0][0] - time.monotonic()
-        limit = _BACKLOG_POLL_MS if self._backlog else _MAX_POLL_MS
-        return max(0, min(limit, int(left * 1000) + 1))
-
-    def expire(self, endpoints: Sequence[str]) -> None:
-        now = time.monotonic()
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, req_id = heapq.heappop(self._deadlines)
-            call = self.pending.pop(req_id, None)
-            if call is not None:
-                address = endpoints[call.server]
-                unsent = " (it could not even be sent: no connection)" if call.frames else ""
-                _fail(call.future, RpcTimeoutError(
-                    f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s"
-                    f"{unsent}; is the server running and reachable, and do the CURVE "
-                    f"keys match?", address=address, op=call.op))
-
-
-def _fail(future: futures.Future, exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
 
 
 def _result(future: futures.Future, wait: float, address: str, op: str) -> Reply:
