@@ -232,10 +232,13 @@ def _baseline_row(cfg: BenchConfig, data: Any, seeds: torch.Tensor, tmp: str) ->
         from pyg_dist.bench.pyg_distributed_baseline import run_pyg_distributed_baseline
     except ImportError as exc:
         return Row("pyg-distributed", 0.0, 0, 0, 0, 0, note=f"not available: {exc}")
+    # Same work as the other rows: the same seeds, and as many batches in
+    # all (each of its processes trains on its own share, as PyG does it).
+    per_process = -(-cfg.num_batches // cfg.num_parts)
     out = run_pyg_distributed_baseline(
         data, num_parts=cfg.num_parts, num_neighbors=cfg.num_neighbors,
-        batch_size=cfg.batch_size, num_batches=cfg.num_batches, workdir=f"{tmp}/pyg",
-        timeout_s=300.0)
+        batch_size=cfg.batch_size, num_batches=per_process, workdir=f"{tmp}/pyg",
+        timeout_s=300.0, input_nodes=seeds, seed=cfg.seed)
     if "seeds_per_s" not in out:
         return Row("pyg-distributed", 0.0, 0, 0, 0, 0, note=str(out.get("note", out)))
     return Row("pyg-distributed", float(out["seconds"]), int(out["batches"]),
