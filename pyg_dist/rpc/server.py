@@ -71,7 +71,9 @@ class RpcServer:
         self._inbox: queue.Queue = queue.Queue(self._config.max_queued)
         self._threads: list[threading.Thread] = []
         self._ready = threading.Event()
-        self._stopped = threading.Event()
+        self._stopped = threading.Event()  # set by stop() or a failed I/O thread
+        self._stop_lock = threading.Lock()
+        self._closed = False  # stop() ran (threads joined, context released)
         self._endpoint: Optional[str] = None
         self._error: Optional[BaseException] = None
         self._replies_addr = f"inproc://pyg-dist-replies-{id(self):x}"
@@ -126,8 +128,10 @@ class RpcServer:
         Args:
             timeout: How long to wait for each thread.
         """
-        if self._ctx is None or self._stopped.is_set():
-            return
+        with self._stop_lock:
+            if self._ctx is None or self._closed:
+                return
+            self._closed = True
         self._stopped.set()
         if self._ready.is_set() and self._error is None:
             poke = self._ctx.socket(zmq.PUSH)
@@ -137,10 +141,22 @@ class RpcServer:
                 poke.send(_STOP)
             finally:
                 poke.close()
+        alive = []
+        io = self._threads[0] if self._threads else None
+        if io is not None:
+            io.join(timeout)  # it no longer fills the inbox after this
+            if io.is_alive():
+                alive.append(io.name)
+        # Drop what is still queued (nobody could send its reply any more),
+        # so that the workers reach their stop sentinel at once.
+        while True:
+            try:
+                self._inbox.get_nowait()
+            except queue.Empty:
+                break
         for _ in self._threads[1:]:
             self._inbox.put(None)
-        alive = []
-        for thread in self._threads:
+        for thread in self._threads[1:]:
             thread.join(timeout)
             if thread.is_alive():
                 alive.append(thread.name)
