@@ -8,7 +8,9 @@ the per-client bound on calls in flight
 
 Here: the size of a *reply* is bounded before anything is allocated
 (``RpcConfig.max_reply_bytes``), and replies a client does not read do not
-pile up in the server beyond ``RpcConfig.reply_hwm`` per client.
+pile up in the server beyond ``RpcConfig.reply_hwm`` per client. A known
+failure (strict xfail, fix in ``docs/reliability.md``): requests sent to a
+busy server are buffered without bound.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from __future__ import annotations
 import time
 
 import psutil
+import pytest
 import torch
 import zmq
-from support.rawzmq import RawDealer
+from support.handlers import HANDLERS
+from support.rawzmq import RawDealer, header
 
+from pyg_dist.rpc import RpcConfig, RpcServer
 from pyg_dist.rpc.protocol import ErrorReply, encode_request
 
 
@@ -67,3 +72,40 @@ def test_replies_a_client_does_not_read_do_not_pile_up_in_the_server(part0_serve
     assert proc.poll() is None
     # Bounded: about REPLY_HWM replies (plus socket buffers), not all of them.
     assert grown < requests * reply_bytes / 2
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="RpcServer's ROUTER has rcvhwm=0: when the inbox (max_queued) is "
+                          "full, libzmq keeps reading TCP into memory, so nothing pushes back")
+def test_a_busy_server_pushes_back_instead_of_buffering_every_request():
+    """With its only worker busy and its inbox full, the server must stop
+    taking requests in: the client's sends block (TCP back-pressure). Here
+    an in-process RpcServer (the same class ``pyg-dist serve`` runs)."""
+    config = RpcConfig(workers=1, max_queued=1, timeout=10.0)
+    flood, chunk = 2000, bytes(64 << 10)  # 125 MiB if the server takes it all
+    accepted = 0
+    with RpcServer(HANDLERS, config=config) as srv:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.sndhwm = 1
+        sock.sndtimeo = 1000  # a send blocked this long means back-pressure
+        try:
+            sock.connect(srv.endpoint)
+            sock.send_multipart([header(1, "slow", {"s": 3.0})])  # occupies the worker
+            sock.send_multipart([header(2, "echo")])  # fills the inbox
+            time.sleep(0.5)
+            spec = [["uint8", [len(chunk)]]]
+            for i in range(flood):
+                sock.send_multipart([header(10 + i, "echo", {}, spec), chunk])
+                accepted += 1
+        except zmq.Again:
+            pass
+        finally:
+            sock.close()
+            ctx.term()
+    print(f"\na busy server took in {accepted} requests of 64 KiB "
+          f"({accepted * 64 / 1024:.0f} MiB) before the client's send blocked")
+    # Socket buffers on both ends hold a few MiB; everything beyond is the
+    # server buffering without bound.
+    assert accepted < flood // 2
