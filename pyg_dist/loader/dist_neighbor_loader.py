@@ -84,8 +84,8 @@ class DistNeighborLoader(NodeLoader):
             stream (pinned memory, ``non_blocking``).
         rank: DDP rank; ``None`` asks ``torch.distributed``.
         world_size: DDP world size; ``None`` asks ``torch.distributed``.
-        timeout: Deadline of every RPC in seconds; ``None`` uses the RPC
-            configuration's.
+        timeout: Deadline of every sampling RPC in seconds; ``None`` uses the
+            RPC configuration's (feature fetches always use it).
         **kwargs: Arguments of :class:`torch.utils.data.DataLoader`:
             ``batch_size``, ``shuffle``, ``drop_last``, ``num_workers``, ...
 
@@ -128,6 +128,9 @@ class DistNeighborLoader(NodeLoader):
                                   f"(temporal and weighted sampling); leave it None")
         if not isinstance(prefetch, int) or prefetch < 0:
             raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        if prefetch and kwargs.get("num_workers", 0):
+            raise LoaderError("prefetch (worker threads) and num_workers (worker processes) "
+                              "are alternatives; set one of them to 0")
         if kwargs.get("batch_size", 1) is None:
             raise LoaderError("batch_size=None is not supported; pass an int")
         if not directed:

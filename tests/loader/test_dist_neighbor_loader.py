@@ -128,6 +128,8 @@ def test_bad_arguments_raise_loader_errors(cora_data, cora_stores3):
         DistNeighborLoader(cora_stores3, num_neighbors=[1], rank=2, world_size=2)
     with pytest.raises(LoaderError, match="prefetch"):
         DistNeighborLoader(cora_stores3, num_neighbors=[1], prefetch=-1)
+    with pytest.raises(LoaderError, match="alternatives"):
+        DistNeighborLoader(cora_stores3, num_neighbors=[1], prefetch=2, num_workers=2)
 
 
 def test_dataloader_worker_processes_open_their_own_connections(cora_data, cora_stores3):
