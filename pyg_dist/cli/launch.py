@@ -47,15 +47,15 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _add_options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
-    def default(value: Any) -> Any:
+    def _default(value: Any) -> Any:
         return value if defaults else argparse.SUPPRESS
 
-    p.add_argument("--nproc", type=int, default=default(1),
+    p.add_argument("--nproc", type=int, default=_default(1),
                    help="trainer processes (torchrun --nproc-per-node; default 1)")
-    p.add_argument("--serve-arg", action="append", default=default([]), metavar="ARG",
+    p.add_argument("--serve-arg", action="append", default=_default([]), metavar="ARG",
                    help="extra argument for every 'pyg-dist serve' (repeatable), e.g. "
                         "--serve-arg=--feature-store --serve-arg=mmap")
-    p.add_argument("--startup-timeout", type=float, default=default(120.0),
+    p.add_argument("--startup-timeout", type=float, default=_default(120.0),
                    help="seconds to wait for every server's ready line (default 120)")
 
 
