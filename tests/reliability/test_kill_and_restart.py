@@ -68,7 +68,7 @@ def test_sigkill_mid_epoch_raises_typed_error_then_restart_serves_next_epoch(
         victim, address = cluster.processes[1], cluster.endpoints[1]
         fs, gs = connect(cluster.endpoints, config)
         try:
-            loader = DistNeighborLoader((fs, gs), num_neighbors=[5, 5], batch_size=64,
+            loader = DistNeighborLoader((fs, gs), num_neighbors=[5, 5], batch_size=128,
                                         shuffle=True, seed=7, prefetch=prefetch)
             batches = iter(loader)
             for _ in range(KILL_AFTER):
