@@ -77,8 +77,8 @@ class RequestFuzzer:
         return bytes(out)
 
     def flip_header_bits(self, frames: Frames) -> Frames:
-        # Two bits at most: three flips can turn a small fan-out into a
-        # uint32 one, which the server accepts (see docs/reliability.md).
+        # Two bits at most: three can turn a small fan-out into a uint32 one,
+        # a valid request for a huge answer; those are test_bounds' subject.
         return [self._flip(frames[0], 2), *frames[1:]]
 
     def flip_tensor_bits(self, frames: Frames) -> Frames:

@@ -28,7 +28,6 @@ WINDOW = 8  # requests in flight at once (a quarter of the server's reply_hwm)
 MAX_RSS_GROWTH = 150 << 20
 
 
-
 def _rss(pid: int) -> int:
     return psutil.Process(pid).memory_info().rss
 
