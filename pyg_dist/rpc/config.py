@@ -67,9 +67,10 @@ class RpcConfig:
             runs every handler inline on the server's I/O thread: no thread
             hand-offs (lowest latency for small, cheap requests) but one
             request at a time.
-        max_queued: Most decoded-but-unserved requests a server buffers; when
-            the buffer is full it stops reading its socket, so TCP pushes back
-            on clients instead of memory growing without bound.
+        max_queued: Most received-but-unserved requests a server buffers in
+            its inbox, and again at most per client inside libzmq; when both
+            are full it stops reading that client's connection, so TCP
+            pushes back on clients instead of memory growing without bound.
         retries: How often :meth:`RpcClient.call` re-sends an idempotent
             request that timed out or could not be sent. ``0`` keeps every
             call within its single deadline.

@@ -209,10 +209,12 @@ class RpcServer:
         # before buffering it; anything between the two limits gets a clear
         # error reply from decode_request instead.
         router.setsockopt(zmq.MAXMSGSIZE, 2 * self._config.max_message_bytes)
-        # Incoming: back-pressure is the inbox's job. Outgoing: a bounded
-        # queue per client; ROUTER_MANDATORY makes a full one visible
-        # (zmq.Again) instead of a silent drop, so it can be logged.
-        router.rcvhwm = 0
+        # Incoming: at most max_queued requests wait in libzmq per client
+        # besides the inbox; beyond that libzmq stops reading that client's
+        # TCP connection, so a busy server pushes back instead of buffering.
+        # Outgoing: a bounded queue per client; ROUTER_MANDATORY makes a
+        # full one visible (zmq.Again) instead of a silent drop, to log it.
+        router.rcvhwm = self._config.max_queued
         router.sndhwm = self._config.reply_hwm
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         if self._config.curve_server:
