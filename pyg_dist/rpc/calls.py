@@ -33,6 +33,11 @@ class Call:
     future: futures.Future
     deadline: float
     timeout: float
+    retries: int = 0  # re-sends left after a timeout (idempotent calls only)
+    backoff: float = 0.0  # pause before the next re-send, doubled each time
+    backoff_max: float = 0.0
+    attempts: int = 1
+    sent: bool = False
 
 
 class IoState:
@@ -46,6 +51,8 @@ class IoState:
         # full queue); re-tried every loop until they go or their deadline
         # passes, so a call never fails earlier than its deadline.
         self._backlog: list[Call] = []
+        # (time, req_id) of idempotent calls to send again after a timeout.
+        self._resends: list[tuple[float, int]] = []
 
     def add(self, call: Call) -> None:
         self.pending[call.req_id] = call
@@ -57,11 +64,19 @@ class IoState:
         except zmq.Again:
             self._backlog.append(call)
             return False
-        call.frames = []  # let the tensors go as soon as libzmq has them
+        call.sent = True
+        if not call.retries:
+            call.frames = []  # let the tensors go as soon as libzmq has them
         return True
 
-    def send_backlog(self, sockets: list[zmq.Socket]) -> None:
+    def send_due(self, sockets: list[zmq.Socket]) -> None:
+        """Re-tries refused sends and sends the re-sends that are due."""
         backlog, self._backlog = self._backlog, []
+        now = time.monotonic()
+        while self._resends and self._resends[0][0] <= now:
+            call = self.pending.get(heapq.heappop(self._resends)[1])
+            if call is not None:
+                backlog.append(call)
         for call in backlog:
             if call.req_id in self.pending:  # not expired meanwhile
                 self.send(sockets[call.server], call)
@@ -71,7 +86,10 @@ class IoState:
             heapq.heappop(self._deadlines)
         if not self._deadlines:
             return MAX_POLL_MS
-        left = self._deadlines[0][0] - time.monotonic()
+        soonest = self._deadlines[0][0]
+        if self._resends:
+            soonest = min(soonest, self._resends[0][0])
+        left = soonest - time.monotonic()
         limit = BACKLOG_POLL_MS if self._backlog else MAX_POLL_MS
         return max(0, min(limit, int(left * 1000) + 1))
 
@@ -79,14 +97,27 @@ class IoState:
         now = time.monotonic()
         while self._deadlines and self._deadlines[0][0] <= now:
             _, req_id = heapq.heappop(self._deadlines)
-            call = self.pending.pop(req_id, None)
-            if call is not None:
-                address = endpoints[call.server]
-                unsent = " (it could not even be sent: no connection)" if call.frames else ""
-                fail(call.future, RpcTimeoutError(
-                    f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s"
-                    f"{unsent}; is the server running and reachable, and do the CURVE "
-                    f"keys match?", address=address, op=call.op))
+            call = self.pending.get(req_id)
+            if call is None or call.deadline > now:  # answered, or an old deadline
+                continue
+            if call.retries:
+                # Idempotent: send it again after a pause, with a fresh
+                # deadline; a late reply to any attempt completes the call.
+                call.retries -= 1
+                resend_at = now + call.backoff
+                call.backoff = min(2 * call.backoff, call.backoff_max)
+                call.deadline = resend_at + call.timeout
+                heapq.heappush(self._resends, (resend_at, req_id))
+                heapq.heappush(self._deadlines, (call.deadline, req_id))
+                continue
+            del self.pending[req_id]
+            address = endpoints[call.server]
+            unsent = "" if call.sent else " (it could not even be sent: no connection)"
+            tries = f" in each of {call.attempts} attempts" if call.attempts > 1 else ""
+            fail(call.future, RpcTimeoutError(
+                f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s{tries}"
+                f"{unsent}; is the server running and reachable, and do the CURVE "
+                f"keys match?", address=address, op=call.op))
 
 
 def fail(future: futures.Future, exc: BaseException) -> None:

@@ -92,8 +92,8 @@ class RpcClient:
     # Calls ###################################################################
 
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
-                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None
-                   ) -> futures.Future:
+                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None,
+                   idempotent: bool = False) -> futures.Future:
         """Sends a request and returns a future of its :class:`Reply`.
 
         The future fails with :class:`RemoteError` (the server's error
@@ -106,7 +106,12 @@ class RpcClient:
             args: msgpack-native arguments.
             tensors: Tensors sent as raw frames (not copied: do not modify
                 them until the future completes).
-            timeout: Deadline in seconds; ``config.timeout`` by default.
+            timeout: Deadline in seconds; ``config.timeout`` by default (of
+                each attempt, when retried).
+            idempotent: Whether the request may be sent again when no reply
+                came within the deadline: up to ``config.retries`` more
+                attempts, after a pause of ``config.retry_backoff`` doubling
+                up to ``config.retry_backoff_max``. Only for reads.
 
         Raises:
             RpcError: if the client is closed, ``server`` is out of range or
@@ -132,7 +137,9 @@ class RpcClient:
             raise
         future: futures.Future = futures.Future()
         future.set_running_or_notify_cancel()  # calls cannot be cancelled
-        call = Call(server, req_id, op, frames, future, deadline, timeout)
+        retries = self._config.retries if idempotent else 0
+        call = Call(server, req_id, op, frames, future, deadline, timeout, retries,
+                    self._config.retry_backoff, self._config.retry_backoff_max, 1 + retries)
         with self._lock:
             closed = self._closed
             if not closed:
@@ -161,26 +168,17 @@ class RpcClient:
             args: msgpack-native arguments.
             tensors: Tensors sent as raw frames.
             timeout: Deadline of each attempt in seconds.
-            idempotent: Whether the call may be re-sent after a timeout or a
-                transport failure (``config.retries`` times, with backoff).
+            idempotent: Whether the call may be re-sent after a timeout
+                (see :meth:`call_async`).
 
         Raises:
             RemoteError, RpcTimeoutError, RpcError: see :meth:`call_async`.
         """
+        future = self.call_async(server, op, args, tensors, timeout, idempotent)
         attempts = 1 + (self._config.retries if idempotent else 0)
-        backoff = self._config.retry_backoff
-        for attempt in range(attempts):
-            future = self.call_async(server, op, args, tensors, timeout)
-            wait = (self._config.timeout if timeout is None else timeout) + _GRACE
-            try:
-                return _result(future, wait, self._endpoints[server], op)
-            except (RpcTimeoutError, TransportError) as exc:
-                if attempt + 1 == attempts:
-                    raise
-                logger.info("retrying %r on %s after %s", op, self._endpoints[server], exc)
-                time.sleep(backoff)
-                backoff = min(2 * backoff, self._config.retry_backoff_max)
-        raise RpcError("unreachable", op=op)  # loop always returns or raises
+        each = (self._config.timeout if timeout is None else timeout) \
+            + self._config.retry_backoff_max
+        return _result(future, attempts * each + _GRACE, self._endpoints[server], op)
 
     def ping(self, server: int, timeout: Optional[float] = None) -> dict[str, Any]:
         """Asks a server for its protocol version, name and ops.
@@ -285,7 +283,7 @@ class RpcClient:
             for index, sock in enumerate(sockets):
                 if sock in events:
                     self._drain_replies(index, sock, state)
-            state.send_backlog(sockets)
+            state.send_due(sockets)
             state.expire(self._endpoints)
 
     def _drain_commands(self, sockets: list[zmq.Socket], state: IoState) -> bool:
