@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--graph-store", default="memory",
                    help="graph-store plugin (default: %(default)s)")
     p.add_argument("--workers", type=int, default=None,
-                   help="worker threads serving requests (default: PYG_DIST_WORKERS or 4)")
+                   help="worker threads serving requests; 0 serves inline on the I/O thread "
+                        "(default: PYG_DIST_WORKERS or 4)")
     p.add_argument("--max-message-bytes", type=int, default=None,
                    help="largest request accepted, in bytes (default: 1 GiB)")
     p.add_argument("--max-reply-bytes", type=int, default=None,
