@@ -15,6 +15,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -22,7 +23,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import RpcTimeoutError, StoreError
+from pyg_dist.errors import RpcTimeoutError, StoreError, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -215,9 +216,15 @@ class Router:
                  timeout: Optional[float] = None) -> list[Any]:
         """Issues several calls at once and waits for all of them.
 
+        Every operation the trainer routes (``meta``, ``sample`` with an
+        explicit seed, ``get``, ``edge_index``) is an idempotent read, so a
+        call that timed out or hit a transport failure is re-sent up to
+        ``config.retries`` times, with the config's exponential backoff
+        (``retries=0``, the default, keeps every call within one deadline).
+
         Args:
             requests: ``(part, op, args, tensors)`` per call.
-            timeout: Deadline of every call; ``None`` uses the config's.
+            timeout: Deadline of every attempt; ``None`` uses the config's.
 
         Returns:
             The replies, in the order of ``requests``.
@@ -227,15 +234,37 @@ class Router:
         futures = [client.call_async(part, op, args, tensors, timeout=deadline)
                    for part, op, args, tensors in requests]
         replies = []
-        for (part, op, _, _), future in zip(requests, futures):
-            try:
-                replies.append(future.result(timeout=deadline + _WAIT_GRACE_S))
-            except concurrent.futures.TimeoutError as exc:
-                raise RpcTimeoutError(
-                    f"no reply to {op!r} from {self.endpoints[part]} within "
-                    f"{deadline + _WAIT_GRACE_S:.1f}s", address=self.endpoints[part],
-                    op=op) from exc
+        for request, future in zip(requests, futures):
+            replies.append(self._wait_retrying(client, request, future, deadline))
         return replies
+
+    def _wait_retrying(self, client: Any, request: tuple[int, str, dict, list[Tensor]],
+                       future: Any, deadline: float) -> Any:
+        part, op, args, tensors = request
+        cfg = client.config
+        backoff = cfg.retry_backoff
+        for attempt in range(cfg.retries + 1):
+            if attempt:
+                time.sleep(backoff)
+                backoff = min(2 * backoff, cfg.retry_backoff_max)
+                future = client.call_async(part, op, args, tensors, timeout=deadline)
+            try:
+                return self._wait(future, part, op, deadline)
+            except (RpcTimeoutError, TransportError) as exc:
+                if attempt == cfg.retries:
+                    raise
+                logger.info("retrying %r on %s (attempt %d of %d) after: %s", op,
+                            self.endpoints[part], attempt + 2, cfg.retries + 1, exc)
+        raise RpcTimeoutError("unreachable", op=op)  # the loop returns or raises
+
+    def _wait(self, future: Any, part: int, op: str, deadline: float) -> Any:
+        try:
+            return future.result(timeout=deadline + _WAIT_GRACE_S)
+        except concurrent.futures.TimeoutError as exc:
+            raise RpcTimeoutError(
+                f"no reply to {op!r} from {self.endpoints[part]} within "
+                f"{deadline + _WAIT_GRACE_S:.1f}s", address=self.endpoints[part],
+                op=op) from exc
 
     def route(self, ids: Tensor, op: str, args: dict, *, extra_args: Optional[dict] = None,
               timeout: Optional[float] = None) -> list[Routed]:
