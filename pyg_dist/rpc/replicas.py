@@ -88,8 +88,8 @@ class FailoverClient:
             return tuple(self._client.endpoints[order[0]] for order in self._order)
 
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
-                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None
-                   ) -> futures.Future:
+                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None,
+                   idempotent: bool = False) -> futures.Future:
         """Like :meth:`RpcClient.call_async`, with failover inside group
         ``server`` for idempotent ops.
 
@@ -99,13 +99,15 @@ class FailoverClient:
             args: msgpack-native arguments.
             tensors: Tensors sent as raw frames (not modified until done).
             timeout: Deadline of each attempt; ``config.timeout`` by default.
+            idempotent: Allow failover for an op outside
+                :data:`IDEMPOTENT_OPS` (the listed ones always may).
         """
         if not 0 <= server < len(self.groups):
             raise RpcError(f"server index {server} is out of range; this client knows "
                            f"{len(self.groups)} replica groups", op=op)
         with self._lock:
             candidates = list(self._order[server])
-        if op not in IDEMPOTENT_OPS:
+        if not idempotent and op not in IDEMPOTENT_OPS:
             candidates = candidates[:1]
         outer: futures.Future = futures.Future()
         outer.set_running_or_notify_cancel()

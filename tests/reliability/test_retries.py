@@ -62,9 +62,6 @@ def test_idempotent_call_is_retried_until_a_restarted_server_answers(cora2_root,
             assert info.value.address == endpoint
 
 
-@pytest.mark.xfail(strict=True, raises=RpcTimeoutError,
-                   reason="store.routing.Router.call_all uses call_async: RpcConfig.retries "
-                          "never applies to sample/get/meta on the trainer's data path")
 def test_feature_reads_through_the_store_are_retried(cora2_root, cora_data):
     ids = PartitionReader(cora2_root).load_part(1).node_ids[:5]
     with contextlib.ExitStack() as stack:
