@@ -306,7 +306,13 @@ class RpcServer:
                 if msg is None:
                     return
                 identity, body = msg[0], msg[1:]
-                push.send_multipart([identity, *self.handle(body)], copy=False)
+                reply = [identity, *self.handle(body)]
+                try:
+                    # The PULL end has no bound on its queue, so the only
+                    # refusal is a closed one: the server is stopping.
+                    push.send_multipart(reply, zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    logger.debug("%s stopping: reply dropped", self._name)
         finally:
             push.close()
 
