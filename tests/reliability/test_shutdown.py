@@ -21,9 +21,6 @@ def _server_threads(name: str) -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith(name)]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="RpcServer.stop closes the inproc PULL before a busy worker "
-                          "sends its reply; the worker's PUSH then blocks forever")
 def test_stop_during_a_running_handler_joins_every_thread():
     server = RpcServer(HANDLERS, config=RpcConfig(workers=1), name="stop-test")
     server.start()
