@@ -22,7 +22,7 @@ _EXPORTS = {
     "partition": "pyg_dist.partitioning.writer",
     "PartitionBook": "pyg_dist.partitioning.book",
     "PartitionReader": "pyg_dist.partitioning.reader",
-    "PartitionServer": "pyg_dist.rpc.server",
+    "PartitionServer": "pyg_dist.server.partition_server",
     "RpcClient": "pyg_dist.rpc.client",
     "RemoteFeatureStore": "pyg_dist.store.remote_feature_store",
     "RemoteGraphStore": "pyg_dist.store.remote_graph_store",

@@ -28,6 +28,7 @@ Guarantees:
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -106,8 +107,17 @@ class PrefetchPipeline(Generic[T, R]):
         dev = torch.device(device) if device is not None else None
         self._mover = _CudaMover(dev) if dev is not None and dev.type == "cuda" else None
 
-    def _work(self, item: T) -> Any:
-        batch = self.produce(item)
+    def _work(self, item: T, failed: threading.Event) -> Any:
+        # Once a batch of this epoch has failed, the consumer is about to see
+        # that error: starting more work would only make it wait for another
+        # full RPC deadline before the pipeline can shut down.
+        if failed.is_set():
+            raise LoaderError("skipped: an earlier batch of this epoch failed")
+        try:
+            batch = self.produce(item)
+        except BaseException:
+            failed.set()
+            raise
         if self._mover is not None:
             return self._mover.to_device(batch)
         return batch
@@ -129,19 +139,20 @@ class PrefetchPipeline(Generic[T, R]):
     def _run(self, items: Iterator[T]) -> Iterator[R]:
         executor = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix=self.name)
         pending: deque[Future] = deque()
+        failed = threading.Event()
         done = object()
         try:
             for _ in range(self.depth):
                 item = next(items, done)
                 if item is done:
                     break
-                pending.append(executor.submit(self._work, item))
+                pending.append(executor.submit(self._work, item, failed))
             index = 0
             while pending:
                 head = pending.popleft()
                 item = next(items, done)
                 if item is not done:
-                    pending.append(executor.submit(self._work, item))
+                    pending.append(executor.submit(self._work, item, failed))
                 try:
                     batch = self._finish(head)
                 except BaseException as exc:

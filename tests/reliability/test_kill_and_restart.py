@@ -48,16 +48,7 @@ def _prefetch_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("pyg-dist-prefetch")]
 
 
-# With prefetch the pipeline starts one more batch right before it raises the
-# head's error, then waits for it (one more full deadline): see the fix in
-# docs/reliability.md, "Known gaps". Only the timing fails (raises= pins it).
-PREFETCH_SLOW = pytest.mark.xfail(
-    strict=True, raises=DeadlineMissed,
-    reason="PrefetchPipeline starts a new batch after the head failed and waits for it "
-           "before raising: error after ~2x the deadline (loader/prefetch.py)")
-
-
-@pytest.mark.parametrize("prefetch", [0, pytest.param(4, marks=PREFETCH_SLOW)],
+@pytest.mark.parametrize("prefetch", [0, 4],
                          ids=["prefetch0", "prefetch4"])
 def test_sigkill_mid_epoch_raises_typed_error_then_restart_serves_next_epoch(
         cora2_root, cora_data, edge_keys, prefetch):
