@@ -59,8 +59,9 @@ class RpcConfig:
             them; beyond it further replies to that client are dropped (its
             calls time out) and logged, so server memory stays bounded by
             about ``reply_hwm * max_reply_bytes`` per such client. Keep it at
-            least the clients' ``max_in_flight``: then a client that reads
-            never loses a reply, however bursty the server.
+            least twice the clients' ``max_in_flight``: libzmq updates a
+            pipe's fill level only every ``hwm / 2`` messages, so the usable
+            queue lies between ``hwm / 2`` and ``hwm``.
         max_in_flight: Most requests one client keeps outstanding; further
             callers block (up to their deadline) until a slot frees up.
         workers: Number of worker threads a server runs handlers on. ``0``
@@ -94,7 +95,7 @@ class RpcConfig:
     connect_timeout: float = 10.0
     max_message_bytes: int = 1 << 30
     max_reply_bytes: int = 1 << 30
-    reply_hwm: int = 1024
+    reply_hwm: int = 2048
     max_in_flight: int = 1024
     workers: int = 4
     max_queued: int = 4096
