@@ -133,7 +133,7 @@ class _Trainer:
         loss = torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size])
         loss.backward()
         self.opt.step()
-        return float(loss)
+        return float(loss.detach())
 
 
 def time_epoch(name: str, trainer: _Trainer, batches: Iterable, max_batches: int) -> Row:
@@ -270,6 +270,11 @@ def ratios(rows: list[Row], cfg: BenchConfig) -> dict[str, float]:
     return out
 
 
+def _short(note: str, width: int = 70) -> str:
+    # The table stays readable; the full note (what was stood in) is in the JSON.
+    return note if len(note) <= width else note[: width - 14] + "... (see JSON)"
+
+
 def format_table(result: dict[str, Any]) -> str:
     """Renders the rows and ratios as a plain-text table."""
     head = f"{'row':38} {'s':>8} {'batches':>7} {'seeds/s':>10} {'edges/s':>12} {'feat MB/s':>10}"
@@ -277,7 +282,8 @@ def format_table(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         lines.append(f"{r['name']:38} {r['seconds']:8.2f} {r['batches']:7d} "
                      f"{r['seeds_per_s']:10.0f} {r['edges_per_s']:12.0f} "
-                     f"{r['feature_mb_per_s']:10.1f}" + (f"  {r['note']}" if r["note"] else ""))
+                     f"{r['feature_mb_per_s']:10.1f}"
+                     + (f"  {_short(r['note'])}" if r["note"] else ""))
     lines.append("")
     for name, value in result["ratios"].items():
         lines.append(f"{name:52} {value:6.2f}x")
