@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+# Session-wide so that the loader and sampler tests share one set of server
+# processes per part count.
+from support.served_cora import cora_data, served_cora  # noqa: F401
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

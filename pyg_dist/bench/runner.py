@@ -38,7 +38,8 @@ class BenchConfig:
 
     Args:
         num_nodes: Nodes of the synthetic graph.
-        avg_degree: Average in-degree (edges = nodes * degree).
+        avg_degree: Edges drawn per node before symmetrising (10 gives
+            about 2M edges for 100k nodes).
         num_features: Feature columns (float32).
         num_classes: Label classes.
         num_parts: Partitions, one server process each.
@@ -53,7 +54,7 @@ class BenchConfig:
     """
 
     num_nodes: int = 100_000
-    avg_degree: int = 20
+    avg_degree: float = 10.0
     num_features: int = 128
     num_classes: int = 10
     num_parts: int = 2

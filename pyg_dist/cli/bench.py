@@ -34,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "writes the figures to a file."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--num-nodes", type=int, default=100_000, help="nodes of the graph")
-    p.add_argument("--avg-degree", type=int, default=20, help="average in-degree")
+    p.add_argument("--avg-degree", type=float, default=10.0,
+                   help="edges drawn per node before symmetrising (10: ~2M edges for 100k nodes)")
     p.add_argument("--num-features", type=int, default=128, help="float32 feature columns")
     p.add_argument("--num-parts", type=int, default=2, help="partitions (one server each)")
     p.add_argument("--partitioner", default="metis", help="partitioner plugin")
