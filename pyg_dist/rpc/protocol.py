@@ -24,7 +24,6 @@ with a message meant for the peer.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -118,29 +117,34 @@ def tensor_frame(tensor: Tensor) -> tuple[list[Any], memoryview]:
     Raises:
         ProtocolError: if the dtype is not on the wire whitelist.
     """
-    name = DTYPE_NAMES.get(tensor.dtype)
+    dtype = tensor.dtype
+    name = DTYPE_NAMES.get(dtype)
     if name is None:
         raise ProtocolError(
-            f"dtype {tensor.dtype} cannot be sent; allowed: {sorted(DTYPES)}")
-    if tensor.device.type == "cpu" and tensor.numel() and tensor.dtype != torch.bfloat16 \
-            and tensor.is_contiguous():
+            f"dtype {dtype} cannot be sent; allowed: {sorted(DTYPES)}")
+    if tensor.is_cpu and tensor.is_contiguous() and dtype is not torch.bfloat16 \
+            and tensor.numel():
         # Fast path (most frames): a byte view on the tensor's own memory.
-        raw = memoryview(tensor.detach().numpy()).cast("B")
+        if tensor.requires_grad:
+            tensor = tensor.detach()
+        raw = memoryview(tensor.numpy()).cast("B")
     else:
         flat = tensor.detach().cpu().contiguous().reshape(-1)
         # A uint8 view works for every dtype (bfloat16 has no numpy twin).
         raw = memoryview(flat.view(torch.uint8).numpy())
-    return [name, list(tensor.shape)], raw
+    return [name, [*tensor.shape]], raw
 
 
 def _frames(header: dict[str, Any], tensors: Sequence[Tensor]) -> list[Any]:
-    specs, frames = [], []
+    frames: list[Any] = [None]
+    specs = []
     for tensor in tensors:
         spec, raw = tensor_frame(tensor)
         specs.append(spec)
         frames.append(raw)
     header["tensors"] = specs
-    return [msgpack.packb(header, use_bin_type=True), *frames]
+    frames[0] = msgpack.packb(header, use_bin_type=True)
+    return frames
 
 
 def encode_request(req_id: int, op: str, args: Optional[dict[str, Any]],
@@ -240,22 +244,26 @@ def _check_plain(value: Any, what: str, depth: int = 0) -> None:
                         f"a plain msgpack value")
 
 
-def _spec(spec: Any, index: int) -> tuple[torch.dtype, list[int], int]:
-    if (not isinstance(spec, list) or len(spec) != 2
-            or not isinstance(spec[0], str) or not isinstance(spec[1], list)):
+def _spec(spec: Any, index: int) -> tuple[torch.dtype, Any, int]:
+    # msgpack yields exact list/int/str types, so ``type(x) is`` checks are
+    # exact here (and keep bools, a subclass of int, out of shapes).
+    if type(spec) is not list or len(spec) != 2 or type(spec[1]) is not list:
         raise ProtocolError(f"tensor {index}: spec must be [dtype, shape], "
                             f"got {spec!r}")
     name, shape = spec
-    dtype = DTYPES.get(name)
+    dtype = DTYPES.get(name) if type(name) is str else None
     if dtype is None:
         raise ProtocolError(f"tensor {index}: dtype {name!r} is not allowed; "
                             f"allowed: {sorted(DTYPES)}")
-    if len(shape) > MAX_NDIM or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0
-            for d in shape):
+    nbytes = dtype.itemsize
+    for dim in shape:
+        if type(dim) is not int or dim < 0:
+            nbytes = -1
+            break
+        nbytes *= dim
+    if nbytes < 0 or len(shape) > MAX_NDIM:
         raise ProtocolError(f"tensor {index}: shape must be at most "
                             f"{MAX_NDIM} non-negative ints, got {shape!r}")
-    nbytes = math.prod(shape) * dtype.itemsize
     return dtype, shape, nbytes
 
 
@@ -275,7 +283,7 @@ def _tensor(buf: memoryview, dtype: torch.dtype, shape: list[int]) -> Tensor:
 
 def _tensors(header: dict[str, Any], frames: Sequence[Any]) -> list[Tensor]:
     specs = header.get("tensors", [])
-    if not isinstance(specs, list):
+    if type(specs) is not list:
         raise ProtocolError("header field 'tensors' must be a list")
     if len(specs) > MAX_TENSORS:
         raise ProtocolError(f"{len(specs)} tensors exceed the limit of "
@@ -284,9 +292,9 @@ def _tensors(header: dict[str, Any], frames: Sequence[Any]) -> list[Tensor]:
         raise ProtocolError(f"header declares {len(specs)} tensors but "
                             f"{len(frames)} tensor frames arrived")
     checked = []
-    for i, (spec, frame) in enumerate(zip(specs, frames)):
+    for i, spec in enumerate(specs):
         dtype, shape, nbytes = _spec(spec, i)
-        buf = _buffer(frame)
+        buf = _buffer(frames[i])
         if nbytes != len(buf):
             raise ProtocolError(
                 f"tensor {i}: dtype {spec[0]} and shape {shape} need {nbytes} "

@@ -4,11 +4,15 @@ Threads and sockets (ZeroMQ sockets are not thread-safe, so each has exactly
 one owner)::
 
     clients ==tcp==> ROUTER --(I/O thread)--> bounded queue --> worker 1..N
-                       ^                                          |
+                       ^      |                                   |
+                       |      +-- small request: served inline    |
                        +--(I/O thread)-- PULL <==inproc== PUSH ---+
 
-The I/O thread owns the ROUTER and the PULL socket. It hands every incoming
-message to a bounded :class:`queue.Queue`; when that queue is full it stops
+The I/O thread owns the ROUTER and the PULL socket. A request of at most
+``RpcConfig.inline_bytes`` (all frames together) is decoded, validated and
+served right there on the I/O thread: no queue, no worker wake-up, no inproc
+hop, which is most of the cost of a small call. Every bigger request goes to a
+bounded :class:`queue.Queue`; when that queue is full the I/O thread stops
 reading the ROUTER, so TCP pushes back instead of memory growing. Workers
 decode and validate a request (:func:`~pyg_dist.rpc.protocol.decode_request`)
 before the handler sees it, run the handler (torch releases the GIL, so
@@ -44,6 +48,9 @@ Handler = Callable[[dict[str, Any], list[Tensor]], tuple[dict[str, Any], Sequenc
 _EXPECTED = (PygDistError, ValueError, TypeError, KeyError, IndexError)
 _STOP = b"stop"
 _POLL_FULL_MS = 10
+# Requests the I/O thread takes from the ROUTER in one go before it looks at
+# workers' replies (and a stop request) again.
+_BATCH = 64
 
 
 class RpcServer:
@@ -258,28 +265,40 @@ class RpcServer:
         both.register(router, zmq.POLLIN)
         both.register(replies, zmq.POLLIN)
         only_replies.register(replies, zmq.POLLIN)
+        inline_bytes = self._config.inline_bytes if self._config.workers else -1
+        inbox, stopped = self._inbox, self._stopped
         while True:
-            full = self._inbox.full()
+            full = inbox.full()
             events = dict((only_replies if full else both).poll(_POLL_FULL_MS if full else None))
-            if replies in events:
-                while True:
-                    try:
-                        msg = replies.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    if len(msg) == 1:  # the stop poke
+            if replies in events and self._forward_replies(router, replies):
+                return
+            if router not in events:
+                continue
+            for _ in range(_BATCH):
+                if inbox.full() or stopped.is_set():
+                    break
+                try:
+                    msg = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                if inline_bytes < 0 or sum(map(len, msg)) - len(msg[0]) <= inline_bytes:
+                    reply = self.handle(msg[1:])  # inline: no hand-off
+                    if stopped.is_set():  # as a worker's reply: dropped
                         return
-                    self._send_reply(router, msg)
-            if router in events:
-                while not self._inbox.full():
-                    try:
-                        msg = router.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    if self._config.workers:
-                        self._inbox.put_nowait(msg)
-                    else:  # inline mode: serve on this thread, no hand-off
-                        self._send_reply(router, [msg[0], *self.handle(msg[1:])])
+                    self._send_reply(router, [msg[0], *reply])
+                else:
+                    inbox.put_nowait(msg)  # only this thread puts: never full here
+
+    def _forward_replies(self, router: zmq.Socket, replies: zmq.Socket) -> bool:
+        """Sends the workers' finished replies; returns whether to stop."""
+        while True:
+            try:
+                msg = replies.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return False
+            if len(msg) == 1:  # the stop poke
+                return True
+            self._send_reply(router, msg)
 
     def _send_reply(self, router: zmq.Socket, msg: list[Any]) -> None:
         try:

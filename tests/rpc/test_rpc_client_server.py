@@ -167,7 +167,9 @@ def test_idempotent_call_is_sent_again_after_a_timeout_and_others_are_not():
             threading.Event().wait(1.5)
         return {"n": args["n"]}, []
 
-    config = RpcConfig(workers=2, retries=2, retry_backoff=0.01, timeout=0.4)
+    # Workers only: the re-sent attempt is served while the first still sleeps
+    # (inline, the slow first attempt would hold up the I/O thread).
+    config = RpcConfig(workers=2, retries=2, retry_backoff=0.01, timeout=0.4, inline_bytes=0)
     with RpcServer({"flaky": flaky}, config=config) as srv:
         with RpcClient([srv.endpoint], config) as client:
             assert client.call(0, "flaky", {"n": 1}, idempotent=True).result == {"n": 1}
