@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pyg_dist.kernels import neighbor_sample as ns
 from pyg_dist.kernels import sample_neighbors, segment_arange
 
 
@@ -121,3 +122,47 @@ def test_mixed_degrees_keep_seed_order():
     assert sorted(segs[1]) == [0, 1] and segs[3] == [12]
     assert all(2 <= p < 12 for p in segs[0] + segs[4])
     assert all(13 <= p < 33 for p in segs[2])
+
+
+SUBSET_KERNELS = [ns._without_replacement, ns._without_replacement_floyd]
+
+
+@pytest.mark.parametrize("kernel", SUBSET_KERNELS, ids=["sort", "floyd"])
+def test_both_subset_kernels_draw_uniform_distinct_subsets(kernel):
+    # 6 entries, k=3: 20 possible subsets, each equally likely, no repeats.
+    draws = 20_000
+    start = torch.zeros(draws, dtype=torch.long)
+    deg = torch.full((draws,), 6)
+    counts, positions = kernel(start, deg, 3, torch.Generator().manual_seed(0))
+    assert torch.all(counts == 3)
+    triples = positions.view(-1, 3).sort(dim=1).values
+    assert torch.all(triples[:, 0] < triples[:, 1]) and torch.all(triples[:, 1] < triples[:, 2])
+    assert int(triples.min()) >= 0 and int(triples.max()) < 6
+    codes = (triples * torch.tensor([36, 6, 1])).sum(1)
+    observed = torch.bincount(codes, minlength=216)
+    observed = observed[observed > 0]
+    assert observed.numel() == 20
+    # 19 degrees of freedom: p = 0.001 lies at 43.8; a loose bound of 60.
+    assert _chi_square(observed) < 60
+
+
+@pytest.mark.parametrize("kernel", SUBSET_KERNELS, ids=["sort", "floyd"])
+def test_both_subset_kernels_keep_segments_and_seed_order(kernel):
+    colptr = _random_csc(300, 25, seed=11)
+    seeds = torch.randint(0, 300, (500,), generator=torch.Generator().manual_seed(2))
+    start, deg = colptr[seeds], colptr[seeds + 1] - colptr[seeds]
+    counts, positions = kernel(start, deg, 7, torch.Generator().manual_seed(3))
+    assert counts.tolist() == deg.clamp(max=7).tolist()
+    for seed, seg in zip(seeds.tolist(), _segments(counts, positions)):
+        assert len(set(seg)) == len(seg)
+        assert all(colptr[seed] <= p < colptr[seed + 1] for p in seg)
+
+
+def test_big_frontiers_take_the_floyd_kernel_with_the_same_guarantees():
+    colptr = _random_csc(5000, 40, seed=12)
+    seeds = torch.arange(5000)
+    deg = colptr[1:] - colptr[:-1]
+    assert int(deg.sum()) >= ns._FLOYD_MIN_CANDIDATES_PER_STEP * 10  # Floyd is chosen
+    a = sample_neighbors(colptr, seeds, 10, False, torch.Generator().manual_seed(5))
+    b = ns._without_replacement_floyd(colptr[:-1], deg, 10, torch.Generator().manual_seed(5))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
