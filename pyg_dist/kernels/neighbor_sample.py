@@ -161,8 +161,29 @@ def sample_neighbors(colptr: Tensor, seeds: Tensor, num_neighbors: int,
                          f"[{int(seeds.min())}, {int(seeds.max())}]")
     colptr = colptr.long()
     start = colptr[seeds]
-    deg = colptr[seeds + 1] - start
-    if num_neighbors == -1 or seeds.numel() == 0:
+    return sample_segments(start, colptr[seeds + 1] - start, num_neighbors, replace, generator)
+
+
+def sample_segments(start: Tensor, deg: Tensor, num_neighbors: int, replace: bool = False,
+                    generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
+    """:func:`sample_neighbors` over segments already looked up and checked.
+
+    For callers that computed every seed's segment themselves (a server
+    needs the degrees anyway, to bound its reply), so nothing is validated
+    or looked up twice.
+
+    Args:
+        start: int64 CSC position where every seed's segment starts.
+        deg: int64 length of every seed's segment.
+        num_neighbors: Fan-out ``k`` (``-1``: every entry), as in
+            :func:`sample_neighbors`.
+        replace: Draw with replacement.
+        generator: Random generator on ``deg``'s device.
+
+    Returns:
+        ``(counts, positions)`` as :func:`sample_neighbors` does.
+    """
+    if num_neighbors == -1 or deg.numel() == 0:
         return deg, _all_positions(start, deg)
     if replace:
         return _with_replacement(start, deg, num_neighbors, generator)

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
 
 from pyg_dist.errors import ProtocolError, StoreError
-from pyg_dist.kernels import sample_neighbors
+from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Handler
@@ -57,7 +57,7 @@ class _LocalIndex:
                 return local_rows(self.node_ids, ids)
             except StoreError as exc:
                 raise StoreError(f"part {self.part}: {exc}") from exc
-        rows = self.table[ids]
+        rows = self.table.index_select(0, ids)
         if ids.numel() and bool((rows < 0).any()):
             bad = ids[rows < 0]
             raise StoreError(f"part {self.part}: {bad.numel()} of {ids.numel()} ids are not "
@@ -155,9 +155,11 @@ class PartitionOps:
         if ids.dtype != torch.int64 or ids.dim() != 1:
             raise ProtocolError(f"node ids must be a 1-D int64 tensor, got {ids.dtype} of "
                                 f"shape {list(ids.shape)}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
-            raise StoreError(f"node ids must lie in [0, {self.num_nodes}); got the range "
-                             f"[{int(ids.min())}, {int(ids.max())}]")
+        if ids.numel():
+            low, high = (int(v) for v in torch.aminmax(ids))
+            if low < 0 or high >= self.num_nodes:
+                raise StoreError(f"node ids must lie in [0, {self.num_nodes}); got the range "
+                                 f"[{low}, {high}]")
         return index.rows(ids)
 
     def _csc_of(self, args: dict[str, Any]) -> _Csc:
@@ -219,7 +221,8 @@ class PartitionOps:
             raise ProtocolError(f"argument 'replace' must be a bool, got {replace!r}")
         seed = _int_arg(args, "seed", None, *_SEED_RANGE)
         rows = self._ids(tensors, csc.dst)
-        deg = csc.colptr[rows + 1] - csc.colptr[rows]
+        start = csc.colptr.index_select(0, rows)
+        deg = csc.colptr.index_select(0, rows + 1) - start
         if k == -1:
             total = int(deg.sum())
         elif replace:
@@ -233,8 +236,9 @@ class PartitionOps:
             generator.seed()
         else:
             generator.manual_seed(seed)
-        counts, positions = sample_neighbors(csc.colptr, rows, k, replace, generator)
-        return {}, [counts, csc.row[positions], csc.edge_ids[positions]]
+        counts, positions = sample_segments(start, deg, k, replace, generator)
+        return {}, [counts, csc.row.index_select(0, positions),
+                    csc.edge_ids.index_select(0, positions)]
 
     def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """Rows of features ``attrs`` (list of names) of ``group`` for the ids."""
