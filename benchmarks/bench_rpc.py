@@ -10,6 +10,9 @@ What is measured, each through a real server process on 127.0.0.1:
 * feature fetch: ``get`` of ``x`` (128 float32 per row) for 1k, 10k and 100k
   random owned ids, in GB/s of returned feature bytes;
 * small sampling calls: ``sample`` of 16 seeds with fan-out 10, requests/s;
+* the RPC layer alone: ``ping`` (no tensors, a handler that does nothing), so
+  the cost of the protocol, the server and the client shows apart from the
+  cost of the ``sample`` handler;
 * the transport ceiling: a bare pyzmq ROUTER in its own process answering
   the same request with a precomputed reply of the same byte size (no gather,
   no validation, no protocol), driven by a bare DEALER.
@@ -29,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Optional
 
 import torch
 import zmq
@@ -99,11 +103,13 @@ def bench_bare(endpoint: str, which: int, request_bytes: int, depth: int,
         ctx.term()
 
 
-def bench_pyg(client: RpcClient, op: str, args: dict, ids: torch.Tensor, depth: int,
-              seconds: float) -> tuple[int, float]:
+def bench_pyg(client: RpcClient, op: str, args: dict, ids: Optional[torch.Tensor],
+              depth: int, seconds: float) -> tuple[int, float]:
     """Requests/s of ``op`` against the partition server."""
+    tensors = [] if ids is None else [ids]
+
     def issue():
-        return client.call_async(0, op, args, [ids])
+        return client.call_async(0, op, args, tensors)
 
     def wait(future) -> None:
         future.result(timeout=60)
@@ -144,7 +150,8 @@ def main() -> None:
         root = os.path.join(tmp, "bench")
         build_dataset(root, num_nodes)
         sample_reply = 8 * (16 + 2 * 16 * 10)  # counts + neighbours + edge ids
-        payloads = [rows * FEATURES * 4 for rows in rows_list] + [sample_reply]
+        ping_reply = 64  # about the size of ping's msgpack header
+        payloads = [rows * FEATURES * 4 for rows in rows_list] + [sample_reply, ping_reply]
         bare = subprocess.Popen([sys.executable, __file__, "--bare-server",
                                  *map(str, payloads)], stdout=subprocess.PIPE, text=True)
         try:
@@ -197,6 +204,12 @@ def run_all(client: RpcClient, bare_endpoint: str, rows_list: list[int], num_nod
             partial(bench_pyg, client, "sample", args, seeds, depth, seconds),
             partial(bench_bare, bare_endpoint, len(rows_list), 16 * 8, depth, seconds))
         print(f"{'sample 16 seeds, fan-out 10':<30}{depth:>6}{ours:>11.0f}r/s"
+              f"{ceiling:>11.0f}r/s{ours / ceiling:>8.2f}", flush=True)
+        ours, ceiling = _best_of(
+            rounds,
+            partial(bench_pyg, client, "ping", {}, None, depth, seconds),
+            partial(bench_bare, bare_endpoint, len(rows_list) + 1, 0, depth, seconds))
+        print(f"{'ping (RPC layer alone)':<30}{depth:>6}{ours:>11.0f}r/s"
               f"{ceiling:>11.0f}r/s{ours / ceiling:>8.2f}", flush=True)
 
 

@@ -21,7 +21,7 @@ MAX_POLL_MS = 1000
 BACKLOG_POLL_MS = 10
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """One call: the server index, its id and op, its frames until sent, the
     future its caller holds, and its deadline (``time.monotonic()``)."""
@@ -71,6 +71,8 @@ class IoState:
 
     def send_due(self, sockets: list[zmq.Socket]) -> None:
         """Re-tries refused sends and sends the re-sends that are due."""
+        if not self._backlog and not self._resends:
+            return
         backlog, self._backlog = self._backlog, []
         now = time.monotonic()
         while self._resends and self._resends[0][0] <= now:

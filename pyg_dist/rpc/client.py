@@ -274,23 +274,25 @@ class RpcClient:
         poller = zmq.Poller()
         for sock in sockets:
             poller.register(sock, zmq.POLLIN)
-        poller.register(self._wake_r.fileno(), zmq.POLLIN)
+        wake = self._wake_r.fileno()
+        poller.register(wake, zmq.POLLIN)
+        index_of = {sock: index for index, sock in enumerate(sockets)}
         while True:
-            events = dict(poller.poll(state.poll_ms()))
-            if self._wake_r.fileno() in events:
-                if self._drain_commands(sockets, state):
-                    return
-            for index, sock in enumerate(sockets):
-                if sock in events:
-                    self._drain_replies(index, sock, state)
+            for sock, _ in poller.poll(state.poll_ms()):
+                if sock == wake:
+                    if self._drain_commands(sockets, state):
+                        return
+                else:
+                    self._drain_replies(index_of[sock], sock, state)
             state.send_due(sockets)
             state.expire(self._endpoints)
 
     def _drain_commands(self, sockets: list[zmq.Socket], state: IoState) -> bool:
         """Sends queued calls; returns whether the client is closing."""
         try:
-            while self._wake_r.recv(4096):
-                pass
+            # Wake-ups are coalesced (one byte per batch of commands); a
+            # byte left over only makes the next poll return at once.
+            self._wake_r.recv(4096)
         except BlockingIOError:
             pass
         with self._lock:
