@@ -302,7 +302,15 @@ class RpcServer:
 
     def _send_reply(self, router: zmq.Socket, msg: list[Any]) -> None:
         try:
-            router.send_multipart(msg, zmq.NOBLOCK, copy=False)
+            try:
+                router.send_multipart(msg, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                # libzmq learns that a client read its replies from commands
+                # it processes only now and then; reading ZMQ_EVENTS processes
+                # them at once, so a client that does read is not refused
+                # for stale accounting (an inline reply can be that quick).
+                router.getsockopt(zmq.EVENTS)
+                router.send_multipart(msg, zmq.NOBLOCK, copy=False)
         except zmq.Again:
             logger.warning("%s: dropping a reply to a client that does not read its "
                            "replies (%d queued already); its call will time out",
