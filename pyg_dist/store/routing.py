@@ -97,10 +97,11 @@ def reassemble(
     cat_values = [torch.cat([v[i] for v in values]) for i in range(num_values)]
     # block_of[j] = index of the answered block that belongs to seed j.
     block_of = torch.empty(num_seeds, dtype=torch.long)
-    block_of[pos] = torch.arange(pos.numel())
-    ordered_counts = cnt[block_of]
-    index = segment_gather_index(_exclusive_cumsum(cnt)[block_of], ordered_counts)
-    return ordered_counts, [v[index] for v in cat_values]
+    block_of.index_copy_(0, pos, torch.arange(pos.numel()))
+    ordered_counts = cnt.index_select(0, block_of)
+    index = segment_gather_index(_exclusive_cumsum(cnt).index_select(0, block_of),
+                                 ordered_counts)
+    return ordered_counts, [v.index_select(0, index) for v in cat_values]
 
 
 
@@ -199,10 +200,12 @@ class Router:
             raise StoreError(f"{what} must be a 1-D integer tensor of global node ids, "
                              f"got dtype {ids.dtype} and shape {tuple(ids.shape)}")
         ids = ids.to(torch.long)
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
-            raise StoreError(f"{what} holds ids outside [0, {self.num_nodes}): min "
-                             f"{int(ids.min())}, max {int(ids.max())}; pass global node ids "
-                             f"of the partitioned graph")
+        if ids.numel():
+            low, high = (int(v) for v in torch.aminmax(ids))
+            if low < 0 or high >= self.num_nodes:
+                raise StoreError(f"{what} holds ids outside [0, {self.num_nodes}): min "
+                                 f"{low}, max {high}; pass global node ids of the "
+                                 f"partitioned graph")
         return ids
 
     def split(self, ids: Tensor) -> list[tuple[int, Tensor, Tensor]]:

@@ -62,3 +62,19 @@ def test_lookup_rejects_out_of_range_ids():
         book.split(torch.tensor([-1]))
     with pytest.raises(InvalidPartitionArgumentError):
         book.part_of(torch.tensor([0.5]))
+
+
+@pytest.mark.parametrize("num_parts", [2, 16, 17, 300])
+def test_split_by_masks_and_by_sort_agree_with_brute_force(num_parts):
+    # Up to 16 parts split() uses one mask per part, beyond that a stable sort.
+    gen = torch.Generator().manual_seed(num_parts)
+    book = PartitionBook(torch.randint(0, num_parts, (1000,), generator=gen), num_parts)
+    ids = torch.randint(0, 1000, (5000,), generator=gen)
+    owners = book.part_of(ids).tolist()
+    expected = {}
+    for position, (node, part) in enumerate(zip(ids.tolist(), owners)):
+        expected.setdefault(part, []).append((position, node))
+    groups = book.split(ids)
+    assert [g[0] for g in groups] == sorted(expected)
+    for part, positions, part_ids in groups:
+        assert list(zip(positions.tolist(), part_ids.tolist())) == expected[part]
