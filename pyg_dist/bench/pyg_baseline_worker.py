@@ -32,6 +32,7 @@ from pyg_dist.bench.pyg_baseline_ops import (
     install_pyg_lib_standins,
     patch_pyg_distributed_warn,
 )
+from pyg_dist.malloc_tuning import tune_malloc
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ def main(argv: list[str]) -> int:
                         format=f"%(asctime)s rank{cfg['rank']} %(name)s: %(message)s")
     _start_watchdog(cfg["limit_s"] + 30.0)
     torch.set_num_threads(cfg["num_threads"])
+    tune_malloc()  # the same allocator settings as pyg-dist's own processes
     torch.manual_seed(cfg["seed"] + cfg["rank"])
     result: dict[str, Any] = {"rank": cfg["rank"], "ok": False}
     try:

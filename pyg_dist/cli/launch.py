@@ -35,8 +35,10 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Start one partition server per part of ROOT on loopback, wait until all are "
             "ready, and run SCRIPT under torchrun with PYG_DIST_SERVERS set. Everything is "
-            "torn down when the script exits or on Ctrl-C. Example: pyg-dist launch "
-            "parts/ --nproc 2 -- train.py --epochs 50"))
+            "torn down when the script exits or on Ctrl-C. The trainers get glibc's "
+            "MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ so that per-batch buffers are "
+            "reused (PYG_DIST_TUNE_MALLOC=0 leaves them alone; docs/performance.md). "
+            "Example: pyg-dist launch parts/ --nproc 2 -- train.py --epochs 50"))
     p.add_argument("root", help="partitioned dataset directory (with meta.json)")
     _add_options(p)
     # REMAINDER: argparse's subparsers do not hand "--" on, so the options
@@ -89,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``pyg-dist launch``; returns torchrun's exit code."""
     from pyg_dist.cluster import LocalCluster
     from pyg_dist.errors import PygDistError
+    from pyg_dist.malloc_tuning import malloc_environment
 
     command = split_command(args)
     if not command:
@@ -99,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
                       startup_timeout=args.startup_timeout) as cluster:
         print(f"pyg-dist launch: {len(cluster.endpoints)} servers ready: "
               f"{','.join(cluster.endpoints)}", flush=True)
-        return _run_trainers(torchrun_command(args.nproc, command), cluster.environment())
+        env = malloc_environment(cluster.environment())
+        return _run_trainers(torchrun_command(args.nproc, command), env)
 
 
 def _run_trainers(cmd: list[str], env: dict[str, str]) -> int:

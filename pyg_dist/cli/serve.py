@@ -17,7 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "Loads part K of ROOT and serves sampling and feature requests until SIGTERM "
             "or Ctrl-C. Prints one line 'ready ENDPOINT' on stdout once it serves (with "
             "the real port when --bind uses port 0). Limits and deadlines come from "
-            "PYG_DIST_* environment variables (see docs/wire-protocol.md)."))
+            "PYG_DIST_* environment variables (see docs/wire-protocol.md). It keeps big "
+            "reply buffers in the heap (glibc mallopt; PYG_DIST_TUNE_MALLOC=0 turns that "
+            "off, see docs/performance.md)."))
     p.add_argument("root", help="the partitioned dataset (directory with meta.json)")
     p.add_argument("--part", type=int, required=True, help="the part to serve")
     p.add_argument("--bind", default="tcp://127.0.0.1:0",
@@ -29,6 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="worker threads serving requests; 0 serves inline on the I/O thread "
                         "(default: PYG_DIST_WORKERS or 4)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per operation (intra-op); default: the cores divided "
+                        "by the workers, so that workers running at once do not oversubscribe "
+                        "the cores (which slows every request down many times over)")
     p.add_argument("--max-message-bytes", type=int, default=None,
                    help="largest request accepted, in bytes (default: 1 GiB)")
     p.add_argument("--max-reply-bytes", type=int, default=None,
@@ -70,11 +76,15 @@ def _config(args: argparse.Namespace):  # -> RpcConfig, imported lazily
 def run(args: argparse.Namespace) -> int:
     """Loads the part, prints ``ready <endpoint>``, serves until signalled and
     exits the process with status 0 after a clean stop."""
+    from pyg_dist.malloc_tuning import tune_malloc
     from pyg_dist.server import PartitionServer
 
+    config = _config(args)
+    _set_threads(args.threads, config.workers)
+    tune_malloc()
     server = PartitionServer(args.root, args.part, bind=args.bind,
                              feature_store=args.feature_store, graph_store=args.graph_store,
-                             config=_config(args), verify=not args.no_verify)
+                             config=config, verify=not args.no_verify)
     # The ready line is the contract with launchers (LocalCluster, tests):
     # exactly "ready <endpoint>", flushed at once.
     server.serve_forever(on_ready=lambda endpoint: print(f"ready {endpoint}", flush=True))
@@ -85,3 +95,23 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _set_threads(threads: int | None, workers: int) -> None:
+    """Caps torch's intra-op threads of this process.
+
+    Every worker runs torch ops on its own: with torch's default (all cores
+    per op) a 16-core host serving two parts ran ``sample`` 8x slower than
+    with 4 threads per op, OpenMP threads of both servers and the trainer
+    spinning against each other.
+    """
+    import torch
+
+    from pyg_dist.errors import PygDistError
+
+    if threads is None:
+        threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    elif threads < 1:
+        raise PygDistError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
+    logging.getLogger(__name__).info("torch intra-op threads: %d", threads)

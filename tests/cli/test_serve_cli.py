@@ -1,0 +1,27 @@
+"""``pyg-dist serve`` options checked before anything is loaded."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from pyg_dist.cli import main
+
+
+def test_threads_must_be_positive(tmp_path, capsys):
+    assert main(["serve", str(tmp_path), "--part", "0", "--threads", "0"]) == 1
+    assert "--threads must be >= 1" in capsys.readouterr().err
+
+
+def test_threads_default_to_the_cores_per_worker():
+    from pyg_dist.cli.serve import _set_threads
+
+    before = torch.get_num_threads()
+    try:
+        _set_threads(None, workers=4)
+        assert torch.get_num_threads() == max(1, (os.cpu_count() or 1) // 4)
+        _set_threads(3, workers=4)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
