@@ -31,13 +31,16 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--fanout", type=int, nargs="+", default=[10, 10])
+    p.add_argument("--device", default="cpu",
+                   help="cpu, or cuda: train on this rank's GPU, DDP over nccl")
     return p.parse_args()
 
 
-def train_epoch(model, loader, optimizer) -> float:
+def train_epoch(model, loader, optimizer, device) -> float:
     model.train()
     total = 0.0
     for batch in loader:
+        batch = batch.to(device)
         optimizer.zero_grad()
         out = model(batch.x, batch.edge_index)[:batch.batch_size]
         loss = F.cross_entropy(out, batch.y[:batch.batch_size])
@@ -48,13 +51,14 @@ def train_epoch(model, loader, optimizer) -> float:
 
 
 @torch.no_grad()
-def accuracy(model, loader) -> float:
+def accuracy(model, loader, device) -> float:
     model.eval()
-    counts = torch.zeros(2)
+    counts = torch.zeros(2, device=device)  # nccl reduces GPU tensors only
     for batch in loader:
+        batch = batch.to(device)
         pred = model(batch.x, batch.edge_index)[:batch.batch_size].argmax(dim=-1)
         counts += torch.tensor([float((pred == batch.y[:batch.batch_size]).sum()),
-                                float(batch.batch_size)])
+                                float(batch.batch_size)], device=device)
     if dist.is_initialized():  # every rank evaluated its share of the nodes
         dist.all_reduce(counts)
     return float(counts[0] / counts[1])
@@ -62,8 +66,12 @@ def accuracy(model, loader) -> float:
 
 def main() -> None:
     args = parse_args()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        dist.init_process_group("gloo")
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or device.type == "cuda" \
+            and "WORLD_SIZE" in os.environ:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     world_size = dist.get_world_size() if dist.is_initialized() else 1
     torch.manual_seed(args.seed)
 
@@ -78,15 +86,16 @@ def main() -> None:
                          input_nodes=masks["test_mask"], **kwargs)
 
     model = GraphSAGE(1433, args.hidden, num_layers=len(args.fanout), out_channels=7,
-                      dropout=0.5)
+                      dropout=0.5).to(device)
     if dist.is_initialized():
-        model = DistributedDataParallel(model)
+        model = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
     for epoch in range(args.epochs):
-        loss = train_epoch(model, train_loader, optimizer)
+        loss = train_epoch(model, train_loader, optimizer, device)
         if epoch % 10 == 0 and (not dist.is_initialized() or dist.get_rank() == 0):
             print(f"epoch={epoch} loss={loss:.4f}", flush=True)
-    acc = accuracy(model, test_loader)
+    acc = accuracy(model, test_loader, device)
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(f"test_acc={acc:.4f}", flush=True)
     if dist.is_initialized():

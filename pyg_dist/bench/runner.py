@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Iterable
@@ -51,6 +52,13 @@ class BenchConfig:
         link_delays_ms: One-way delays to repeat the epoch rows with.
         baseline: Also run PyG's ``torch_geometric.distributed``.
         seed: Seed for the graph, the seeds and the sampler.
+        threads: torch threads of the trainer in the pyg-dist rows; ``None``
+            gives it the cores divided by ``num_parts + 1`` (the servers run
+            on the same machine, and oversubscribed OpenMP threads spin
+            against each other). The ``pyg-local`` row keeps torch's default.
+        device: Where batches go and the model trains (``"cuda"`` uses the
+            loader's pinned-memory, side-stream copies with prefetch);
+            ``None`` keeps everything on the CPU.
     """
 
     num_nodes: int = 100_000
@@ -66,6 +74,8 @@ class BenchConfig:
     link_delays_ms: list[float] = field(default_factory=list)
     baseline: bool = True
     seed: int = 0
+    threads: Optional[int] = None
+    device: Optional[str] = None
 
 
 @dataclass
@@ -104,30 +114,51 @@ def _batch_stats(batch: Any) -> tuple[int, int, int]:
     return int(batch.batch_size), int(batch.edge_index.size(1)), int(feats)
 
 
-def time_loader(name: str, loader: Iterable, max_batches: int, note: str = "") -> Row:
-    """Iterates ``loader`` for at most ``max_batches`` batches, doing nothing
-    with them, and returns the throughput row."""
+def _on(batch: Any, device: Optional[torch.device]) -> Any:
+    """``batch`` on ``device`` (a copy only if it is not there yet)."""
+    if device is None or batch.x.device == device:
+        return batch
+    return batch.to(device)
+
+
+def _synchronize(device: Optional[torch.device]) -> None:
+    # CUDA work is asynchronous: a timer must not stop before it is done.
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_loader(name: str, loader: Iterable, max_batches: int, note: str = "",
+                device: Optional[torch.device] = None) -> Row:
+    """Iterates ``loader`` for at most ``max_batches`` batches, only putting
+    them on ``device``, and returns the throughput row."""
     seeds = edges = feats = n = 0
     start = time.perf_counter()
     for batch in loader:
+        batch = _on(batch, device)
         s, e, f = _batch_stats(batch)
         seeds, edges, feats, n = seeds + s, edges + e, feats + f, n + 1
         if n >= max_batches:
             break
+    _synchronize(device)
     return Row(name, time.perf_counter() - start, n, seeds, edges, feats, note)
 
 
 class _Trainer:
     """A two-layer GraphSAGE and its optimiser: the compute of one step."""
 
-    def __init__(self, in_channels: int, num_classes: int, seed: int) -> None:
+    def __init__(self, in_channels: int, num_classes: int, seed: int,
+                 device: Optional[torch.device] = None) -> None:
         from torch_geometric.nn import GraphSAGE
 
         torch.manual_seed(seed)
+        self.device = device
         self.model = GraphSAGE(in_channels, 256, num_layers=2, out_channels=num_classes)
+        if device is not None:
+            self.model.to(device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=0.01)
 
     def step(self, batch: Any) -> float:
+        batch = _on(batch, self.device)
         self.model.train()
         self.opt.zero_grad()
         out = self.model(batch.x, batch.edge_index)[: batch.batch_size]
@@ -147,6 +178,7 @@ def time_epoch(name: str, trainer: _Trainer, batches: Iterable, max_batches: int
         seeds, edges, feats, n = seeds + s, edges + e, feats + f, n + 1
         if n >= max_batches:
             break
+    _synchronize(trainer.device)
     return Row(name, time.perf_counter() - start, n, seeds, edges, feats)
 
 
@@ -156,34 +188,39 @@ def _seeds(cfg: BenchConfig, num_nodes: int) -> torch.Tensor:
     return torch.randperm(num_nodes, generator=gen)[:count]
 
 
-def _dist_loader(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, prefetch: int) -> Any:
+def _device(cfg: BenchConfig) -> Optional[torch.device]:
+    return torch.device(cfg.device) if cfg.device is not None else None
+
+
+def _dist_loader(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, prefetch: int,
+                 device: Optional[torch.device] = None) -> Any:
     from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 
     return DistNeighborLoader((fs, gs), num_neighbors=cfg.num_neighbors, input_nodes=seeds,
-                              batch_size=cfg.batch_size, prefetch=prefetch, seed=cfg.seed)
+                              batch_size=cfg.batch_size, prefetch=prefetch, seed=cfg.seed,
+                              device=device)
 
 
 def _epoch_rows(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, tag: str) -> list[Row]:
     """Compute only, loader only and both (prefetch 0 and k) for one link."""
-    n = cfg.num_batches
-    trainer = _Trainer(cfg.num_features, cfg.num_classes, cfg.seed)
-    materialised = list(_dist_loader(cfg, fs, gs, seeds, 0))
+    n, device = cfg.num_batches, _device(cfg)
+    trainer = _Trainer(cfg.num_features, cfg.num_classes, cfg.seed, device)
+    materialised = list(_dist_loader(cfg, fs, gs, seeds, 0, device))
     trainer.step(materialised[0])  # warm-up: allocator, autograd graph
     rows = [time_epoch(f"epoch compute only{tag}", trainer, materialised, n)]
     rows.append(time_loader(f"epoch loader only K={cfg.prefetch}{tag}",
-                            _dist_loader(cfg, fs, gs, seeds, cfg.prefetch), n))
+                            _dist_loader(cfg, fs, gs, seeds, cfg.prefetch, device), n,
+                            device=device))
     for k in (0, cfg.prefetch):
         rows.append(time_epoch(f"epoch train K={k}{tag}", trainer,
-                               _dist_loader(cfg, fs, gs, seeds, k), n))
+                               _dist_loader(cfg, fs, gs, seeds, k, device), n))
     return rows
 
 
 def run_bench(cfg: BenchConfig, workdir: Optional[str] = None) -> dict[str, Any]:
     """Runs every row of the table and returns rows plus ratios (JSON-safe)."""
-    from pyg_dist.cluster import LocalCluster
     from pyg_dist.datasets import fake
     from pyg_dist.partitioning.writer import partition
-    from pyg_dist.store.connect import connect
 
     with tempfile.TemporaryDirectory(prefix="pyg-dist-bench-", dir=workdir) as tmp:
         data = fake(num_nodes=cfg.num_nodes, avg_degree=cfg.avg_degree,
@@ -192,31 +229,51 @@ def run_bench(cfg: BenchConfig, workdir: Optional[str] = None) -> dict[str, Any]
         rows: list[Row] = [_pyg_local_row(cfg, data, seeds)]
         root = f"{tmp}/parts"
         partition(data, cfg.num_parts, root, partitioner=cfg.partitioner, progress=False)
-        with LocalCluster(root) as cluster:
-            fs, gs = connect(cluster.endpoints)
-            try:
-                for k in (0, cfg.prefetch):
-                    loader = _dist_loader(cfg, fs, gs, seeds, k)
-                    rows.append(time_loader(f"pyg-dist K={k}", loader, cfg.num_batches))
-                rows += _epoch_rows(cfg, fs, gs, seeds, "")
-            finally:
-                fs.close()
-        for delay in cfg.link_delays_ms:
-            with LocalCluster(root, link_delay_ms=delay) as cluster:
-                fs, gs = connect(cluster.endpoints)
-                try:
-                    tag = f" @{delay:g}ms"
-                    for k in (0, cfg.prefetch):
-                        rows.append(time_epoch(
-                            f"epoch train K={k}{tag}",
-                            _Trainer(cfg.num_features, cfg.num_classes, cfg.seed),
-                            _dist_loader(cfg, fs, gs, seeds, k), cfg.num_batches))
-                finally:
-                    fs.close()
+        default_threads = torch.get_num_threads()
+        torch.set_num_threads(_trainer_threads(cfg))
+        try:
+            rows += _pyg_dist_rows(cfg, root, seeds)
+        finally:
+            torch.set_num_threads(default_threads)
         if cfg.baseline:
             rows.append(_baseline_row(cfg, data, seeds, tmp))
     return {"config": asdict(cfg), "rows": [r.as_dict() for r in rows],
             "ratios": ratios(rows, cfg)}
+
+
+def _trainer_threads(cfg: BenchConfig) -> int:
+    return cfg.threads or max(1, (os.cpu_count() or 1) // (cfg.num_parts + 1))
+
+
+def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor) -> list[Row]:
+    """The loader rows and epoch rows, on loopback and behind each link delay."""
+    from pyg_dist.cluster import LocalCluster
+    from pyg_dist.store.connect import connect
+
+    rows: list[Row] = []
+    device = _device(cfg)
+    with LocalCluster(root) as cluster:
+        fs, gs = connect(cluster.endpoints)
+        try:
+            for k in (0, cfg.prefetch):
+                loader = _dist_loader(cfg, fs, gs, seeds, k, device)
+                rows.append(time_loader(f"pyg-dist K={k}", loader, cfg.num_batches,
+                                        device=device))
+            rows += _epoch_rows(cfg, fs, gs, seeds, "")
+        finally:
+            fs.close()
+    for delay in cfg.link_delays_ms:
+        with LocalCluster(root, link_delay_ms=delay) as cluster:
+            fs, gs = connect(cluster.endpoints)
+            try:
+                for k in (0, cfg.prefetch):
+                    trainer = _Trainer(cfg.num_features, cfg.num_classes, cfg.seed, device)
+                    rows.append(time_epoch(f"epoch train K={k} @{delay:g}ms", trainer,
+                                           _dist_loader(cfg, fs, gs, seeds, k, device),
+                                           cfg.num_batches))
+            finally:
+                fs.close()
+    return rows
 
 
 def _pyg_local_row(cfg: BenchConfig, data: Any, seeds: torch.Tensor) -> Row:
@@ -224,8 +281,11 @@ def _pyg_local_row(cfg: BenchConfig, data: Any, seeds: torch.Tensor) -> Row:
 
     loader = NeighborLoader(data, num_neighbors=cfg.num_neighbors, input_nodes=seeds,
                             batch_size=cfg.batch_size)
-    return time_loader("pyg-local NeighborLoader", loader, cfg.num_batches,
-                       note="one process, no network")
+    try:
+        return time_loader("pyg-local NeighborLoader", loader, cfg.num_batches,
+                           note="one process, no network", device=_device(cfg))
+    except ImportError as exc:  # PyG samples with pyg-lib or torch-sparse only
+        return Row("pyg-local NeighborLoader", 0.0, 0, 0, 0, 0, note=f"not available: {exc}")
 
 
 def _baseline_row(cfg: BenchConfig, data: Any, seeds: torch.Tensor, tmp: str) -> Row:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from pyg_dist.errors import PygDistError
+
 
 def _int_list(text: str) -> list[int]:
     try:
@@ -49,6 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip PyG's torch_geometric.distributed row")
     p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads of the trainer in the pyg-dist rows (default: the "
+                        "cores divided by parts + 1, as the servers share the machine)")
+    p.add_argument("--device", default=None,
+                   help="put batches on this device and train there, e.g. cuda (with "
+                        "prefetch: pinned memory, side-stream copies); default: CPU")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.set_defaults(run=run)
 
@@ -56,16 +64,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs the benchmark and prints the table."""
     from pyg_dist.bench.runner import BenchConfig, format_table, run_bench, write_json
+    from pyg_dist.malloc_tuning import tune_malloc
 
+    _check_device(args.device)
+    tune_malloc()  # here and in every server: the same for every row
     cfg = BenchConfig(
         num_nodes=args.num_nodes, avg_degree=args.avg_degree, num_features=args.num_features,
         num_parts=args.num_parts, partitioner=args.partitioner,
         num_neighbors=args.num_neighbors, batch_size=args.batch_size,
         num_batches=args.num_batches, prefetch=args.prefetch,
-        link_delays_ms=args.link_delay_ms, baseline=not args.no_baseline, seed=args.seed)
+        link_delays_ms=args.link_delay_ms, baseline=not args.no_baseline, seed=args.seed,
+        device=args.device, threads=args.threads)
     result = run_bench(cfg)
     print(format_table(result))
     if args.json:
         write_json(result, args.json)
         print(f"\nwrote {args.json}")
     return 0
+
+
+def _check_device(name: str | None) -> None:
+    """Refuses a device this machine does not have before any work starts."""
+    import torch
+
+    if name is None:
+        return
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise PygDistError(f"--device {name!r} is not a torch device ({exc}); "
+                           f"use e.g. cpu, cuda or cuda:1") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise PygDistError(f"--device {name}: torch {torch.__version__} sees no CUDA GPU "
+                           f"here; leave --device out to benchmark on the CPU")

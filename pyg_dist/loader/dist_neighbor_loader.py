@@ -80,8 +80,10 @@ class DistNeighborLoader(NodeLoader):
             that a fixed seed reproduces every batch.
         prefetch: Batches produced ahead on worker threads while the model
             trains; ``0`` produces each batch when it is asked for.
-        device: With ``prefetch``, a CUDA device to copy batches to on a side
-            stream (pinned memory, ``non_blocking``).
+        device: A device to put every batch on, e.g. ``"cuda"``. With
+            ``prefetch``, batches are pinned and copied on a side stream
+            (``non_blocking``) while the model trains; without, each batch
+            is copied when it is asked for.
         rank: DDP rank; ``None`` asks ``torch.distributed``.
         world_size: DDP world size; ``None`` asks ``torch.distributed``.
         timeout: Deadline of every sampling RPC in seconds; ``None`` uses the
@@ -173,6 +175,9 @@ class DistNeighborLoader(NodeLoader):
             from pyg_dist.loader.prefetch import PrefetchPipeline
 
             return PrefetchPipeline(self._produce, self.prefetch, device=self.device)(items)
+        if self.device is not None:
+            device = torch.device(self.device)
+            return (self._produce(item).to(device) for item in items)
         return (self._produce(item) for item in items)
 
     def _work_items(self) -> Iterator[tuple[list[int], Optional[int]]]:
