@@ -37,6 +37,7 @@ from typing import Any, Generic, Optional, TypeVar
 import torch
 
 from pyg_dist.errors import LoaderError
+from pyg_dist.store.remote_feature_store import pinned_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,11 @@ class _CudaMover:
         self.stream = torch.cuda.Stream(device=device)
 
     def to_device(self, batch: Any) -> tuple[Any, Any]:
-        """Runs on a worker: pin, enqueue the copy, return (batch, event)."""
+        """Runs on a worker: pin, enqueue the copy, return (batch, event).
+
+        Features fetched under :func:`pinned_outputs` are pinned already;
+        ``pin_memory()`` copies only what is not (ids, edge index).
+        """
         batch = batch.pin_memory()
         with torch.cuda.stream(self.stream):
             batch = batch.to(self.device, non_blocking=True)
@@ -114,13 +119,13 @@ class PrefetchPipeline(Generic[T, R]):
         if failed.is_set():
             raise LoaderError("skipped: an earlier batch of this epoch failed")
         try:
-            batch = self.produce(item)
+            if self._mover is not None:
+                with pinned_outputs():
+                    return self._mover.to_device(self.produce(item))
+            return self.produce(item)
         except BaseException:
             failed.set()
             raise
-        if self._mover is not None:
-            return self._mover.to_device(batch)
-        return batch
 
     def _finish(self, future: Future) -> R:
         out = future.result()

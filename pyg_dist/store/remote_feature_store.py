@@ -13,7 +13,10 @@ The store is read-only: ``put_tensor`` / ``remove_tensor`` raise
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -27,6 +30,25 @@ from pyg_dist.errors import StoreError
 from pyg_dist.store.routing import Router
 
 logger = logging.getLogger(__name__)
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def pinned_outputs() -> Iterator[None]:
+    """Within this block, on this thread, fetched features land in pinned memory.
+
+    A loader that copies batches to a GPU sets it, so rows are assembled
+    straight into page-locked buffers (CUDA's host allocator recycles them)
+    that a ``non_blocking`` copy can read, instead of a pageable tensor that
+    ``pin_memory()`` would copy once more.
+    """
+    before = getattr(_local, "pinned", False)
+    _local.pinned = True
+    try:
+        yield
+    finally:
+        _local.pinned = before
 
 
 @dataclass(frozen=True)
@@ -148,7 +170,9 @@ class RemoteFeatureStore(FeatureStore):
     def _fetch(self, ids: Tensor, group: Optional[str], names: list[str]) -> list[Tensor]:
         """Rows ``ids`` of features ``names`` of ``group``, in the order of ``ids``."""
         infos = [self.features[(group, name)] for name in names]
-        outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype) for info in infos]
+        pin = getattr(_local, "pinned", False)
+        outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype, pin_memory=pin)
+                for info in infos]
         if ids.numel() == 0:
             return outs
         answers = self.router.route(ids, "get", {"attrs": names, "group": group})

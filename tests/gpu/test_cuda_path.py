@@ -106,3 +106,15 @@ def test_launch_trains_on_the_gpu_with_nccl(tmp_path):
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("test_acc="), proc.stdout[-2000:]
     assert float(last.split("=")[1]) > 0.5
+
+
+def test_features_are_assembled_in_pinned_memory_for_the_gpu(served_fake):
+    from pyg_dist.store.remote_feature_store import pinned_outputs
+
+    data, (fs, _) = served_fake
+    ids = torch.arange(0, 2000, 7)
+    assert not fs[None, "x", ids].is_pinned()
+    with pinned_outputs():
+        x = fs[None, "x", ids]
+    assert x.is_pinned()
+    assert torch.equal(x, data.x[ids])
