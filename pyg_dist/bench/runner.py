@@ -52,6 +52,10 @@ class BenchConfig:
         link_delays_ms: One-way delays to repeat the epoch rows with.
         baseline: Also run PyG's ``torch_geometric.distributed``.
         seed: Seed for the graph, the seeds and the sampler.
+        trainers: Trainer processes of the multi-trainer row, each loading
+            its share of the seeds against the same servers (the layout of
+            PyG's baseline, one trainer per part); ``None`` runs
+            ``num_parts``, ``1`` skips the row.
         threads: torch threads of the trainer in the pyg-dist rows; ``None``
             gives it the cores divided by ``num_parts + 1`` (the servers run
             on the same machine, and oversubscribed OpenMP threads spin
@@ -74,6 +78,7 @@ class BenchConfig:
     link_delays_ms: list[float] = field(default_factory=list)
     baseline: bool = True
     seed: int = 0
+    trainers: Optional[int] = None
     threads: Optional[int] = None
     device: Optional[str] = None
 
@@ -232,7 +237,7 @@ def run_bench(cfg: BenchConfig, workdir: Optional[str] = None) -> dict[str, Any]
         default_threads = torch.get_num_threads()
         torch.set_num_threads(_trainer_threads(cfg))
         try:
-            rows += _pyg_dist_rows(cfg, root, seeds)
+            rows += _pyg_dist_rows(cfg, root, seeds, tmp)
         finally:
             torch.set_num_threads(default_threads)
         if cfg.baseline:
@@ -245,7 +250,7 @@ def _trainer_threads(cfg: BenchConfig) -> int:
     return cfg.threads or max(1, (os.cpu_count() or 1) // (cfg.num_parts + 1))
 
 
-def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor) -> list[Row]:
+def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -> list[Row]:
     """The loader rows and epoch rows, on loopback and behind each link delay."""
     from pyg_dist.cluster import LocalCluster
     from pyg_dist.store.connect import connect
@@ -255,10 +260,15 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor) -> list[Row
     with LocalCluster(root) as cluster:
         fs, gs = connect(cluster.endpoints)
         try:
+            # One batch first, as the baseline's warm-up: connections, threads, allocators.
+            next(iter(_dist_loader(cfg, fs, gs, seeds[: cfg.batch_size], cfg.prefetch, device)))
             for k in (0, cfg.prefetch):
                 loader = _dist_loader(cfg, fs, gs, seeds, k, device)
                 rows.append(time_loader(f"pyg-dist K={k}", loader, cfg.num_batches,
                                         device=device))
+            trainers = cfg.trainers or cfg.num_parts
+            if trainers > 1:
+                rows.append(_multi_trainer_row(cfg, cluster.endpoints, seeds, trainers, tmp))
             rows += _epoch_rows(cfg, fs, gs, seeds, "")
         finally:
             fs.close()
@@ -274,6 +284,53 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor) -> list[Row
             finally:
                 fs.close()
     return rows
+
+
+def _multi_trainer_row(cfg: BenchConfig, endpoints: list[str], seeds: torch.Tensor,
+                       trainers: int, tmp: str) -> Row:
+    """``trainers`` processes, each loading its share of the seeds at prefetch
+    ``k`` against the same servers; counted like the baseline: everything
+    they loaded over the slowest one's timed loop."""
+    import subprocess
+    import sys
+
+    name = f"pyg-dist K={cfg.prefetch} x{trainers} trainers"
+    per = -(-cfg.num_batches // trainers) * cfg.batch_size
+    threads = max(1, (os.cpu_count() or 1) // (trainers + cfg.num_parts))
+    procs = []
+    try:
+        for i in range(trainers):
+            path = f"{tmp}/trainer-{i}.json"
+            with open(path, "w") as f:
+                json.dump({"endpoints": endpoints, "seeds": seeds[i * per:(i + 1) * per].tolist(),
+                           "num_neighbors": cfg.num_neighbors, "batch_size": cfg.batch_size,
+                           "prefetch": cfg.prefetch, "seed": cfg.seed + i, "threads": threads,
+                           "device": cfg.device}, f)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "pyg_dist.bench.trainer_worker", path],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+        # Every trainer imports, connects and warms up before any timed loop starts.
+        if not all(proc.stdout.readline().strip() == "ready" for proc in procs):
+            return Row(name, 0.0, 0, 0, 0, 0, note="a trainer failed before its timed loop")
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            if proc.returncode != 0:
+                return Row(name, 0.0, 0, 0, 0, 0, note=f"a trainer failed: {err[-300:]}")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    return Row(name, max(r["seconds"] for r in results), sum(r["batches"] for r in results),
+               sum(r["seeds"] for r in results), sum(r["edges"] for r in results), 0,
+               note=f"{trainers} processes, {threads} torch threads each, "
+                    f"the layout of the pyg-distributed row")
 
 
 def _pyg_local_row(cfg: BenchConfig, data: Any, seeds: torch.Tensor) -> Row:
@@ -320,6 +377,10 @@ def ratios(rows: list[Row], cfg: BenchConfig) -> dict[str, float]:
         by.get("pyg-local NeighborLoader"), "seeds_per_s")
     put(f"pyg-dist K={k} / pyg-distributed (seeds/s)", by.get(f"pyg-dist K={k}"),
         by.get("pyg-distributed"), "seeds_per_s")
+    multi = next((r for r in rows if r.name.startswith(f"pyg-dist K={k} x")), None)
+    if multi is not None:
+        put(f"{multi.name} / pyg-distributed (seeds/s)", multi, by.get("pyg-distributed"),
+            "seeds_per_s")
     compute, loader = by.get("epoch compute only"), by.get(f"epoch loader only K={k}")
     both = by.get(f"epoch train K={k}")
     if compute and loader and both:

@@ -51,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip PyG's torch_geometric.distributed row")
     p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--trainers", type=int, default=None,
+                   help="trainer processes of the multi-trainer row, each on its share of "
+                        "the seeds (default: --num-parts, the layout of PyG's baseline; "
+                        "1 skips the row)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads of the trainer in the pyg-dist rows (default: the "
                         "cores divided by parts + 1, as the servers share the machine)")
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         num_neighbors=args.num_neighbors, batch_size=args.batch_size,
         num_batches=args.num_batches, prefetch=args.prefetch,
         link_delays_ms=args.link_delay_ms, baseline=not args.no_baseline, seed=args.seed,
-        device=args.device, threads=args.threads)
+        device=args.device, threads=args.threads, trainers=args.trainers)
     result = run_bench(cfg)
     print(format_table(result))
     if args.json:
