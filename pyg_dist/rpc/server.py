@@ -28,7 +28,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Optional
 
 import zmq
@@ -66,11 +66,17 @@ class RpcServer:
             picks a free port; :attr:`endpoint` reports the real one).
         config: Limits and worker count; :func:`default_config` by default.
         name: Name reported by ``ping`` and used in logs.
+        worker_ops: Operations always served by a worker, however small
+            the request: ones whose cost does not follow the request's size
+            (dumping a whole part's edges), which would otherwise hold up the
+            I/O thread and every client behind it.
     """
 
     def __init__(self, handlers: Mapping[str, Handler], bind: str = "tcp://127.0.0.1:0",
-                 config: Optional[RpcConfig] = None, name: str = "pyg-dist") -> None:
+                 config: Optional[RpcConfig] = None, name: str = "pyg-dist",
+                 worker_ops: Collection[str] = ()) -> None:
         self._config = config or default_config()
+        self._worker_ops = frozenset(worker_ops)
         self._handlers: dict[str, Handler] = {"ping": self._ping, **handlers}
         self._bind = bind
         self._name = name
@@ -281,7 +287,9 @@ class RpcServer:
                     msg = router.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                if inline_bytes < 0 or sum(map(len, msg)) - len(msg[0]) <= inline_bytes:
+                if (inline_bytes < 0 or sum(map(len, msg)) - len(msg[0]) <= inline_bytes) \
+                        and not (self._worker_ops and self._config.workers
+                                 and protocol.peek_op(msg[1:]) in self._worker_ops):
                     reply = self.handle(msg[1:])  # inline: no hand-off
                     if stopped.is_set():  # as a worker's reply: dropped
                         return

@@ -133,6 +133,10 @@ class PartitionOps:
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
 
+    WORKER_OPS = frozenset({"edge_index"})
+    """Ops served by a worker thread whatever their request's size: a whole
+    part's edges take long, from a request of a few bytes."""
+
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
         return {"meta": self.meta, "sample": self.sample, "get": self.get,

@@ -111,3 +111,12 @@ def test_inline_bytes_comes_from_the_environment():
     assert RpcConfig.from_env({"PYG_DIST_INLINE_BYTES": "123"}).inline_bytes == 123
     with pytest.raises(RpcError, match="inline_bytes"):
         RpcConfig(inline_bytes=-1)
+
+
+def test_worker_ops_go_to_a_worker_however_small_the_request():
+    config = RpcConfig(workers=1, inline_bytes=1 << 20)
+    with RpcServer({"where": where, "heavy": where}, config=config, name="wops",
+                   worker_ops={"heavy"}) as srv:
+        with RpcClient([srv.endpoint]) as client:
+            assert client.call(0, "where").result["thread"] == "wops-io"
+            assert client.call(0, "heavy").result["thread"] == "wops-worker-0"
