@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.servers import serve_parts
+from support.servers import run_process_tree, serve_parts
 
 from pyg_dist.datasets import fake
 from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
@@ -98,10 +98,10 @@ def test_launch_trains_on_the_gpu_with_nccl(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     subprocess.run([sys.executable, "-m", "pyg_dist", "partition", "pyg_dist.datasets:cora",
                     str(root), "--num-parts", "2"], check=True, env=env, timeout=300)
-    proc = subprocess.run(
+    proc = run_process_tree(
         [sys.executable, "-m", "pyg_dist", "launch", str(root), "--nproc", "1", "--",
          str(REPO / "examples" / "train_sage_dist.py"), "--epochs", "5", "--device", "cuda"],
-        capture_output=True, text=True, env=env, timeout=600)
+        timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("test_acc="), proc.stdout[-2000:]

@@ -69,3 +69,40 @@ def serve_part(root: str | os.PathLike, part: int, *, serve_args: Sequence[str] 
     with serve_parts(root, [part], serve_args=serve_args, env=env,
                      startup_timeout=startup_timeout) as cluster:
         yield cluster.processes[0], cluster.endpoints[0]
+
+
+def stop_process_tree(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stops ``proc`` and everything it started, also children that live in
+    sessions of their own (servers, torchrun), which a plain ``kill`` of
+    ``proc`` would orphan: SIGTERM to all, SIGKILL to what is left after
+    ``grace`` seconds."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    proc.poll()
+
+
+def run_process_tree(cmd: Sequence[str], timeout: float,
+                     **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)`` that, when the
+    command times out or the test is interrupted, stops everything the
+    command started (see :func:`stop_process_tree`), not only the command."""
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            stop_process_tree(proc)
+    return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
