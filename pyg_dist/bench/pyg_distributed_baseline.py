@@ -195,7 +195,7 @@ def run_pyg_distributed_baseline(
     data, num_parts: int, num_neighbors: list[int], batch_size: int, num_batches: int,
     workdir: str, timeout_s: float, *, num_workers: int = 0, concurrency: int = 1,
     async_sampling: bool = True, warmup_batches: int = 1, num_threads: Optional[int] = None,
-    record_batches: int = 0, seed: int = 0, input_nodes=None,
+    record_batches: int = 0, seed: int = 0, input_nodes=None, malloc_tuning: bool = False,
 ) -> dict[str, Any]:
     """Run PyG's ``DistNeighborLoader`` over ``num_parts`` partitions of ``data``.
 
@@ -221,6 +221,8 @@ def run_pyg_distributed_baseline(
         seed: Base random seed (process ``r`` uses ``seed + r``).
         input_nodes: Seed nodes (int64 tensor) instead of ``train_mask``;
             each process takes the ones its partition owns.
+        malloc_tuning: Give the processes pyg-dist's allocator tuning
+            (:mod:`pyg_dist.malloc_tuning`); ``False`` runs PyG as it ships.
 
     Returns:
         ``status`` (``ok``, ``error``, ``hung`` or ``unavailable``), ``system``,
@@ -256,7 +258,8 @@ def run_pyg_distributed_baseline(
     cfgs = _worker_configs(part, num_parts, num_neighbors, batch_size, num_batches,
                            workdir, timeout_s, opts)
     env = dict(os.environ, TP_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo",
-               OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+               OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYG_DIST_TUNE_MALLOC="1" if malloc_tuning else "0")
     t0 = time.monotonic()
     procs: list[subprocess.Popen] = []
     try:
