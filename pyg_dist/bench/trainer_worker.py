@@ -43,7 +43,8 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
                                       prefetch=cfg["prefetch"], seed=cfg["seed"],
                                       device=device)
 
-        for _ in loader(seeds[: cfg["batch_size"]]):  # warm-up: connections, allocator
+        # Warm-up: connections, threads, and the heap K batches in flight need.
+        for _ in loader(seeds[: (cfg["prefetch"] + 1) * cfg["batch_size"]]):
             pass
         print("ready", flush=True)
         sys.stdin.readline()
