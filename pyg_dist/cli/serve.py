@@ -32,9 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="worker threads serving requests; 0 serves inline on the I/O thread "
                         "(default: PYG_DIST_WORKERS or 4)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads per operation (intra-op); default: the cores divided "
-                        "by the workers, so that workers running at once do not oversubscribe "
-                        "the cores (which slows every request down many times over)")
+                   help="torch threads per operation (intra-op); default: PYG_DIST_THREADS, "
+                        "else the cores divided by the workers, so that workers running at "
+                        "once do not oversubscribe the cores (which slows every request down "
+                        "many times over)")
     p.add_argument("--max-message-bytes", type=int, default=None,
                    help="largest request accepted, in bytes (default: 1 GiB)")
     p.add_argument("--max-reply-bytes", type=int, default=None,
@@ -109,9 +110,15 @@ def _set_threads(threads: int | None, workers: int) -> None:
 
     from pyg_dist.errors import PygDistError
 
+    if threads is None and os.environ.get("PYG_DIST_THREADS"):
+        try:
+            threads = int(os.environ["PYG_DIST_THREADS"])
+        except ValueError as exc:
+            raise PygDistError(f"PYG_DIST_THREADS must be an int, got "
+                               f"{os.environ['PYG_DIST_THREADS']!r}") from exc
     if threads is None:
         threads = max(1, (os.cpu_count() or 1) // max(1, workers))
-    elif threads < 1:
+    if threads < 1:
         raise PygDistError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
     logging.getLogger(__name__).info("torch intra-op threads: %d", threads)
