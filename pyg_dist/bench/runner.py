@@ -301,42 +301,19 @@ def _multi_trainer_row(cfg: BenchConfig, endpoints: list[str], seeds: torch.Tens
     """``trainers`` processes, each loading its share of the seeds at prefetch
     ``k`` against the same servers; counted like the baseline: everything
     they loaded over the slowest one's timed loop."""
-    import subprocess
-    import sys
+    from pyg_dist.bench.trainer_worker import run_trainers
 
     name = f"pyg-dist K={cfg.prefetch} x{trainers} trainers"
     per = -(-cfg.num_batches // trainers) * cfg.batch_size
     threads = max(1, (os.cpu_count() or 1) // (trainers + cfg.num_parts))
-    procs = []
+    configs = [{"endpoints": endpoints, "seeds": seeds[i * per:(i + 1) * per].tolist(),
+                "num_neighbors": cfg.num_neighbors, "batch_size": cfg.batch_size,
+                "prefetch": cfg.prefetch, "seed": cfg.seed + i, "threads": threads,
+                "device": cfg.device} for i in range(trainers)]
     try:
-        for i in range(trainers):
-            path = f"{tmp}/trainer-{i}.json"
-            with open(path, "w") as f:
-                json.dump({"endpoints": endpoints, "seeds": seeds[i * per:(i + 1) * per].tolist(),
-                           "num_neighbors": cfg.num_neighbors, "batch_size": cfg.batch_size,
-                           "prefetch": cfg.prefetch, "seed": cfg.seed + i, "threads": threads,
-                           "device": cfg.device}, f)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pyg_dist.bench.trainer_worker", path],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True))
-        # Every trainer imports, connects and warms up before any timed loop starts.
-        if not all(proc.stdout.readline().strip() == "ready" for proc in procs):
-            return Row(name, 0.0, 0, 0, 0, 0, note="a trainer failed before its timed loop")
-        for proc in procs:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        results = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=600)
-            if proc.returncode != 0:
-                return Row(name, 0.0, 0, 0, 0, 0, note=f"a trainer failed: {err[-300:]}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        results = run_trainers(configs, tmp)
+    except RuntimeError as exc:
+        return Row(name, 0.0, 0, 0, 0, 0, note=str(exc))
     return Row(name, max(r["seconds"] for r in results), sum(r["batches"] for r in results),
                sum(r["seeds"] for r in results), sum(r["edges"] for r in results), 0,
                note=f"{trainers} processes, {threads} torch threads each, "

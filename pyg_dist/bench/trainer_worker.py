@@ -18,6 +18,7 @@ what it did::
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from typing import Any
@@ -60,6 +61,53 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         fs.close()
     return {"seconds": seconds, "batches": batches, "seeds": int(seeds.numel()),
             "edges": edges}
+
+
+def run_trainers(configs: list[dict[str, Any]], workdir: str,
+                 timeout: float = 600.0) -> list[dict[str, Any]]:
+    """Runs one trainer process per config and returns their results.
+
+    Every trainer imports torch, connects and warms up before any of them
+    starts its timed loop. Every process is gone when this returns.
+
+    Raises:
+        RuntimeError: if a trainer fails, with the end of its stderr.
+    """
+    procs: list[tuple[subprocess.Popen, str]] = []
+    try:
+        for i, cfg in enumerate(configs):
+            path, log = f"{workdir}/trainer-{i}.json", f"{workdir}/trainer-{i}.log"
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            with open(log, "w") as err:  # a file: a full stderr pipe cannot block it
+                procs.append((subprocess.Popen(
+                    [sys.executable, "-m", "pyg_dist.bench.trainer_worker", path],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True),
+                    log))
+        for proc, log in procs:
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a trainer failed before its timed loop: {_tail(log)}")
+        for proc, _ in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = []
+        for proc, log in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise RuntimeError(f"a trainer failed with exit code {proc.returncode}: "
+                                   f"{_tail(log)}")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def _tail(log: str, chars: int = 300) -> str:
+    with open(log) as f:
+        return f.read()[-chars:].strip() or "(nothing on stderr)"
 
 
 def main(argv: list[str]) -> int:
