@@ -112,6 +112,10 @@ class PartitionOps:
             answers are refused before they are computed.
     """
 
+    WORKER_OPS = frozenset({"edge_index"})
+    """Ops served by a worker thread whatever their request's size: a whole
+    part's edges take long, from a request of a few bytes."""
+
     def __init__(self, reader: PartitionReader, part: int, feature_store: FeatureStore,
                  graph_store: GraphStore, max_reply_bytes: int = 1 << 30) -> None:
         self.reader = reader
@@ -132,10 +136,6 @@ class PartitionOps:
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
-
-    WORKER_OPS = frozenset({"edge_index"})
-    """Ops served by a worker thread whatever their request's size: a whole
-    part's edges take long, from a request of a few bytes."""
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
