@@ -2,6 +2,7 @@
 
     pyg-dist partition pyg_dist.datasets:cora parts/ --num-parts 2
     pyg-dist launch parts/ --nproc 2 -- examples/train_sage_dist.py --seed 0
+    pyg-dist launch parts/ --nproc 1 -- examples/train_sage_dist.py --device cuda  # nccl
 
 The same script as ``train_sage_local.py`` except for two places: the graph
 comes from the partition servers (``pyg_dist.connect()`` reads their

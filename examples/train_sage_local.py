@@ -1,6 +1,7 @@
 """GraphSAGE on Cora with PyG's NeighborLoader, in one process (the reference).
 
     python examples/train_sage_local.py --seed 0
+    python examples/train_sage_local.py --device cuda
 
 ``train_sage_dist.py`` is this script with the graph taken from partition
 servers (``pyg_dist.connect()``) and ``NeighborLoader`` swapped for
