@@ -314,17 +314,6 @@ def peek_id(frames: Sequence[Any]) -> Optional[int]:
     return req_id if isinstance(req_id, int) and 0 <= req_id <= MAX_ID else None
 
 
-def peek_op(frames: Sequence[Any]) -> Optional[str]:
-    """Best-effort op name of a request, before it is validated (for dispatch
-    only: :func:`decode_request` still checks everything)."""
-    try:
-        header = msgpack.unpackb(_buffer(frames[0]), raw=False)
-    except Exception:  # garbage: decode_request will say what is wrong.
-        return None
-    op = header.get("op") if isinstance(header, dict) else None
-    return op if isinstance(op, str) else None
-
-
 def decode_request(frames: Sequence[Any], max_bytes: int) -> Request:
     """Decodes and validates a request's frames (routing identity removed).
 

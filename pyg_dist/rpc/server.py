@@ -287,15 +287,19 @@ class RpcServer:
                     msg = router.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                if (inline_bytes < 0 or sum(map(len, msg)) - len(msg[0]) <= inline_bytes) \
-                        and not (self._worker_ops and self._config.workers
-                                 and protocol.peek_op(msg[1:]) in self._worker_ops):
-                    reply = self.handle(msg[1:])  # inline: no hand-off
-                    if stopped.is_set():  # as a worker's reply: dropped
-                        return
-                    self._send_reply(router, [msg[0], *reply])
-                else:
+                if inline_bytes >= 0 and sum(map(len, msg)) - len(msg[0]) > inline_bytes:
                     inbox.put_nowait(msg)  # only this thread puts: never full here
+                    continue
+                decoded = self._decode(msg[1:])  # inline: no hand-off
+                if isinstance(decoded, protocol.Request) and inline_bytes >= 0 \
+                        and decoded.op in self._worker_ops:
+                    inbox.put_nowait((msg[0], decoded))  # slow however small: a worker
+                    continue
+                reply = self._serve(decoded) if isinstance(decoded, protocol.Request) \
+                    else decoded
+                if stopped.is_set():  # as a worker's reply: dropped
+                    return
+                self._send_reply(router, [msg[0], *reply])
 
     def _forward_replies(self, router: zmq.Socket, replies: zmq.Socket) -> bool:
         """Sends the workers' finished replies; returns whether to stop."""
@@ -340,8 +344,10 @@ class RpcServer:
                 msg = self._inbox.get()
                 if msg is None:
                     return
-                identity, body = msg[0], msg[1:]
-                reply = [identity, *self.handle(body)]
+                if isinstance(msg, tuple):  # (identity, request decoded by the I/O thread)
+                    reply = [msg[0], *self._serve(msg[1])]
+                else:
+                    reply = [msg[0], *self.handle(msg[1:])]
                 try:
                     # The PULL end has no bound on its queue, so the only
                     # refusal is a closed one: the server is stopping.
@@ -359,11 +365,19 @@ class RpcServer:
         Args:
             frames: The request's frames without the routing identity.
         """
+        decoded = self._decode(frames)
+        return self._serve(decoded) if isinstance(decoded, protocol.Request) else decoded
+
+    def _decode(self, frames: Sequence[Any]) -> protocol.Request | list[Any]:
+        """The validated request, or the error reply refusing it."""
         try:
-            request = protocol.decode_request(frames, self._config.max_message_bytes)
+            return protocol.decode_request(frames, self._config.max_message_bytes)
         except ProtocolError as exc:
             logger.debug("malformed request refused: %s", exc)
             return protocol.encode_error(protocol.peek_id(frames), "ProtocolError", str(exc))
+
+    def _serve(self, request: protocol.Request) -> list[Any]:
+        """Runs a validated request's handler; returns the reply frames."""
         handler = self._handlers.get(request.op)
         if handler is None:
             return protocol.encode_error(
