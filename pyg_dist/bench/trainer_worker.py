@@ -18,6 +18,7 @@ what it did::
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import time
@@ -68,12 +69,14 @@ def run_trainers(configs: list[dict[str, Any]], workdir: str,
     """Runs one trainer process per config and returns their results.
 
     Every trainer imports torch, connects and warms up before any of them
-    starts its timed loop. Every process is gone when this returns.
+    starts its timed loop. All of it must end within ``timeout`` seconds.
+    Every process is gone when this returns.
 
     Raises:
         RuntimeError: if a trainer fails, with the end of its stderr.
     """
     procs: list[tuple[subprocess.Popen, str]] = []
+    deadline = time.monotonic() + timeout
     try:
         for i, cfg in enumerate(configs):
             path, log = f"{workdir}/trainer-{i}.json", f"{workdir}/trainer-{i}.log"
@@ -85,14 +88,22 @@ def run_trainers(configs: list[dict[str, Any]], workdir: str,
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True),
                     log))
         for proc, log in procs:
-            if proc.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"a trainer failed before its timed loop: {_tail(log)}")
+            # select: a trainer stuck before its ready line must not hang the bench.
+            ready, _, _ = select.select([proc.stdout], [], [],
+                                        max(0.0, deadline - time.monotonic()))
+            if not ready or proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a trainer failed or hung before its timed loop "
+                                   f"(limit {timeout:g} s): {_tail(log)}")
         for proc, _ in procs:
             proc.stdin.write("go\n")
             proc.stdin.flush()
         results = []
         for proc, log in procs:
-            out, _ = proc.communicate(timeout=timeout)
+            try:
+                out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired as exc:
+                raise RuntimeError(f"a trainer did not finish within {timeout:g} s: "
+                                   f"{_tail(log)}") from exc
             if proc.returncode != 0:
                 raise RuntimeError(f"a trainer failed with exit code {proc.returncode}: "
                                    f"{_tail(log)}")
