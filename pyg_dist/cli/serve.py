@@ -101,10 +101,12 @@ def run(args: argparse.Namespace) -> int:
 def _set_threads(threads: int | None, workers: int) -> None:
     """Caps torch's intra-op threads of this process.
 
-    Every worker runs torch ops on its own: with torch's default (all cores
-    per op) a 16-core host serving two parts ran ``sample`` 8x slower than
-    with 4 threads per op, OpenMP threads of both servers and the trainer
-    spinning against each other.
+    Every worker runs torch ops on its own. On a 16-core host with two
+    servers and a trainer all at torch's default (all cores per op), the
+    synchronous loader ran 8x slower than with every process at 4 threads,
+    their OpenMP teams spinning against each other. (That was every process
+    capped; with the trainer capped, 1, 2 or 4 threads per server op moved
+    the figures less than their noise.)
     """
     import torch
 
