@@ -18,7 +18,9 @@ The tree::
     │   └── DatasetResolveError          "module:callable" did not resolve
     ├── RpcError
     │   ├── TransportError               socket/connection level failure
-    │   │   └── ServerUnavailableError   server down; names the address
+    │   │   ├── ServerUnavailableError   server down; names the address
+    │   │   └── SharedMemoryError        a same-host segment cannot be made,
+    │   │                                mapped or used (replies fall back to TCP)
     │   ├── RpcTimeoutError (also TimeoutError)  deadline passed; names address, op
     │   ├── ProtocolError                malformed or unsupported message
     │   └── RemoteError                  the server answered with an error;
@@ -141,6 +143,14 @@ class TransportError(RpcError):
 
 class ServerUnavailableError(TransportError):
     """The server is down or unreachable."""
+
+
+class SharedMemoryError(TransportError):
+    """A same-host shared memory segment could not be created, mapped or used.
+
+    The client then lets the reply travel over the socket; a server raising
+    it answers the request with an error reply of this type.
+    """
 
 
 class RpcTimeoutError(RpcError, TimeoutError):

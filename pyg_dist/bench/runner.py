@@ -275,7 +275,8 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
             for k in (0, cfg.prefetch):
                 loader = _dist_loader(cfg, fs, gs, seeds, k, device)
                 rows.append(time_loader(f"pyg-dist K={k}", loader, cfg.num_batches,
-                                        device=device))
+                                        note=_SHM_NOTE, device=device))
+            rows.append(_tcp_row(cfg, cluster.endpoints, seeds, device))
             trainers = cfg.trainers or cfg.num_parts
             if trainers > 1:
                 rows.append(_multi_trainer_row(cfg, cluster.endpoints, seeds, trainers, tmp))
@@ -284,7 +285,8 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
             fs.close()
     for delay in cfg.link_delays_ms:
         with LocalCluster(root, link_delay_ms=delay) as cluster:
-            fs, gs = connect(cluster.endpoints)
+            # A server behind a link is on another host: no shared memory.
+            fs, gs = connect(cluster.endpoints, _tcp_config())
             try:
                 for k in (0, cfg.prefetch):
                     trainer = _Trainer(cfg.num_features, cfg.num_classes, cfg.seed, device)
@@ -294,6 +296,31 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
             finally:
                 fs.close()
     return rows
+
+
+_SHM_NOTE = "same host: servers write feature rows into the trainer's shared memory"
+
+
+def _tcp_config() -> Any:
+    from pyg_dist.rpc.config import RpcConfig
+
+    return RpcConfig.from_env(shared_memory_bytes=0)
+
+
+def _tcp_row(cfg: BenchConfig, endpoints: list[str], seeds: torch.Tensor,
+             device: Optional[torch.device]) -> Row:
+    """Prefetch ``k`` with every reply over loopback TCP, as between hosts."""
+    from pyg_dist.store.connect import connect
+
+    fs, gs = connect(endpoints, _tcp_config())
+    try:
+        _warm_up(cfg, fs, gs, seeds, device)
+        return time_loader(f"pyg-dist K={cfg.prefetch} over TCP",
+                           _dist_loader(cfg, fs, gs, seeds, cfg.prefetch, device),
+                           cfg.num_batches, note="no shared memory: every reply over "
+                           "loopback TCP, as between hosts", device=device)
+    finally:
+        fs.close()
 
 
 def _multi_trainer_row(cfg: BenchConfig, endpoints: list[str], seeds: torch.Tensor,
@@ -369,12 +396,15 @@ def ratios(rows: list[Row], cfg: BenchConfig) -> dict[str, float]:
         if num is not None and den is not None and getattr(den, attr):
             out[name] = getattr(num, attr) / getattr(den, attr)
 
-    put(f"pyg-dist K={k} / pyg-local (seeds/s)", by.get(f"pyg-dist K={k}"),
-        by.get("pyg-local NeighborLoader"), "seeds_per_s")
+    for row in (f"pyg-dist K={k}", f"pyg-dist K={k} over TCP"):
+        put(f"{row} / pyg-local (seeds/s)", by.get(row), by.get("pyg-local NeighborLoader"),
+            "seeds_per_s")
     multi = next((r for r in rows if r.name.startswith(f"pyg-dist K={k} x")), None)
     for baseline in (BASELINE, BASELINE_TUNED):
         put(f"pyg-dist K={k} / {baseline} (seeds/s)", by.get(f"pyg-dist K={k}"),
             by.get(baseline), "seeds_per_s")
+        put(f"pyg-dist K={k} over TCP / {baseline} (seeds/s)",
+            by.get(f"pyg-dist K={k} over TCP"), by.get(baseline), "seeds_per_s")
         if multi is not None:
             put(f"{multi.name} / {baseline} (seeds/s)", multi, by.get(baseline),
                 "seeds_per_s")

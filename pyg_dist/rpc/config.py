@@ -36,6 +36,7 @@ ENV_VARS = {
     "client_secret_key": "PYG_DIST_CLIENT_SECRET_KEY",
     "client_public_key": "PYG_DIST_CLIENT_PUBLIC_KEY",
     "authorized_keys_dir": "PYG_DIST_AUTHORIZED_KEYS_DIR",
+    "shared_memory_bytes": "PYG_DIST_SHARED_MEMORY_BYTES",
 }
 
 
@@ -98,6 +99,11 @@ class RpcConfig:
             public ``.key`` files (pyzmq certificates); only those clients
             may connect. ``None`` admits any client that knows the server's
             public key.
+        shared_memory_bytes: With a server on the same host, the most bytes
+            of shared memory (``/dev/shm``) a client process lends that
+            server for feature replies, which the server then writes straight
+            into instead of sending them over the socket. ``0`` sends every
+            reply over the socket. See :mod:`pyg_dist.rpc.shared_memory`.
     """
 
     timeout: float = 30.0
@@ -117,6 +123,7 @@ class RpcConfig:
     client_secret_key: Optional[str] = None
     client_public_key: Optional[str] = None
     authorized_keys_dir: Optional[str] = None
+    shared_memory_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         positive = ("timeout", "connect_timeout", "max_message_bytes", "max_reply_bytes",
@@ -127,7 +134,7 @@ class RpcConfig:
                 raise RpcError(f"RpcConfig.{name} must be > 0, got "
                                f"{getattr(self, name)!r}")
         for name in ("retries", "retry_backoff", "retry_backoff_max", "workers",
-                     "inline_bytes"):
+                     "inline_bytes", "shared_memory_bytes"):
             if getattr(self, name) < 0:
                 raise RpcError(f"RpcConfig.{name} must be >= 0, got "
                                f"{getattr(self, name)!r}")

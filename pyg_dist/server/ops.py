@@ -1,5 +1,5 @@
 """The partition server's operations: ``meta``, ``sample``, ``get``, ``sizes``,
-``edge_index``.
+``edge_index``, ``release``.
 
 Every handler validates its arguments and tensors (types, dtype, shape, id
 range, ownership) before it touches data; a refusal raises
@@ -24,6 +24,7 @@ from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
+from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Handler
 from pyg_dist.store.local import PartitionFeatureStore, local_rows
@@ -136,11 +137,17 @@ class PartitionOps:
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
+        self.segments = shared_memory.AttachedSegments()
+        self._host = shared_memory.host_id()
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
         return {"meta": self.meta, "sample": self.sample, "get": self.get,
-                "sizes": self.sizes, "edge_index": self.edge_index}
+                "sizes": self.sizes, "edge_index": self.edge_index, "release": self.release}
+
+    def close(self) -> None:
+        """Unmaps every client segment still mapped."""
+        self.segments.close()
 
     # Validation ############################################################
 
@@ -207,6 +214,7 @@ class PartitionOps:
             "is_hetero": bool(meta.get("is_hetero", False)),
             "format_version": meta.get("format_version"),
             "partitioner": meta.get("partitioner"),
+            "host": self._host,
         }
         return result, [self._book]
 
@@ -245,7 +253,13 @@ class PartitionOps:
                     csc.edge_ids.index_select(0, positions)]
 
     def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Rows of features ``attrs`` (list of names) of ``group`` for the ids."""
+        """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
+
+        With ``shm`` (a segment of a client on this host, see
+        :mod:`pyg_dist.rpc.shared_memory`) the rows are written into the
+        segment, one region per attribute at the offsets the result's
+        ``shm_offsets`` lists, and the reply carries no tensors.
+        """
         group = _group(args.get("group"))
         attrs = args.get("attrs")
         if not isinstance(attrs, list) or not attrs or \
@@ -261,16 +275,43 @@ class PartitionOps:
         row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
                         for a in attrs)
         self._check_reply(rows.numel() * row_bytes, "get", "ask for fewer ids per request")
+        if "shm" in args:
+            return self._get_into_segment(args["shm"], group, attrs, specs, rows)
         return {"attrs": attrs}, [self._rows(group, name, rows) for name in attrs]
 
-    def _rows(self, group: Optional[str], name: str, rows: Tensor) -> Tensor:
+    def _get_into_segment(self, spec: Any, group: Optional[str], attrs: list[str],
+                          specs: dict[str, dict[str, Any]], rows: Tensor) -> Result:
+        shapes = [(rows.numel(), *specs[a]["shape"]) for a in attrs]
+        dtypes = [DTYPES[specs[a]["dtype"]] for a in attrs]
+        sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes)]
+        offsets, total = shared_memory.layout(sizes)
+        payload = self.segments.payload(spec, total)
+        for name, offset, dtype, shape in zip(attrs, offsets, dtypes, shapes):
+            self._rows(group, name, rows, out=shared_memory.view(payload, offset, dtype, shape))
+        return {"attrs": attrs, "shm_offsets": offsets}, []
+
+    def _rows(self, group: Optional[str], name: str, rows: Tensor,
+              out: Optional[Tensor] = None) -> Tensor:
         if isinstance(self.features, PartitionFeatureStore):
             # Our own stores hand out the whole tensor without a copy, and
             # index_select gathers rows about 5-10x faster than the advanced
             # indexing behind FeatureStore.get_tensor(index=...).
             whole = self.features.get_tensor(TensorAttr(group, name, None))
-            return whole.index_select(0, rows)
-        return self.features.get_tensor(TensorAttr(group, name, rows))
+            if out is not None and whole.dtype == out.dtype:
+                return torch.index_select(whole, 0, rows, out=out)
+            gathered = whole.index_select(0, rows)
+        else:
+            gathered = self.features.get_tensor(TensorAttr(group, name, rows))
+        return gathered if out is None else out.copy_(gathered)
+
+    def release(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """Unmaps the client segments ``names`` (a client closing); returns
+        ``released``, how many were mapped."""
+        names = args.get("names")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ProtocolError(f"argument 'names' must be a list of segment names, "
+                                f"got {names!r}")
+        return {"released": self.segments.release(names)}, []
 
     def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""

@@ -47,6 +47,8 @@ class ServerMeta:
         graph: An identity of the partitioned dataset (name and checksums),
             equal on every server of one graph.
         book: The partition book tensor, if the server sent one.
+        host: The server's host identity for shared memory
+            (:func:`pyg_dist.rpc.shared_memory.host_id`), if it sent one.
     """
 
     address: str
@@ -57,6 +59,7 @@ class ServerMeta:
     features: dict[tuple[Optional[str], str], FeatureInfo]
     graph: Any
     book: Optional[Tensor]
+    host: Optional[str] = None
 
 
 def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = None, *,
@@ -106,7 +109,7 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     router = Router(by_part, book, first.num_nodes, config=config, client=client)
     logger.info("connected to %d servers of a graph with %d nodes, %d edges",
                 len(by_part), first.num_nodes, first.num_edges)
-    return (RemoteFeatureStore(router, first.features),
+    return (RemoteFeatureStore(router, first.features, [metas[i].host for i in order]),
             RemoteGraphStore(router, first.num_edges))
 
 
@@ -146,7 +149,9 @@ def _parse_meta(address: str, reply: Any) -> ServerMeta:
                             f"server of the same version?", address=address, op="meta") from exc
     graph = result.get("graph", result.get("checksum"))
     book = reply.tensors[0] if reply.tensors else None
-    return ServerMeta(address, part, num_parts, num_nodes, num_edges, features, graph, book)
+    host = result.get("host")
+    return ServerMeta(address, part, num_parts, num_nodes, num_edges, features, graph, book,
+                      host if isinstance(host, str) else None)
 
 
 def _check_cluster(metas: list[ServerMeta]) -> list[int]:

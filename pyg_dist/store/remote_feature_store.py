@@ -5,7 +5,9 @@ are grouped by owning server, each server gets one ``get`` request carrying
 *all* the attributes asked for with that index, the requests fly at once,
 and the rows are put back in the caller's order. PyG builds a batch with one
 ``multi_get_tensor`` call (``x``, ``y``, masks, ... all indexed by the
-batch's nodes), so one batch costs one round trip per server.
+batch's nodes), so one batch costs one round trip per server. A server on the
+same host writes a big answer straight into shared memory the store lends it
+(:mod:`pyg_dist.rpc.shared_memory`) instead of sending it over the socket.
 
 The store is read-only: ``put_tensor`` / ``remove_tensor`` raise
 :class:`~pyg_dist.errors.StoreError`.
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -26,7 +29,9 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
-from pyg_dist.errors import StoreError
+from pyg_dist.errors import RemoteError, StoreError
+from pyg_dist.rpc import shared_memory
+from pyg_dist.rpc.shared_memory import ClientSegments, Segment
 from pyg_dist.store.routing import Router
 
 logger = logging.getLogger(__name__)
@@ -110,17 +115,33 @@ class RemoteFeatureStore(FeatureStore):
         router: Routes requests to the owning servers (shared with the graph
             store).
         features: ``{(group, name): FeatureInfo}`` for every feature served.
+        server_hosts: Each part's server's host identity as its ``meta``
+            reported it (:func:`pyg_dist.rpc.shared_memory.host_id`); servers
+            on this host get shared memory for big replies. ``None``: none.
     """
 
-    def __init__(self, router: Router, features: dict[tuple[Optional[str], str], FeatureInfo]
-                 ) -> None:
+    def __init__(self, router: Router, features: dict[tuple[Optional[str], str], FeatureInfo],
+                 server_hosts: Optional[Sequence[Optional[str]]] = None) -> None:
         super().__init__()
         self.router = router
         self.num_nodes = router.num_nodes
         self.features = dict(features)
+        self._server_hosts = list(server_hosts or [None] * router.num_parts)
+        self._segments: Optional[ClientSegments] = None
+        self._segments_lock = threading.Lock()
 
     def close(self) -> None:
-        """Closes the connections shared with the graph store."""
+        """Hands back the servers' mappings of this process's shared memory
+        and closes the connections shared with the graph store."""
+        with self._segments_lock:
+            segments, self._segments = self._segments, None
+        if segments is not None:
+            for part, names in segments.close().items():
+                try:
+                    self.router.client.call(part, "release", {"names": names}, timeout=2.0)
+                except Exception as exc:  # the server unmaps them at its bound anyway
+                    logger.debug("release of %d segments on %s failed: %s", len(names),
+                                 self.router.endpoints[part], exc)
         self.router.close()
 
     def __enter__(self) -> RemoteFeatureStore:
@@ -199,6 +220,13 @@ class RemoteFeatureStore(FeatureStore):
             return index.nonzero().view(-1), False
         return self.router.check_ids(index.view(-1).cpu(), "TensorAttr.index"), False
 
+    def _segment_pools(self) -> ClientSegments:
+        with self._segments_lock:
+            if self._segments is None:
+                limit = self.router.client.config.shared_memory_bytes
+                self._segments = ClientSegments(self.router.endpoints, self._server_hosts, limit)
+            return self._segments
+
     def _fetch(self, ids: Tensor, group: Optional[str], names: list[str]) -> list[Tensor]:
         """Rows ``ids`` of features ``names`` of ``group``, in the order of ``ids``."""
         infos = [self.features[(group, name)] for name in names]
@@ -207,19 +235,79 @@ class RemoteFeatureStore(FeatureStore):
                 for info in infos]
         if ids.numel() == 0:
             return outs
-        answers = self.router.route(ids, "get", {"attrs": names, "group": group})
-        for answer in answers:
-            address = self.router.endpoints[answer.part]
-            if len(answer.tensors) != len(names):
-                raise StoreError(f"server {address} answered 'get' with "
-                                 f"{len(answer.tensors)} tensors for {len(names)} attributes")
-            for out, name, tensor in zip(outs, names, answer.tensors):
-                expected = (answer.positions.numel(), *out.shape[1:])
-                if tuple(tensor.shape) != expected:
-                    raise StoreError(f"server {address} sent {name!r} of shape "
-                                     f"{tuple(tensor.shape)}, expected {expected}")
-                copy_rows(out, answer.positions, tensor.to(out.dtype))
+        shares = self.router.split(ids)
+        # A server that lost a segment (it restarted) costs one more try; a
+        # server that cannot map one at all gets no more (its pool is off).
+        for _ in range(3):
+            if self._fetch_shares(shares, group, names, outs):
+                return outs
+        self._fetch_shares(shares, group, names, outs, lend=False)
         return outs
+
+    def _fetch_shares(self, shares: list[tuple[int, Tensor, Tensor]], group: Optional[str],
+                      names: list[str], outs: list[Tensor], lend: bool = True) -> bool:
+        """Asks every server for its share, lending a segment where it can;
+        returns ``False`` if a server could not use its segment."""
+        pools = self._segment_pools()
+        row_bytes = [math.prod(out.shape[1:]) * out.element_size() for out in outs]
+        requests, lent = [], []
+        for part, positions, part_ids in shares:
+            args: dict[str, Any] = {"attrs": names, "group": group}
+            pool = pools.pool(part)
+            _, total = shared_memory.layout([positions.numel() * b for b in row_bytes])
+            segment = pool.acquire(total) if lend else None
+            if segment is not None:
+                args["shm"] = segment.spec(pool.take_dropped())
+            requests.append((part, "get", args, [part_ids]))
+            lent.append(segment)
+        try:
+            replies = self.router.call_all(requests)
+            for (part, positions, _), reply, segment in zip(shares, replies, lent):
+                self._take_reply(part, positions, reply, segment, names, outs)
+        except BaseException as exc:
+            # Requests may still be in flight: their segments are never reused.
+            for (part, _, _), segment in zip(shares, lent):
+                if segment is not None:
+                    pools.pool(part).discard(segment)
+            if not (isinstance(exc, RemoteError) and exc.remote_type == "SharedMemoryError"
+                    and exc.address in self.router.endpoints):
+                raise
+            part = self.router.endpoints.index(exc.address)
+            segment = dict(zip((p for p, _, _ in shares), lent)).get(part)
+            if segment is not None and not segment.announced:
+                pools.pool(part).disable(exc.remote_message)  # it cannot map ours at all
+            else:
+                pools.pool(part).discard_idle()  # it lost them: restarted, or over its bound
+            return False
+        for (part, _, _), segment in zip(shares, lent):
+            if segment is not None:
+                pools.pool(part).release(segment)
+        return True
+
+    def _take_reply(self, part: int, positions: Tensor, reply: Any,
+                    segment: Optional[Segment], names: list[str], outs: list[Tensor]) -> None:
+        address = self.router.endpoints[part]
+        if segment is not None:
+            segment.announce()
+            offsets = reply.result.get("shm_offsets")
+            if not isinstance(offsets, list) or len(offsets) != len(names) \
+                    or not all(isinstance(o, int) for o in offsets):
+                raise StoreError(f"server {address} answered 'get' into shared memory "
+                                 f"without one offset per attribute: {offsets!r}")
+            tensors = [shared_memory.view(segment.payload, offset, out.dtype,
+                                          (positions.numel(), *out.shape[1:]))
+                       for offset, out in zip(offsets, outs)]
+        else:
+            tensors = list(reply.tensors)
+        if len(tensors) != len(names):
+            raise StoreError(f"server {address} answered 'get' with "
+                             f"{len(tensors)} tensors for {len(names)} attributes")
+        for out, name, tensor in zip(outs, names, tensors):
+            expected = (positions.numel(), *out.shape[1:])
+            if tuple(tensor.shape) != expected:
+                raise StoreError(f"server {address} sent {name!r} of shape "
+                                 f"{tuple(tensor.shape)}, expected {expected}")
+            copy_rows(out, positions, tensor.to(out.dtype))
 
     def __repr__(self) -> str:
         names = ", ".join(n for _, n in self.features)

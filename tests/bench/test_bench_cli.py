@@ -11,7 +11,7 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pyg_dist", "bench", "--num-nodes", "3000", "--avg-degree", "8",
-         "--num-features", "16", "--num-batches", "3", "--batch-size", "128", "--prefetch", "2",
+         "--num-features", "64", "--num-batches", "3", "--batch-size", "128", "--prefetch", "2",
          "--link-delay-ms", "1", "--partitioner", "random", "--no-baseline",
          "--json", str(out)],
         capture_output=True, text=True, timeout=240)
@@ -20,18 +20,21 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
     result = json.loads(out.read_text())
     rows = {r["name"]: r for r in result["rows"]}
     for name in ("pyg-local NeighborLoader", "pyg-dist K=0", "pyg-dist K=2",
-                 "pyg-dist K=2 x2 trainers",
+                 "pyg-dist K=2 over TCP", "pyg-dist K=2 x2 trainers",
                  "epoch compute only", "epoch train K=0", "epoch train K=2",
                  "epoch train K=0 @1ms", "epoch train K=2 @1ms"):
         assert rows[name]["batches"] == 3 and rows[name]["seeds"] == 3 * 128, name
-    # The same seed gives the same batches with and without prefetch, behind
-    # the delay proxy too: the same sampled edges and feature bytes.
-    for a, b in (("pyg-dist K=0", "pyg-dist K=2"),
+    # The same seed gives the same batches with and without prefetch, with
+    # and without shared memory (64 features: ~100 KB replies, over the
+    # shared memory threshold), behind the delay proxy too: the same sampled
+    # edges and feature bytes.
+    for a, b in (("pyg-dist K=0", "pyg-dist K=2"), ("pyg-dist K=2", "pyg-dist K=2 over TCP"),
                  ("epoch train K=0 @1ms", "epoch train K=2 @1ms")):
         assert rows[a]["edges"] == rows[b]["edges"] > 0
         assert rows[a]["feature_bytes"] == rows[b]["feature_bytes"] > 0
     # Two trainer processes share the seeds: together they load every batch once.
     assert rows["pyg-dist K=2 x2 trainers"]["edges"] > 0
     assert set(result["ratios"]) >= {"pyg-dist K=2 / pyg-local (seeds/s)",
+                                     "pyg-dist K=2 over TCP / pyg-local (seeds/s)",
                                      "epoch K=2 / max(compute, loader)",
                                      "epoch K=2 / K=0 @1ms (time)"}

@@ -1,0 +1,473 @@
+"""Same-host shared memory for big replies: the client's segments, the server's mappings.
+
+When a trainer and a partition server run on one machine, a ``get`` reply of
+tens of MB crossing loopback TCP costs more CPU than gathering the rows did:
+the server's kernel copies it into the socket, the trainer's kernel copies it
+out again, and libzmq's I/O threads on both sides move it (about 20 core-ms
+per 40 MB batch on two cores). Instead the trainer lends the server a segment
+of shared memory and the server gathers the rows straight into it; the reply
+carries only a header.
+
+The trainer (client) owns every segment:
+
+* :class:`SegmentPool` (one per server, per process) creates segments as
+  files under ``/dev/shm`` with mode 0600, reserves their pages up front
+  (``posix_fallocate``: a full ``/dev/shm`` is a clean error now, not a
+  ``SIGBUS`` in the server later), and writes a random token into a header
+  page. The first request that uses a segment names it, with its size and
+  token; once the server has answered it the trainer unlinks the file, so a
+  crash leaks nothing in ``/dev/shm``. Segments are reused for later
+  requests; at most ``limit_bytes`` of them exist per server.
+* :class:`AttachedSegments` (one per server) opens a named segment, checks
+  that its size and token are what the client said (it really is the same
+  memory, on the same host), and keeps it mapped, least recently used first
+  out beyond a bound. A client that discards a segment tells the server with
+  the ``drop`` list of its next request, or the ``release`` op on close.
+
+Nothing here is ever trusted from the wire without a check: names must match
+:data:`NAME_PATTERN`, sizes and offsets must lie inside the mapping. A client
+that can open a server's segments runs as the same user on the same host.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import mmap
+import os
+import re
+import secrets
+import socket
+import stat
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import SharedMemoryError
+
+logger = logging.getLogger(__name__)
+
+SHM_DIR = "/dev/shm"
+NAME_PREFIX = "pyg-dist-shm-"
+NAME_PATTERN = re.compile(r"^pyg-dist-shm-[0-9a-f]{32}$")
+TOKEN_BYTES = 16
+HEADER_BYTES = 4096  # the token; the payload starts on the next page
+ALIGN = 64  # every region of a reply starts on a cache line
+
+# Below this many reply bytes TCP is as quick and a segment not worth holding.
+MIN_BYTES = 64 << 10
+_GRANULE = 1 << 20
+# Segments are made a quarter bigger than the request that creates them, so
+# that the next batches' (slightly different) sizes fit into them too.
+_HEADROOM = 1.25
+# A server keeps at most this many bytes and segments of its clients mapped.
+SERVER_MAX_BYTES = 8 << 30
+SERVER_MAX_SEGMENTS = 1024
+
+
+def host_id() -> Optional[str]:
+    """An identity of this host's ``/dev/shm``, equal for processes that can
+    share segments; ``None`` where there is no usable ``/dev/shm``.
+
+    Kernel boot id and host name tell machines apart; the device number of
+    ``/dev/shm`` tells apart containers that share a kernel but not their
+    ``/dev/shm``. Equal ids only make the client try; the token check of the
+    first request decides.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        st = os.stat(SHM_DIR)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or not os.access(SHM_DIR, os.W_OK):
+        return None
+    return f"{boot}/{socket.gethostname()}/{st.st_dev}"
+
+
+def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Offsets of consecutive regions of ``sizes`` bytes, each aligned to
+    :data:`ALIGN`, and the bytes they span together."""
+    offsets, end = [], 0
+    for size in sizes:
+        offsets.append(end)
+        end += -(-int(size) // ALIGN) * ALIGN
+    return offsets, end
+
+
+def view(payload: Tensor, offset: int, dtype: torch.dtype, shape: Sequence[int]) -> Tensor:
+    """A tensor of ``dtype`` and ``shape`` over ``payload`` (uint8) at ``offset``.
+
+    Raises:
+        SharedMemoryError: if the region does not lie inside ``payload`` or
+            is not aligned to the dtype.
+    """
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count = 1
+    for s in shape:
+        count *= int(s)
+    nbytes = count * itemsize
+    if offset < 0 or offset % itemsize or offset + nbytes > payload.numel():
+        raise SharedMemoryError(f"region of {nbytes} bytes at offset {offset} does not fit "
+                                f"a segment of {payload.numel()} bytes")
+    return payload[offset:offset + nbytes].view(dtype).view(*shape)
+
+
+class Segment:
+    """One client segment: a file under ``/dev/shm``, mapped.
+
+    Args:
+        size: Payload bytes (the header page comes on top).
+
+    Raises:
+        SharedMemoryError: if the file cannot be created or its pages cannot
+            be reserved (``/dev/shm`` full or missing).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.name = NAME_PREFIX + secrets.token_hex(16)
+        self.size = int(size)
+        self.token = secrets.token_bytes(TOKEN_BYTES)
+        self.announced = False  # the server holds it mapped; the file is unlinked
+        self.path = os.path.join(SHM_DIR, self.name)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise SharedMemoryError(f"cannot create {self.path}: {exc}") from exc
+        try:
+            os.posix_fallocate(fd, 0, HEADER_BYTES + self.size)
+            self._map = mmap.mmap(fd, HEADER_BYTES + self.size)
+        except OSError as exc:
+            os.unlink(self.path)
+            raise SharedMemoryError(
+                f"cannot reserve {HEADER_BYTES + self.size} bytes in {SHM_DIR}: {exc}; "
+                f"free space there or lower PYG_DIST_SHARED_MEMORY_BYTES") from exc
+        finally:
+            os.close(fd)
+        self._map[:TOKEN_BYTES] = self.token
+        # A process that exits without closing still removes the file (a
+        # forked child that inherited the object leaves it to its creator).
+        self._unlink_at_exit = weakref.finalize(self, _unlink, self.path, os.getpid())
+        self.payload = torch.frombuffer(self._map, dtype=torch.uint8, offset=HEADER_BYTES,
+                                        count=self.size)
+
+    def spec(self, drop: Sequence[str] = ()) -> dict[str, Any]:
+        """The ``shm`` argument of a request that uses this segment."""
+        spec: dict[str, Any] = {"name": self.name}
+        if not self.announced:
+            spec.update(size=self.size, token=self.token.hex())
+        if drop:
+            spec["drop"] = list(drop)
+        return spec
+
+    def announce(self) -> None:
+        """The server answered a request naming it: unlink the file (the
+        mappings live on), so that no crash can leave it behind."""
+        if not self.announced:
+            self.announced = True
+            self._unlink_at_exit()
+
+    def close(self) -> None:
+        """Unmaps it and removes its file if the server never took it."""
+        if self._map.closed:
+            return
+        self._unlink_at_exit()  # if the server never took it (no-op otherwise)
+        self.payload = torch.empty(0, dtype=torch.uint8)  # drop the view first
+        try:
+            self._map.close()
+        except BufferError:  # a view is still alive somewhere: unmapped when it dies
+            pass
+
+
+def _unlink(path: str, owner: Optional[int] = None) -> None:
+    if owner is not None and owner != os.getpid():
+        return
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class SegmentPool:
+    """A client's segments for one server (thread-safe).
+
+    Args:
+        limit_bytes: Most payload bytes of segments held at once; ``0``
+            never lends any.
+        address: The server, for messages.
+    """
+
+    def __init__(self, limit_bytes: int, address: str = "") -> None:
+        self.limit_bytes = int(limit_bytes)
+        self.address = address
+        self.disabled: Optional[str] = None if limit_bytes > 0 else "disabled by configuration"
+        self._lock = threading.Lock()
+        self._free: list[Segment] = []
+        self._all: set[Segment] = set()  # free and in use
+        self._held = 0
+        self._dropped: list[str] = []  # announced names the server should unmap
+
+    @property
+    def held_bytes(self) -> int:
+        """Payload bytes of the segments that exist now."""
+        return self._held
+
+    def acquire(self, nbytes: int) -> Optional[Segment]:
+        """A segment of at least ``nbytes`` for one request, or ``None`` (use
+        TCP): too small a reply, over the limit, or shared memory failed."""
+        if nbytes < MIN_BYTES or self.disabled is not None:
+            return None
+        with self._lock:
+            fits = [s for s in self._free if s.size >= nbytes]
+            if fits:
+                segment = min(fits, key=lambda s: s.size)
+                self._free.remove(segment)
+                return segment
+            size = -(-int(nbytes * _HEADROOM) // _GRANULE) * _GRANULE
+            # Make room by giving up idle segments too small to serve.
+            while self._held + size > self.limit_bytes and self._free:
+                self._forget(self._free.pop(0))
+            if self._held + size > self.limit_bytes:
+                return None
+            self._held += size
+        try:
+            segment = Segment(size)
+        except SharedMemoryError as exc:
+            with self._lock:
+                self._held -= size
+            self.disable(str(exc))
+            return None
+        with self._lock:
+            self._all.add(segment)
+        return segment
+
+    def release(self, segment: Segment) -> None:
+        """Returns a segment whose request completed, for reuse."""
+        with self._lock:
+            if segment in self._all:  # not closed meanwhile
+                self._free.append(segment)
+
+    def discard(self, segment: Segment) -> None:
+        """Gives up a segment whose request failed: the server may still
+        write into it, so it is never reused."""
+        with self._lock:
+            if segment in self._all:
+                self._forget(segment)
+
+    def discard_idle(self) -> None:
+        """Gives up every idle segment: the server lost one (it restarted),
+        so it has probably lost the others too."""
+        with self._lock:
+            for segment in self._free:
+                self._forget(segment)
+            self._free = []
+
+    def take_dropped(self) -> list[str]:
+        """Names of announced segments given up since the last call, for the
+        server to unmap (sent along with the next request)."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+        return dropped
+
+    def disable(self, reason: str) -> None:
+        """Stops lending segments to this server (logged once)."""
+        if self.disabled is None:
+            self.disabled = reason
+            logger.info("shared memory with %s off, replies travel over the socket: %s",
+                        self.address, reason)
+
+    def close(self) -> list[str]:
+        """Unmaps every segment and lends no more; returns the announced
+        names the server still maps (for a ``release`` call)."""
+        with self._lock:
+            for segment in list(self._all):
+                self._forget(segment)
+            self._free = []
+            dropped, self._dropped = self._dropped, []
+            self.disabled = self.disabled or "closed"
+        return dropped
+
+    def _forget(self, segment: Segment) -> None:
+        self._all.discard(segment)
+        self._held -= segment.size
+        # Also a segment never confirmed: the server may have mapped it
+        # before its request failed (an unknown name costs it nothing).
+        self._dropped.append(segment.name)
+        segment.close()
+
+
+class AttachedSegments:
+    """A server's mappings of its clients' segments (thread-safe).
+
+    Args:
+        max_bytes: Most payload bytes mapped at once; the least recently
+            used segment is unmapped beyond it (its client's next request
+            naming it gets an error and falls back to the socket).
+        max_segments: Most segments mapped at once.
+    """
+
+    def __init__(self, max_bytes: int = SERVER_MAX_BYTES,
+                 max_segments: int = SERVER_MAX_SEGMENTS) -> None:
+        self.max_bytes = int(max_bytes)
+        self.max_segments = int(max_segments)
+        self._lock = threading.Lock()
+        self._maps: collections.OrderedDict[str, tuple[mmap.mmap, int]] = \
+            collections.OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+    def payload(self, spec: Any, nbytes: int) -> Tensor:
+        """The payload of the segment a request's ``shm`` argument names,
+        mapped on first use, checked to hold ``nbytes``.
+
+        Raises:
+            SharedMemoryError: if the argument is malformed, the segment
+                cannot be opened or its size or token differ, it is no longer
+                mapped, or ``nbytes`` do not fit.
+        """
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise SharedMemoryError(f"argument 'shm' must be a map with a segment 'name', "
+                                    f"got {spec!r}")
+        name = spec["name"]
+        if not NAME_PATTERN.match(name):
+            raise SharedMemoryError(f"segment name {name!r} does not match "
+                                    f"{NAME_PATTERN.pattern}")
+        drop = spec.get("drop", [])
+        if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
+            raise SharedMemoryError(f"'shm.drop' must be a list of segment names, got {drop!r}")
+        self.release(drop)
+        with self._lock:
+            entry = self._maps.get(name)
+            if entry is not None:
+                self._maps.move_to_end(name)
+        if entry is None:
+            if "token" not in spec:
+                raise SharedMemoryError(f"segment {name} is not mapped here (the server "
+                                        f"restarted or unmapped it); send the request again "
+                                        f"without it")
+            entry = self._attach(name, spec)
+        mm, size = entry
+        if nbytes > size:
+            raise SharedMemoryError(f"the reply takes {nbytes} bytes, segment {name} holds "
+                                    f"{size}")
+        return torch.frombuffer(mm, dtype=torch.uint8, offset=HEADER_BYTES, count=size)
+
+    def _attach(self, name: str, spec: dict[str, Any]) -> tuple[mmap.mmap, int]:
+        size, token = spec.get("size"), spec.get("token")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= self.max_bytes:
+            raise SharedMemoryError(f"'shm.size' must be an int in [1, {self.max_bytes}], "
+                                    f"got {size!r}")
+        if not isinstance(token, str) or len(token) != 2 * TOKEN_BYTES:
+            raise SharedMemoryError(f"'shm.token' must be {2 * TOKEN_BYTES} hex digits")
+        try:
+            expected = bytes.fromhex(token)
+        except ValueError as exc:
+            raise SharedMemoryError("'shm.token' must be hex digits") from exc
+        path = os.path.join(SHM_DIR, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise SharedMemoryError(f"cannot open {path} ({exc.strerror}): the client is not "
+                                    f"on this host, or cannot share its /dev/shm") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != HEADER_BYTES + size:
+                raise SharedMemoryError(f"{path} is not a segment of {size} bytes")
+            mm = mmap.mmap(fd, HEADER_BYTES + size)
+        except OSError as exc:
+            raise SharedMemoryError(f"cannot map {path}: {exc}") from exc
+        finally:
+            os.close(fd)
+        if mm[:TOKEN_BYTES] != expected:
+            mm.close()
+            raise SharedMemoryError(f"{path} does not hold the token the client sent: not "
+                                    f"the same memory")
+        with self._lock:
+            self._maps[name] = (mm, size)
+            self._bytes += size
+            while self._maps and (self._bytes > self.max_bytes
+                                  or len(self._maps) > self.max_segments):
+                old, (_, old_size) = self._maps.popitem(last=False)
+                self._bytes -= old_size
+                logger.debug("unmapped segment %s: over the server's bound", old)
+        logger.debug("mapped segment %s (%d bytes)", name, size)
+        return mm, size
+
+    def release(self, names: Iterable[str]) -> int:
+        """Unmaps the named segments (unknown names are ignored); returns how
+        many were mapped."""
+        done = 0
+        with self._lock:
+            for name in names:
+                entry = self._maps.pop(name, None)
+                if entry is not None:
+                    self._bytes -= entry[1]
+                    done += 1
+        # A worker may still be writing into one: the mapping closes when its
+        # last view is gone (mmap objects unmap when collected).
+        return done
+
+    def close(self) -> None:
+        """Unmaps everything."""
+        with self._lock:
+            self._maps.clear()
+            self._bytes = 0
+
+
+class ClientSegments:
+    """One client process's segment pools, one per server, created on first
+    use and again after a fork (the parent's segments are the parent's).
+
+    Args:
+        endpoints: The servers, by index.
+        server_hosts: Each server's :func:`host_id` as it reported it
+            (``None``: unknown); only servers on this host get segments.
+        limit_bytes: Most bytes lent to each server (``0``: none).
+    """
+
+    def __init__(self, endpoints: Sequence[str], server_hosts: Sequence[Optional[str]],
+                 limit_bytes: int) -> None:
+        self.endpoints = list(endpoints)
+        self.server_hosts = list(server_hosts)
+        self.limit_bytes = int(limit_bytes)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._pools: dict[int, SegmentPool] = {}
+
+    def pool(self, server: int) -> SegmentPool:
+        """The pool of segments lent to ``server`` by this process."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pools, self._pid = {}, os.getpid()
+            pool = self._pools.get(server)
+            if pool is None:
+                here = _this_host()
+                limit = self.limit_bytes if here is not None \
+                    and self.server_hosts[server] == here else 0
+                pool = self._pools[server] = SegmentPool(limit, self.endpoints[server])
+                if self.limit_bytes and not limit:
+                    pool.disabled = "the server runs on another host"
+            return pool
+
+    def close(self) -> dict[int, list[str]]:
+        """Closes this process's pools; returns, per server, the names of
+        segments it still maps (for its ``release`` op)."""
+        with self._lock:
+            pools = self._pools if self._pid == os.getpid() else {}
+            self._pools = {}
+        return {server: names for server, pool in pools.items() if (names := pool.close())}
+
+
+_HOST: list[Optional[str]] = []
+
+
+def _this_host() -> Optional[str]:
+    if not _HOST:
+        _HOST.append(host_id())
+    return _HOST[0]

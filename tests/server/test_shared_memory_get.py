@@ -1,0 +1,126 @@
+"""``get`` into a client's shared memory segment, against a real server
+process on this host: rows land where the reply says, every malformed or
+foreign segment gets a ``SharedMemoryError`` reply, and the server keeps
+serving."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+import torch
+from support.rawzmq import RawDealer
+
+from pyg_dist.rpc import shared_memory
+from pyg_dist.rpc.protocol import ErrorReply
+from pyg_dist.rpc.shared_memory import SHM_DIR, Segment
+
+pytestmark = pytest.mark.skipif(shared_memory.host_id() is None,
+                                reason="this host has no usable /dev/shm")
+
+
+@pytest.fixture(scope="module")
+def part0(cora_reader):
+    return cora_reader.load_part(0)
+
+
+@pytest.fixture
+def dealer(cora_cluster):
+    with RawDealer(cora_cluster.endpoints[0]) as raw:
+        yield raw
+
+
+@pytest.fixture
+def segment():
+    seg = Segment(1 << 20)
+    try:
+        yield seg
+    finally:
+        seg.close()
+    assert not os.path.exists(seg.path)
+
+
+def _rows(segment, offsets, n):
+    x = shared_memory.view(segment.payload, offsets[0], torch.float32, (n, 1433))
+    y = shared_memory.view(segment.payload, offsets[1], torch.int64, (n,))
+    return x, y
+
+
+def test_meta_reports_this_host(dealer):
+    reply = dealer.call(1, "meta")
+    assert reply.result["host"] == shared_memory.host_id()
+
+
+def test_get_writes_rows_into_the_segment(dealer, part0, segment):
+    local = torch.tensor([7, 0, 7, 120, 33])
+    ids = part0.node_ids[local]
+    reply = dealer.call(2, "get", {"attrs": ["x", "y"], "shm": segment.spec()}, [ids])
+    assert not isinstance(reply, ErrorReply), reply
+    assert reply.tensors == []  # nothing travelled over the socket
+    offsets = reply.result["shm_offsets"]
+    assert offsets == shared_memory.layout([5 * 1433 * 4, 5 * 8])[0]
+    x, y = _rows(segment, offsets, 5)
+    assert torch.equal(x, part0.node_features["x"][local])
+    assert torch.equal(y, part0.node_features["y"][local])
+
+    # Once mapped, the name alone is enough, and the mapping is live.
+    segment.announce()
+    assert not os.path.exists(segment.path)
+    segment.payload.zero_()
+    reply = dealer.call(3, "get", {"attrs": ["x", "y"], "shm": segment.spec()}, [ids[:2]])
+    assert "token" not in segment.spec()
+    x, y = _rows(segment, reply.result["shm_offsets"], 2)
+    assert torch.equal(x, part0.node_features["x"][local[:2]])
+
+    # release unmaps it; the next request naming it is refused, not served.
+    assert dealer.call(4, "release", {"names": [segment.name]}).result == {"released": 1}
+    reply = dealer.call(5, "get", {"attrs": ["x"], "shm": segment.spec()}, [ids])
+    assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
+    assert "not mapped here" in reply.message
+
+
+def _bad_specs(segment):
+    good = segment.spec()
+    other = Segment(1 << 20)
+    other.close()  # a well-formed name whose file is gone
+    return {
+        "not a map": ("x", "must be a map"),
+        "name with a path": ({**good, "name": "../etc/passwd"}, "does not match"),
+        "missing file": ({**good, "name": other.name}, "cannot open"),
+        "wrong size": ({**good, "size": segment.size * 2}, "is not a segment of"),
+        "wrong token": ({**good, "token": "00" * 16}, "does not hold the token"),
+        "token not hex": ({**good, "token": "zz" * 16}, "hex digits"),
+        "size not an int": ({**good, "size": "big"}, "'shm.size'"),
+        "drop not a list": ({**good, "drop": "all"}, "'shm.drop'"),
+    }
+
+
+@pytest.mark.parametrize("case", ["not a map", "name with a path", "missing file", "wrong size",
+                                  "wrong token", "token not hex", "size not an int",
+                                  "drop not a list"])
+def test_bad_segments_get_error_replies(dealer, part0, segment, case):
+    spec, fragment = _bad_specs(segment)[case]
+    reply = dealer.call(6, "get", {"attrs": ["x"], "shm": spec}, [part0.node_ids[:3]])
+    assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError", reply
+    assert fragment in reply.message
+    good = dealer.call(7, "get", {"attrs": ["x"]}, [part0.node_ids[:3]])
+    assert torch.equal(good.tensors[0], part0.node_features["x"][:3])
+
+
+def test_reply_bigger_than_the_segment_is_refused(dealer, part0, segment):
+    ids = part0.node_ids[:200]  # 200 rows of 1433 float32: more than 1 MiB
+    reply = dealer.call(8, "get", {"attrs": ["x"], "shm": segment.spec()}, [ids])
+    assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
+    assert "segment" in reply.message and str(segment.size) in reply.message
+
+
+def test_no_segment_file_is_left_behind(dealer, part0):
+    before = set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*")))
+    seg = Segment(1 << 20)
+    dealer.call(9, "get", {"attrs": ["y"], "shm": seg.spec()}, [part0.node_ids[:3]])
+    seg.announce()
+    seg.close()
+    unmapped = Segment(1 << 20)  # never sent: its file goes on close
+    unmapped.close()
+    assert set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*"))) == before

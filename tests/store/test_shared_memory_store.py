@@ -1,0 +1,167 @@
+"""The remote feature store lends same-host servers shared memory for big
+replies: real server processes on 127.0.0.1, real segments in /dev/shm."""
+
+from __future__ import annotations
+
+import glob
+import os
+import threading
+
+import pytest
+import torch
+from support.servers import serve_parts
+from torch_geometric.data import TensorAttr
+
+from pyg_dist.datasets import cora
+from pyg_dist.partitioning.writer import partition
+from pyg_dist.rpc import shared_memory
+from pyg_dist.rpc.config import RpcConfig
+from pyg_dist.rpc.shared_memory import MIN_BYTES, SHM_DIR, ClientSegments, SegmentPool
+from pyg_dist.store.connect import connect
+
+pytestmark = pytest.mark.skipif(shared_memory.host_id() is None,
+                                reason="this host has no usable /dev/shm")
+
+
+def _segment_files() -> set[str]:
+    return set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*")))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return cora()
+
+
+@pytest.fixture(scope="module")
+def endpoints(data, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("cora-shm") / "parts")
+    partition(data, 3, root)
+    with serve_parts(root) as cluster:
+        yield cluster.endpoints
+
+
+@pytest.fixture
+def store(endpoints):
+    fs, _ = connect(endpoints)
+    try:
+        yield fs
+    finally:
+        fs.close()
+
+
+def _fetch(fs, ids):
+    return fs.multi_get_tensor([TensorAttr(None, "x", ids), TensorAttr(None, "y", ids)])
+
+
+def _pools(fs):
+    return [fs._segment_pools().pool(part) for part in range(3)]
+
+
+def test_rows_through_shared_memory_equal_the_graph_and_tcp(data, endpoints, store):
+    before = _segment_files()
+    ids = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))[:2000]
+    for _ in range(3):  # the first call maps the segments, the next ones reuse them
+        x, y = _fetch(store, ids)
+        assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
+    pools = _pools(store)
+    assert all(p.disabled is None and p.held_bytes > 0 for p in pools)
+    assert _segment_files() == before  # unlinked once the servers mapped them
+
+    tcp, _ = connect(endpoints, RpcConfig(shared_memory_bytes=0))
+    try:
+        x_tcp, y_tcp = _fetch(tcp, ids)
+        assert torch.equal(x_tcp, x) and torch.equal(y_tcp, y)
+        assert all(p.held_bytes == 0 and p.disabled for p in _pools(tcp))
+    finally:
+        tcp.close()
+    store.close()
+    assert all(p.held_bytes == 0 for p in pools)
+
+
+def test_small_replies_travel_over_the_socket(data, store):
+    ids = torch.tensor([3, 1000, 2000])  # 3 rows: far below MIN_BYTES
+    x, _ = _fetch(store, ids)
+    assert torch.equal(x, data.x[ids])
+    assert 3 * data.x.size(1) * 4 < MIN_BYTES
+    assert all(p.held_bytes == 0 for p in _pools(store))
+
+
+def test_concurrent_fetches_share_the_pools(data, store):
+    errors, results = [], {}
+
+    def work(t):
+        gen = torch.Generator().manual_seed(t)
+        try:
+            for i in range(8):
+                ids = torch.randperm(data.num_nodes, generator=gen)[:500 + 100 * t]
+                x, y = _fetch(store, ids)
+                results[(t, i)] = torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
+        except BaseException as exc:  # surfaces in the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and len(results) == 64 and all(results.values())
+    limit = store.router.client.config.shared_memory_bytes
+    assert all(0 < p.held_bytes <= limit for p in _pools(store))
+
+
+def test_a_server_that_lost_its_mappings_is_answered_over_again(data, store):
+    ids = torch.arange(0, data.num_nodes, 2)
+    _fetch(store, ids)
+    client = store.router.client
+    lost = {s.name for pool in _pools(store) for s in pool._all}
+    for part, pool in enumerate(_pools(store)):
+        names = [s.name for s in pool._all]
+        # What a restarted server looks like to its client: nothing mapped.
+        assert client.call(part, "release", {"names": names}).result["released"] == len(names)
+    x, y = _fetch(store, ids)
+    assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
+    assert all(p.disabled is None and p.held_bytes > 0 for p in _pools(store))
+    assert lost.isdisjoint(s.name for pool in _pools(store) for s in pool._all)
+
+
+def test_a_server_that_cannot_map_a_segment_gets_replies_over_the_socket(data, store):
+    pool = _pools(store)[0]
+    lost = pool.acquire(8 << 20)
+    os.unlink(lost.path)  # as if the server saw another /dev/shm
+    pool.release(lost)
+    ids = torch.arange(data.num_nodes)  # every part, ~15 MB: fits the 8 MiB segment of part 0
+    x, y = _fetch(store, ids)
+    assert torch.equal(x, data.x) and torch.equal(y, data.y)
+    assert pool.disabled is not None and "cannot open" in pool.disabled
+    assert pool.held_bytes == 0
+    assert all(p.disabled is None for p in _pools(store)[1:])
+
+
+def test_pool_reuses_segments_within_its_limit():
+    before = _segment_files()
+    pool = SegmentPool(3 << 20, "tcp://127.0.0.1:1")
+    try:
+        assert pool.acquire(MIN_BYTES - 1) is None
+        first = pool.acquire(2 << 20)
+        assert first is not None and first.size >= 2 << 20 and os.path.exists(first.path)
+        assert pool.acquire(2 << 20) is None  # a second one would pass the limit
+        pool.release(first)
+        assert pool.acquire(1 << 20) is first  # reused, not made again
+        first.announce()
+        pool.discard(first)
+        assert pool.held_bytes == 0 and pool.take_dropped() == [first.name]
+        again = pool.acquire(2 << 20)
+        assert again is not None and again is not first
+    finally:
+        pool.close()
+    assert pool.held_bytes == 0 and pool.acquire(2 << 20) is None
+    assert _segment_files() == before
+
+
+def test_only_servers_on_this_host_get_segments():
+    segments = ClientSegments(["tcp://a:1", "tcp://b:1"], ["elsewhere", shared_memory.host_id()],
+                              64 << 20)
+    assert segments.pool(0).disabled == "the server runs on another host"
+    assert segments.pool(1).disabled is None
+    assert ClientSegments(["tcp://b:1"], [shared_memory.host_id()], 0).pool(0).disabled
+    segments.close()
