@@ -22,7 +22,9 @@ The trainer (client) owns every segment:
   that its size and token are what the client said (it really is the same
   memory, on the same host), and keeps it mapped, least recently used first
   out beyond a bound. A client that discards a segment tells the server with
-  the ``drop`` list of its next request, or the ``release`` op on close.
+  the ``drop`` list of its next request, or the ``release`` op on close; the
+  segments of a client process that exited without either are unmapped the
+  next time the server maps a segment.
 
 Nothing here is ever trusted from the wire without a check: names must match
 :data:`NAME_PATTERN`, sizes and offsets must lie inside the mapping. A client
@@ -159,7 +161,8 @@ class Segment:
         """The ``shm`` argument of a request that uses this segment."""
         spec: dict[str, Any] = {"name": self.name}
         if not self.announced:
-            spec.update(size=self.size, token=self.token.hex())
+            spec.update(size=self.size, token=self.token.hex(), pid=os.getpid(),
+                        pid_ns=_pid_namespace())
         if drop:
             spec["drop"] = list(drop)
         return spec
@@ -317,6 +320,7 @@ class AttachedSegments:
         self._lock = threading.Lock()
         self._maps: collections.OrderedDict[str, tuple[mmap.mmap, int]] = \
             collections.OrderedDict()
+        self._owners: dict[str, int] = {}  # name -> the client's process id
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -388,16 +392,42 @@ class AttachedSegments:
             mm.close()
             raise SharedMemoryError(f"{path} does not hold the token the client sent: not "
                                     f"the same memory")
+        # A client that died without release leaves its pages allocated for as
+        # long as they stay mapped here: every new mapping first drops those.
+        self.release(self._dead_owners())
+        owner = spec.get("pid")
         with self._lock:
             self._maps[name] = (mm, size)
+            # A process id means something here only in our pid namespace.
+            if isinstance(owner, int) and not isinstance(owner, bool) and owner > 0 \
+                    and spec.get("pid_ns") == _pid_namespace() is not None:
+                self._owners[name] = owner
             self._bytes += size
             while self._maps and (self._bytes > self.max_bytes
                                   or len(self._maps) > self.max_segments):
                 old, (_, old_size) = self._maps.popitem(last=False)
+                self._owners.pop(old, None)
                 self._bytes -= old_size
                 logger.debug("unmapped segment %s: over the server's bound", old)
         logger.debug("mapped segment %s (%d bytes)", name, size)
         return mm, size
+
+    def _dead_owners(self) -> list[str]:
+        """Segments whose client process no longer exists (the client is on
+        this host, so its process id is ours to look up)."""
+        with self._lock:
+            owners = list(self._owners.items())
+        dead = []
+        for name, pid in owners:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                dead.append(name)
+            except OSError:  # alive, or not ours to tell (another user's)
+                pass
+        if dead:
+            logger.info("unmapping %d segments of clients that exited", len(dead))
+        return dead
 
     def release(self, names: Iterable[str]) -> int:
         """Unmaps the named segments (unknown names are ignored); returns how
@@ -406,6 +436,7 @@ class AttachedSegments:
         with self._lock:
             for name in names:
                 entry = self._maps.pop(name, None)
+                self._owners.pop(name, None)
                 if entry is not None:
                     self._bytes -= entry[1]
                     done += 1
@@ -417,6 +448,7 @@ class AttachedSegments:
         """Unmaps everything."""
         with self._lock:
             self._maps.clear()
+            self._owners.clear()
             self._bytes = 0
 
 
@@ -465,6 +497,13 @@ class ClientSegments:
 
 
 _HOST: list[Optional[str]] = []
+
+
+def _pid_namespace() -> Optional[str]:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def _this_host() -> Optional[str]:

@@ -124,3 +124,40 @@ def test_no_segment_file_is_left_behind(dealer, part0):
     unmapped = Segment(1 << 20)  # never sent: its file goes on close
     unmapped.close()
     assert set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*"))) == before
+
+
+_DYING_CLIENT = """
+import os, sys, torch
+from pyg_dist.rpc import RpcClient
+from pyg_dist.rpc.shared_memory import Segment
+endpoint, node = sys.argv[1], int(sys.argv[2])
+client = RpcClient([endpoint])
+seg = Segment(1 << 20)
+client.call(0, "get", {"attrs": ["y"], "shm": seg.spec()}, [torch.tensor([node])])
+seg.announce()
+print(seg.name, flush=True)
+os._exit(0)  # no release, no close: the server is left holding the mapping
+"""
+
+
+def test_segments_of_a_client_that_exited_are_unmapped(cora_cluster, dealer, part0, segment):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _DYING_CLIENT, cora_cluster.endpoints[0],
+                           str(int(part0.node_ids[0]))], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    orphan = proc.stdout.split()[-1]
+    # Still mapped: the name alone is served.
+    reply = dealer.call(10, "get", {"attrs": ["y"], "shm": {"name": orphan}}, [part0.node_ids[:1]])
+    assert not isinstance(reply, ErrorReply), reply
+    # The next segment the server maps makes it look for dead owners first.
+    reply = dealer.call(11, "get", {"attrs": ["y"], "shm": segment.spec()}, [part0.node_ids[:1]])
+    assert not isinstance(reply, ErrorReply), reply
+    reply = dealer.call(12, "get", {"attrs": ["y"], "shm": {"name": orphan}}, [part0.node_ids[:1]])
+    assert isinstance(reply, ErrorReply) and "not mapped here" in reply.message
+    # Ours (a live process) is still mapped.
+    reply = dealer.call(13, "get", {"attrs": ["y"], "shm": {"name": segment.name}},
+                        [part0.node_ids[:1]])
+    assert not isinstance(reply, ErrorReply), reply
