@@ -15,7 +15,11 @@ What is measured, each through a real server process on 127.0.0.1:
   cost of the ``sample`` handler;
 * the transport ceiling: a bare pyzmq ROUTER in its own process answering
   the same request with a precomputed reply of the same byte size (no gather,
-  no validation, no protocol), driven by a bare DEALER.
+  no validation, no protocol), driven by a bare DEALER;
+* the same-host path: ``get`` with the rows written into shared memory the
+  client lends the server (``pyg_dist.rpc.shared_memory``; one segment per
+  request in flight), against the same TCP ceiling. It only exists where
+  client and server share a host.
 
 Every figure is taken with ``--depth`` requests kept in flight by one client
 thread (1 = pure round-trip latency), and the ratio pyg-dist / bare printed.
@@ -41,6 +45,7 @@ from torch_geometric.data import Data
 import pyg_dist
 from pyg_dist.cluster import LocalCluster
 from pyg_dist.rpc import RpcClient, RpcConfig
+from pyg_dist.rpc.shared_memory import host_id
 
 FEATURES = 128
 
@@ -118,6 +123,33 @@ def bench_pyg(client: RpcClient, op: str, args: dict, ids: Optional[torch.Tensor
     return _pipelined(issue, wait, depth, seconds)
 
 
+def bench_pyg_shm(client: RpcClient, ids: torch.Tensor, reply_bytes: int, depth: int,
+                  seconds: float) -> tuple[int, float]:
+    """Requests/s of ``get`` into shared memory, ``depth`` segments in turn."""
+    from pyg_dist.rpc.shared_memory import Segment
+
+    segments = collections.deque(Segment(reply_bytes + 4096) for _ in range(depth))
+    try:
+        def issue():
+            segment = segments[0]
+            segments.rotate(-1)
+            future = client.call_async(0, "get", {"attrs": ["x"], "shm": segment.spec()}, [ids])
+            return segment, future
+
+        def wait(pending) -> None:
+            segment, future = pending
+            future.result(timeout=60)
+            segment.announce()
+
+        _pipelined(issue, wait, depth, 0.3)
+        return _pipelined(issue, wait, depth, seconds)
+    finally:
+        names = [s.name for s in segments]
+        for segment in segments:
+            segment.close()
+        client.call(0, "release", {"names": names})
+
+
 def build_dataset(root: str, num_nodes: int) -> None:
     """A one-part random graph with 128 float32 features per node."""
     gen = torch.Generator().manual_seed(0)
@@ -136,6 +168,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="server worker threads")
     parser.add_argument("--rounds", type=int, default=3,
                         help="alternating runs per figure; the best of each side counts")
+    parser.add_argument("--no-shm", action="store_true",
+                        help="skip the same-host shared memory rows")
     parser.add_argument("--bare-server", type=int, nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server is not None:
@@ -159,7 +193,7 @@ def main() -> None:
             with LocalCluster(root, serve_args=["--workers", str(args.workers)]) as cluster, \
                     RpcClient(cluster.endpoints, RpcConfig(timeout=60)) as client:
                 run_all(client, bare_endpoint, rows_list, num_nodes, args.depth, seconds,
-                        args.rounds)
+                        args.rounds, shm=not args.no_shm and host_id() is not None)
         finally:
             bare.terminate()
             bare.wait(10)
@@ -179,8 +213,8 @@ def _best_of(rounds: int, ours: Callable[[], tuple[int, float]],
 
 
 def run_all(client: RpcClient, bare_endpoint: str, rows_list: list[int], num_nodes: int,
-            depths: list[int], seconds: float, rounds: int) -> None:
-    """Runs and prints every figure."""
+            depths: list[int], seconds: float, rounds: int, shm: bool = True) -> None:
+    """Runs and prints every figure (``shm``: also the same-host path)."""
     gen = torch.Generator().manual_seed(1)
     print(f"loopback, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"zmq {zmq.zmq_version()}, best of {rounds} x {seconds:g} s per figure")
@@ -197,6 +231,14 @@ def run_all(client: RpcClient, bare_endpoint: str, rows_list: list[int], num_nod
             label = f"get {rows} rows ({nbytes / 1e6:.1f} MB)"
             print(f"{label:<30}{depth:>6}{ours:>10.2f}GB/s{ceiling:>10.2f}GB/s"
                   f"{ours / ceiling:>8.2f}", flush=True)
+            if shm:
+                ours, ceiling = _best_of(
+                    rounds, partial(bench_pyg_shm, client, ids, nbytes, depth, seconds),
+                    partial(bench_bare, bare_endpoint, i, ids.numel() * 8, depth, seconds))
+                ours, ceiling = ours * nbytes / 1e9, ceiling * nbytes / 1e9
+                label = "  same host, shared memory"
+                print(f"{label:<30}{depth:>6}{ours:>10.2f}GB/s{ceiling:>10.2f}GB/s"
+                      f"{ours / ceiling:>8.2f}", flush=True)
         seeds = torch.randperm(num_nodes, generator=gen)[:16]
         args = {"num_neighbors": 10, "replace": False, "seed": 7}
         ours, ceiling = _best_of(
