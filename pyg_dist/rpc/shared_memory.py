@@ -221,7 +221,9 @@ class SegmentPool:
 
     def acquire(self, nbytes: int) -> Optional[Segment]:
         """A segment of at least ``nbytes`` for one request, or ``None`` (use
-        TCP): too small a reply, over the limit, or shared memory failed."""
+        TCP): too small a reply, over the limit, a new segment would take
+        more than a quarter of the free space of ``/dev/shm``, or shared
+        memory failed."""
         if nbytes < MIN_BYTES or self.disabled is not None:
             return None
         with self._lock:
@@ -234,7 +236,7 @@ class SegmentPool:
             # Make room by giving up idle segments too small to serve.
             while self._held + size > self.limit_bytes and self._free:
                 self._forget(self._free.pop(0))
-            if self._held + size > self.limit_bytes:
+            if self._held + size > self.limit_bytes or not _room_for(size):
                 return None
             self._held += size
         try:
@@ -494,6 +496,17 @@ class ClientSegments:
             pools = self._pools if self._pid == os.getpid() else {}
             self._pools = {}
         return {server: names for server, pool in pools.items() if (names := pool.close())}
+
+
+def _room_for(size: int) -> bool:
+    """Whether ``/dev/shm`` keeps three quarters of its free space after a
+    segment of ``size`` bytes: others need it too (NCCL, DataLoader
+    workers), and a container's is often only 64 MiB."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return False
+    return size <= st.f_bavail * st.f_frsize // 4
 
 
 _HOST: list[Optional[str]] = []

@@ -165,3 +165,16 @@ def test_only_servers_on_this_host_get_segments():
     assert segments.pool(1).disabled is None
     assert ClientSegments(["tcp://b:1"], [shared_memory.host_id()], 0).pool(0).disabled
     segments.close()
+
+
+def test_no_segment_takes_more_than_a_quarter_of_the_free_shm():
+    st = os.statvfs(SHM_DIR)
+    free = st.f_bavail * st.f_frsize
+    pool = SegmentPool(1 << 62, "tcp://127.0.0.1:1")  # no limit of its own
+    try:
+        assert pool.acquire(free // 3) is None  # would leave too little for others
+        assert pool.disabled is None  # not an error: later, smaller replies may fit
+        small = pool.acquire(1 << 20)
+        assert small is not None
+    finally:
+        pool.close()
