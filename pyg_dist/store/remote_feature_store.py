@@ -29,7 +29,7 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
-from pyg_dist.errors import RemoteError, StoreError
+from pyg_dist.errors import RemoteError, RpcTimeoutError, StoreError, TransportError
 from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.shared_memory import ClientSegments, Segment
 from pyg_dist.store.routing import Router
@@ -238,16 +238,25 @@ class RemoteFeatureStore(FeatureStore):
         shares = self.router.split(ids)
         # A server that lost a segment (it restarted) costs one more try; a
         # server that cannot map one at all gets no more (its pool is off).
+        # What still fails goes over the socket, with the config's retries.
         for _ in range(3):
-            if self._fetch_shares(shares, group, names, outs):
+            done = self._fetch_shares(shares, group, names, outs)
+            if done:
                 return outs
+            if done is None:
+                break
         self._fetch_shares(shares, group, names, outs, lend=False)
         return outs
 
     def _fetch_shares(self, shares: list[tuple[int, Tensor, Tensor]], group: Optional[str],
-                      names: list[str], outs: list[Tensor], lend: bool = True) -> bool:
-        """Asks every server for its share, lending a segment where it can;
-        returns ``False`` if a server could not use its segment."""
+                      names: list[str], outs: list[Tensor], lend: bool = True
+                      ) -> Optional[bool]:
+        """Asks every server for its share, lending a segment where it can.
+
+        Returns ``True`` when done, ``False`` if a server could not use its
+        segment (try again), ``None`` if a call into lent memory failed and
+        the config wants retries (which go over the socket).
+        """
         pools = self._segment_pools()
         row_bytes = [math.prod(out.shape[1:]) * out.element_size() for out in outs]
         requests, lent = [], []
@@ -260,8 +269,11 @@ class RemoteFeatureStore(FeatureStore):
                 args["shm"] = segment.spec(pool.take_dropped())
             requests.append((part, "get", args, [part_ids]))
             lent.append(segment)
+        any_lent = any(segment is not None for segment in lent)
         try:
-            replies = self.router.call_all(requests)
+            # No re-sends into lent memory: a late first attempt could write
+            # into a segment already reused for the next batch.
+            replies = self.router.call_all(requests, retry=not any_lent)
             for (part, positions, _), reply, segment in zip(shares, replies, lent):
                 self._take_reply(part, positions, reply, segment, names, outs)
         except BaseException as exc:
@@ -269,6 +281,9 @@ class RemoteFeatureStore(FeatureStore):
             for (part, _, _), segment in zip(shares, lent):
                 if segment is not None:
                     pools.pool(part).discard(segment)
+            if any_lent and isinstance(exc, (RpcTimeoutError, TransportError)) \
+                    and self.router.client.config.retries:
+                return None
             if not (isinstance(exc, RemoteError) and exc.remote_type == "SharedMemoryError"
                     and exc.address in self.router.endpoints):
                 raise

@@ -216,7 +216,7 @@ class Router:
         return self.book.split(ids)
 
     def call_all(self, requests: Sequence[tuple[int, str, dict, list[Tensor]]],
-                 timeout: Optional[float] = None) -> list[Any]:
+                 timeout: Optional[float] = None, retry: bool = True) -> list[Any]:
         """Issues several calls at once and waits for all of them.
 
         Every operation the trainer routes (``meta``, ``sample`` with an
@@ -228,6 +228,9 @@ class Router:
         Args:
             requests: ``(part, op, args, tensors)`` per call.
             timeout: Deadline of every attempt; ``None`` uses the config's.
+            retry: ``False`` makes one attempt whatever the config says: for
+                a request whose late first attempt must not run after its
+                answer was used (one that writes into the caller's memory).
 
         Returns:
             The replies, in the order of ``requests``.
@@ -238,7 +241,10 @@ class Router:
                    for part, op, args, tensors in requests]
         replies = []
         for request, future in zip(requests, futures):
-            replies.append(self._wait_retrying(client, request, future, deadline))
+            if retry:
+                replies.append(self._wait_retrying(client, request, future, deadline))
+            else:
+                replies.append(self._wait(future, request[0], request[1], deadline))
         return replies
 
     def _wait_retrying(self, client: Any, request: tuple[int, str, dict, list[Tensor]],
