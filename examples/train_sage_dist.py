@@ -102,9 +102,14 @@ def main() -> None:
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(f"test_acc={acc:.4f}", flush=True)
     if dist.is_initialized():
-        # Let gloo's worker threads finish with the last collective before the
-        # process group is torn down: torch can otherwise deadlock at exit,
-        # joining a gloo thread that waits for the GIL.
+        # DDP's reducer holds the process group; collected with the GIL held
+        # (when main() returns), it would free the group by joining gloo's
+        # threads while one of them, still releasing the tensors of the last
+        # collective, waits for the GIL: both wait forever (seen in CI;
+        # pytorch/pytorch#56297). So the DDP model goes first, while the
+        # group is still registered; destroy_process_group() then frees the
+        # group with the GIL released.
+        del model
         dist.barrier()
         dist.destroy_process_group()
 
