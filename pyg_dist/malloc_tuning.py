@@ -13,9 +13,10 @@ the tuning below.
 :func:`tune_malloc` raises the mmap threshold to 1 GiB and the trim
 threshold to 2 GiB, so those buffers come from the heap and are reused. The
 price is that freed memory stays with the process (its high-water mark)
-instead of going back to the kernel. ``pyg-dist serve`` and ``pyg-dist
-bench`` call it; ``pyg-dist launch`` passes the same settings to the
-trainers through glibc's environment variables (:func:`malloc_environment`).
+instead of going back to the kernel. ``pyg-dist serve``, ``pyg-dist
+bench`` and :func:`pyg_dist.connect` (so every trainer, however launched)
+call it; ``pyg-dist launch`` also passes the same settings to the trainers
+through glibc's environment variables (:func:`malloc_environment`).
 ``PYG_DIST_TUNE_MALLOC=0`` turns all of it off. Elsewhere than glibc it does
 nothing.
 """
