@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -129,10 +130,12 @@ class RemoteFeatureStore(FeatureStore):
         self._server_hosts = list(server_hosts or [None] * router.num_parts)
         self._segments: Optional[ClientSegments] = None
         self._segments_lock = threading.Lock()
+        self._segments_pid = os.getpid()
 
     def close(self) -> None:
         """Hands back the servers' mappings of this process's shared memory
         and closes the connections shared with the graph store."""
+        self._forget_parents_segments()
         with self._segments_lock:
             segments, self._segments = self._segments, None
         if segments is not None:
@@ -220,7 +223,17 @@ class RemoteFeatureStore(FeatureStore):
             return index.nonzero().view(-1), False
         return self.router.check_ids(index.view(-1).cpu(), "TensorAttr.index"), False
 
+    def _forget_parents_segments(self) -> None:
+        # In a forked child (DataLoader workers) the parent's segments are the
+        # parent's, and its lock may have been copied held by a thread that
+        # does not exist here: start over without touching either.
+        if self._segments_pid != os.getpid():
+            self._segments_lock = threading.Lock()
+            self._segments = None
+            self._segments_pid = os.getpid()
+
     def _segment_pools(self) -> ClientSegments:
+        self._forget_parents_segments()
         with self._segments_lock:
             if self._segments is None:
                 limit = self.router.client.config.shared_memory_bytes

@@ -178,3 +178,36 @@ def test_no_segment_takes_more_than_a_quarter_of_the_free_shm():
         assert small is not None
     finally:
         pool.close()
+
+
+def _fetch_in_child(fs, ids, expected, result):
+    # As a DataLoader worker does: OpenMP's thread pool does not survive fork.
+    torch.set_num_threads(1)
+    x, _ = _fetch(fs, ids)
+    result.put(bool(torch.equal(x, expected)) and fs._segment_pools().pool(0).held_bytes > 0)
+
+
+def test_a_forked_child_gets_its_own_segments(data, store):
+    import multiprocessing
+
+    ids = torch.arange(0, data.num_nodes, 3)
+    _fetch(store, ids)  # the parent's pools exist
+    parents = {s.name for s in _pools(store)[0]._all}
+    ctx = multiprocessing.get_context("fork")
+    result = ctx.Queue()
+    # A thread of the parent holds the lock when it forks (as a prefetch
+    # thread may when DataLoader workers start): the child must not wait on it.
+    with store._segments_lock:
+        child = ctx.Process(target=_fetch_in_child, args=(store, ids, data.x[ids], result))
+        child.start()
+    try:
+        assert result.get(timeout=60) is True
+        child.join(30)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+    # The parent's segments are untouched and still serve it.
+    assert {s.name for s in _pools(store)[0]._all} == parents
+    x, _ = _fetch(store, ids)
+    assert torch.equal(x, data.x[ids])
