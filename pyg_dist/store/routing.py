@@ -160,25 +160,33 @@ class Router:
     @property
     def client(self) -> Any:
         """The RPC client of this process (created on first use after a fork)."""
+        self._start_over_after_fork()
         with self._lock:
             if self._closed:
                 raise StoreError("the remote store was closed; call pyg_dist.connect() again")
-            if self._client is None or self._pid != os.getpid():
+            if self._client is None:
                 from pyg_dist.rpc.client import RpcClient
 
-                # After a fork the parent's client (and its I/O thread) is
-                # not ours to use or close: build a fresh one.
                 self._client = RpcClient(self.endpoints, self.config)
-                self._pid = os.getpid()
             return self._client
 
     def close(self) -> None:
         """Closes the RPC client of this process; later calls raise StoreError."""
+        self._start_over_after_fork()
         with self._lock:
             client, self._client = self._client, None
             self._closed = True
-        if client is not None and self._pid == os.getpid():
+        if client is not None:
             client.close()
+
+    def _start_over_after_fork(self) -> None:
+        if self._pid != os.getpid():
+            # After a fork the parent's client (and its I/O thread) is not
+            # ours to use or close, and the lock may have been copied held
+            # by a parent thread that does not exist here.
+            self._lock = threading.Lock()
+            self._client = None
+            self._pid = os.getpid()
 
     def _timeout(self, timeout: Optional[float]) -> float:
         if timeout is not None:

@@ -195,9 +195,10 @@ def test_a_forked_child_gets_its_own_segments(data, store):
     parents = {s.name for s in _pools(store)[0]._all}
     ctx = multiprocessing.get_context("fork")
     result = ctx.Queue()
-    # A thread of the parent holds the lock when it forks (as a prefetch
-    # thread may when DataLoader workers start): the child must not wait on it.
-    with store._segments_lock:
+    # Threads of the parent hold the store's locks when it forks (as a
+    # prefetch thread may when DataLoader workers start): the child must not
+    # wait on them.
+    with store._segments_lock, store.router._lock:
         child = ctx.Process(target=_fetch_in_child, args=(store, ids, data.x[ids], result))
         child.start()
     try:
