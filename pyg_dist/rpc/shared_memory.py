@@ -15,8 +15,10 @@ The trainer (client) owns every segment:
   (``posix_fallocate``: a full ``/dev/shm`` is a clean error now, not a
   ``SIGBUS`` in the server later), and writes a random token into a header
   page. The first request that uses a segment names it, with its size and
-  token; once the server has answered it the trainer unlinks the file, so a
-  crash leaks nothing in ``/dev/shm``. Segments are reused for later
+  token; the server unlinks the file as soon as it has mapped it (and the
+  trainer once it sees the answer), so only a client killed within that one
+  round trip can leave a file, which the next client on the host removes
+  after an hour (:func:`remove_stale_segments`). Segments are reused for later
   requests; at most ``limit_bytes`` of them exist per server.
 * :class:`AttachedSegments` (one per server) opens a named segment, checks
   that its size and token are what the client said (it really is the same
@@ -42,6 +44,7 @@ import secrets
 import socket
 import stat
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Optional
@@ -67,6 +70,9 @@ _GRANULE = 1 << 20
 # that the next batches' (slightly different) sizes fit into them too.
 _HEADROOM = 1.25
 # A server keeps at most this many bytes and segments of its clients mapped.
+# A segment file older than this was left by a client killed before any
+# server mapped it (mapping unlinks it).
+STALE_AFTER_S = 3600.0
 SERVER_MAX_BYTES = 8 << 30
 SERVER_MAX_SEGMENTS = 1024
 
@@ -247,7 +253,14 @@ class SegmentPool:
             self.disable(str(exc))
             return None
         with self._lock:
-            self._all.add(segment)
+            closed = self.disabled == "closed"  # close() ran while it was made
+            if not closed:
+                self._all.add(segment)
+            else:
+                self._held -= size
+        if closed:
+            segment.close()
+            return None
         return segment
 
     def release(self, segment: Segment) -> None:
@@ -394,6 +407,13 @@ class AttachedSegments:
             mm.close()
             raise SharedMemoryError(f"{path} does not hold the token the client sent: not "
                                     f"the same memory")
+        # Mapped: the name has done its job. Unlinking it here, not only when
+        # the client sees the reply, leaves no file behind a client killed
+        # while its first request was in flight.
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
         # A client that died without release leaves its pages allocated for as
         # long as they stay mapped here: every new mapping first drops those.
         self.release(self._dead_owners())
@@ -481,6 +501,8 @@ class ClientSegments:
                 self._pools, self._pid = {}, os.getpid()
             pool = self._pools.get(server)
             if pool is None:
+                if not self._pools and self.limit_bytes:
+                    remove_stale_segments()
                 here = _this_host()
                 limit = self.limit_bytes if here is not None \
                     and self.server_hosts[server] == here else 0
@@ -496,6 +518,34 @@ class ClientSegments:
             pools = self._pools if self._pid == os.getpid() else {}
             self._pools = {}
         return {server: names for server, pool in pools.items() if (names := pool.close())}
+
+
+def remove_stale_segments(max_age_s: float = STALE_AFTER_S) -> int:
+    """Removes this user's segment files older than ``max_age_s``; returns
+    how many.
+
+    A segment's file lives only until a server maps it, a round trip after
+    it is made; one much older belongs to a client killed in between.
+    """
+    removed = 0
+    now = time.time()
+    try:
+        entries = list(os.scandir(SHM_DIR))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not NAME_PATTERN.match(entry.name):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if st.st_uid == os.getuid() and now - st.st_mtime > max_age_s:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:  # gone meanwhile, or not ours to remove
+            continue
+    if removed:
+        logger.info("removed %d stale shared memory segment files from %s", removed, SHM_DIR)
+    return removed
 
 
 def _room_for(size: int) -> bool:

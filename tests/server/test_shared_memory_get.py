@@ -58,6 +58,7 @@ def test_get_writes_rows_into_the_segment(dealer, part0, segment):
     reply = dealer.call(2, "get", {"attrs": ["x", "y"], "shm": segment.spec()}, [ids])
     assert not isinstance(reply, ErrorReply), reply
     assert reply.tensors == []  # nothing travelled over the socket
+    assert not os.path.exists(segment.path)  # the server unlinked it once mapped
     offsets = reply.result["shm_offsets"]
     assert offsets == shared_memory.layout([5 * 1433 * 4, 5 * 8])[0]
     x, y = _rows(segment, offsets, 5)
@@ -66,7 +67,6 @@ def test_get_writes_rows_into_the_segment(dealer, part0, segment):
 
     # Once mapped, the name alone is enough, and the mapping is live.
     segment.announce()
-    assert not os.path.exists(segment.path)
     segment.payload.zero_()
     reply = dealer.call(3, "get", {"attrs": ["x", "y"], "shm": segment.spec()}, [ids[:2]])
     assert "token" not in segment.spec()

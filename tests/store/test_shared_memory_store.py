@@ -16,7 +16,14 @@ from pyg_dist.datasets import cora
 from pyg_dist.partitioning.writer import partition
 from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.config import RpcConfig
-from pyg_dist.rpc.shared_memory import MIN_BYTES, SHM_DIR, ClientSegments, SegmentPool
+from pyg_dist.rpc.shared_memory import (
+    MIN_BYTES,
+    SHM_DIR,
+    ClientSegments,
+    Segment,
+    SegmentPool,
+    remove_stale_segments,
+)
 from pyg_dist.store.connect import connect
 
 pytestmark = pytest.mark.skipif(shared_memory.host_id() is None,
@@ -212,3 +219,22 @@ def test_a_forked_child_gets_its_own_segments(data, store):
     assert {s.name for s in _pools(store)[0]._all} == parents
     x, _ = _fetch(store, ids)
     assert torch.equal(x, data.x[ids])
+
+
+def test_files_left_by_killed_clients_are_removed_after_an_hour():
+    import time
+
+    old, fresh = Segment(1 << 20), Segment(1 << 20)
+    other = os.path.join(SHM_DIR, "pyg-dist-test-not-a-segment")
+    open(other, "w").close()
+    try:
+        two_hours_ago = time.time() - 7200
+        os.utime(old.path, (two_hours_ago, two_hours_ago))
+        os.utime(other, (two_hours_ago, two_hours_ago))
+        assert remove_stale_segments() >= 1
+        assert not os.path.exists(old.path)
+        assert os.path.exists(fresh.path) and os.path.exists(other)
+    finally:
+        os.unlink(other)
+        old.close()
+        fresh.close()
