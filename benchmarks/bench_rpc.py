@@ -144,10 +144,10 @@ def bench_pyg_shm(client: RpcClient, ids: torch.Tensor, reply_bytes: int, depth:
         _pipelined(issue, wait, depth, 0.3)
         return _pipelined(issue, wait, depth, seconds)
     finally:
-        names = [s.name for s in segments]
+        keys = [s.key for s in segments]
         for segment in segments:
             segment.close()
-        client.call(0, "release", {"names": names})
+        client.call(0, "release", {"segments": keys})
 
 
 def build_dataset(root: str, num_nodes: int) -> None:

@@ -29,13 +29,18 @@ The trainer (client) owns every segment:
   next time the server maps a segment.
 
 Nothing here is ever trusted from the wire without a check: names must match
-:data:`NAME_PATTERN`, sizes and offsets must lie inside the mapping. A client
-that can open a server's segments runs as the same user on the same host.
+:data:`NAME_PATTERN`, sizes and offsets must lie inside the mapping, and
+every request (and every ``drop`` or ``release``) must carry the segment's
+token, so knowing a name (``/dev/shm`` can be listed by anyone) is not
+enough to make the server write into, or unmap, another client's memory.
+The server maps only files of its own user, private to it (mode ``0600``),
+with one link: no other user can hand it a file to truncate under it.
 """
 
 from __future__ import annotations
 
 import collections
+import hmac
 import logging
 import mmap
 import os
@@ -58,7 +63,7 @@ logger = logging.getLogger(__name__)
 
 SHM_DIR = "/dev/shm"
 NAME_PREFIX = "pyg-dist-shm-"
-NAME_PATTERN = re.compile(r"^pyg-dist-shm-[0-9a-f]{32}$")
+NAME_PATTERN = re.compile(r"pyg-dist-shm-[0-9a-f]{32}")  # matched whole (fullmatch)
 TOKEN_BYTES = 16
 HEADER_BYTES = 4096  # the token; the payload starts on the next page
 ALIGN = 64  # every region of a reply starts on a cache line
@@ -141,6 +146,7 @@ class Segment:
         self.size = int(size)
         self.token = secrets.token_bytes(TOKEN_BYTES)
         self.announced = False  # the server holds it mapped; the file is unlinked
+        self._closed = False
         self.path = os.path.join(SHM_DIR, self.name)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -163,14 +169,19 @@ class Segment:
         self.payload = torch.frombuffer(self._map, dtype=torch.uint8, offset=HEADER_BYTES,
                                         count=self.size)
 
-    def spec(self, drop: Sequence[str] = ()) -> dict[str, Any]:
-        """The ``shm`` argument of a request that uses this segment."""
-        spec: dict[str, Any] = {"name": self.name}
+    @property
+    def key(self) -> list[str]:
+        """``[name, token]``: what names the segment to its server."""
+        return [self.name, self.token.hex()]
+
+    def spec(self, drop: Sequence[Sequence[str]] = ()) -> dict[str, Any]:
+        """The ``shm`` argument of a request that uses this segment;
+        ``drop``: keys of segments the server should unmap."""
+        spec: dict[str, Any] = {"name": self.name, "token": self.token.hex()}
         if not self.announced:
-            spec.update(size=self.size, token=self.token.hex(), pid=os.getpid(),
-                        pid_ns=_pid_namespace())
+            spec.update(size=self.size, pid=os.getpid(), pid_ns=_pid_namespace())
         if drop:
-            spec["drop"] = list(drop)
+            spec["drop"] = [list(key) for key in drop]
         return spec
 
     def announce(self) -> None:
@@ -181,15 +192,20 @@ class Segment:
             self._unlink_at_exit()
 
     def close(self) -> None:
-        """Unmaps it and removes its file if the server never took it."""
-        if self._map.closed:
+        """Lets go of the mapping and removes the file if the server never
+        took it.
+
+        The mapping is not closed here: views of it may still be alive in
+        other threads (``torch.frombuffer`` keeps the mmap object alive but
+        does not pin its buffer, so ``mmap.close()`` would unmap memory they
+        read). It unmaps when the last of them is collected.
+        """
+        if self._closed:
             return
+        self._closed = True
         self._unlink_at_exit()  # if the server never took it (no-op otherwise)
-        self.payload = torch.empty(0, dtype=torch.uint8)  # drop the view first
-        try:
-            self._map.close()
-        except BufferError:  # a view is still alive somewhere: unmapped when it dies
-            pass
+        self.payload = torch.empty(0, dtype=torch.uint8)
+        self._map = None
 
 
 def _unlink(path: str, owner: Optional[int] = None) -> None:
@@ -218,7 +234,7 @@ class SegmentPool:
         self._free: list[Segment] = []
         self._all: set[Segment] = set()  # free and in use
         self._held = 0
-        self._dropped: list[str] = []  # announced names the server should unmap
+        self._dropped: list[list[str]] = []  # keys of segments the server should unmap
 
     @property
     def held_bytes(self) -> int:
@@ -284,12 +300,19 @@ class SegmentPool:
                 self._forget(segment)
             self._free = []
 
-    def take_dropped(self) -> list[str]:
-        """Names of announced segments given up since the last call, for the
-        server to unmap (sent along with the next request)."""
+    def take_dropped(self) -> list[list[str]]:
+        """Keys of segments given up since the last call, for the server to
+        unmap (sent along with the next request)."""
         with self._lock:
             dropped, self._dropped = self._dropped, []
         return dropped
+
+    def restore_dropped(self, keys: Sequence[Sequence[str]]) -> None:
+        """Puts back keys taken for a request that failed: they still have
+        to reach the server."""
+        if keys:
+            with self._lock:
+                self._dropped.extend(list(k) for k in keys)
 
     def disable(self, reason: str) -> None:
         """Stops lending segments to this server (logged once)."""
@@ -298,9 +321,9 @@ class SegmentPool:
             logger.info("shared memory with %s off, replies travel over the socket: %s",
                         self.address, reason)
 
-    def close(self) -> list[str]:
-        """Unmaps every segment and lends no more; returns the announced
-        names the server still maps (for a ``release`` call)."""
+    def close(self) -> list[list[str]]:
+        """Lets go of every segment and lends no more; returns the keys of
+        those the server may still map (for a ``release`` call)."""
         with self._lock:
             for segment in list(self._all):
                 self._forget(segment)
@@ -314,7 +337,7 @@ class SegmentPool:
         self._held -= segment.size
         # Also a segment never confirmed: the server may have mapped it
         # before its request failed (an unknown name costs it nothing).
-        self._dropped.append(segment.name)
+        self._dropped.append(segment.key)
         segment.close()
 
 
@@ -333,7 +356,8 @@ class AttachedSegments:
         self.max_bytes = int(max_bytes)
         self.max_segments = int(max_segments)
         self._lock = threading.Lock()
-        self._maps: collections.OrderedDict[str, tuple[mmap.mmap, int]] = \
+        # name -> (mapping, payload bytes, token)
+        self._maps: collections.OrderedDict[str, tuple[mmap.mmap, int, bytes]] = \
             collections.OrderedDict()
         self._owners: dict[str, int] = {}  # name -> the client's process id
         self._bytes = 0
@@ -350,44 +374,35 @@ class AttachedSegments:
                 cannot be opened or its size or token differ, it is no longer
                 mapped, or ``nbytes`` do not fit.
         """
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-            raise SharedMemoryError(f"argument 'shm' must be a map with a segment 'name', "
-                                    f"got {spec!r}")
-        name = spec["name"]
-        if not NAME_PATTERN.match(name):
-            raise SharedMemoryError(f"segment name {name!r} does not match "
-                                    f"{NAME_PATTERN.pattern}")
-        drop = spec.get("drop", [])
-        if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
-            raise SharedMemoryError(f"'shm.drop' must be a list of segment names, got {drop!r}")
-        self.release(drop)
+        if not isinstance(spec, dict):
+            raise SharedMemoryError(f"argument 'shm' must be a map with a segment 'name' "
+                                    f"and 'token', got {spec!r}")
+        name, token = _key([spec.get("name"), spec.get("token")], "'shm'")
+        self.release(_keys(spec.get("drop", []), "'shm.drop'"))
         with self._lock:
             entry = self._maps.get(name)
             if entry is not None:
                 self._maps.move_to_end(name)
         if entry is None:
-            if "token" not in spec:
+            if "size" not in spec:
                 raise SharedMemoryError(f"segment {name} is not mapped here (the server "
                                         f"restarted or unmapped it); send the request again "
                                         f"without it")
-            entry = self._attach(name, spec)
-        mm, size = entry
+            entry = self._attach(name, token, spec)
+        elif not hmac.compare_digest(entry[2], token):
+            raise SharedMemoryError(f"the token sent for segment {name} is not its own")
+        mm, size, _ = entry
         if nbytes > size:
             raise SharedMemoryError(f"the reply takes {nbytes} bytes, segment {name} holds "
                                     f"{size}")
         return torch.frombuffer(mm, dtype=torch.uint8, offset=HEADER_BYTES, count=size)
 
-    def _attach(self, name: str, spec: dict[str, Any]) -> tuple[mmap.mmap, int]:
-        size, token = spec.get("size"), spec.get("token")
+    def _attach(self, name: str, expected: bytes, spec: dict[str, Any]
+                ) -> tuple[mmap.mmap, int, bytes]:
+        size = spec.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= self.max_bytes:
             raise SharedMemoryError(f"'shm.size' must be an int in [1, {self.max_bytes}], "
                                     f"got {size!r}")
-        if not isinstance(token, str) or len(token) != 2 * TOKEN_BYTES:
-            raise SharedMemoryError(f"'shm.token' must be {2 * TOKEN_BYTES} hex digits")
-        try:
-            expected = bytes.fromhex(token)
-        except ValueError as exc:
-            raise SharedMemoryError("'shm.token' must be hex digits") from exc
         path = os.path.join(SHM_DIR, name)
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
@@ -398,12 +413,17 @@ class AttachedSegments:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size != HEADER_BYTES + size:
                 raise SharedMemoryError(f"{path} is not a segment of {size} bytes")
+            # Only a private file of our own user with no other name: nobody
+            # else can keep it open and truncate it under us (SIGBUS).
+            if st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_nlink != 1:
+                raise SharedMemoryError(f"{path} must belong to this server's user, have "
+                                        f"mode 0600 and one link")
             mm = mmap.mmap(fd, HEADER_BYTES + size)
         except OSError as exc:
             raise SharedMemoryError(f"cannot map {path}: {exc}") from exc
         finally:
             os.close(fd)
-        if mm[:TOKEN_BYTES] != expected:
+        if not hmac.compare_digest(mm[:TOKEN_BYTES], expected):
             mm.close()
             raise SharedMemoryError(f"{path} does not hold the token the client sent: not "
                                     f"the same memory")
@@ -418,50 +438,59 @@ class AttachedSegments:
         # long as they stay mapped here: every new mapping first drops those.
         self.release(self._dead_owners())
         owner = spec.get("pid")
+        entry = (mm, size, expected)
         with self._lock:
-            self._maps[name] = (mm, size)
-            # A process id means something here only in our pid namespace.
-            if isinstance(owner, int) and not isinstance(owner, bool) and owner > 0 \
+            if name in self._maps:  # two first requests raced: one mapping is enough
+                return self._maps[name]
+            self._maps[name] = entry
+            # A process id means something here only in our pid namespace
+            # (and no Linux pid reaches 2**22).
+            if isinstance(owner, int) and not isinstance(owner, bool) and 0 < owner < 1 << 22 \
                     and spec.get("pid_ns") == _pid_namespace() is not None:
                 self._owners[name] = owner
             self._bytes += size
             while self._maps and (self._bytes > self.max_bytes
                                   or len(self._maps) > self.max_segments):
-                old, (_, old_size) = self._maps.popitem(last=False)
+                old, (_, old_size, _) = self._maps.popitem(last=False)
                 self._owners.pop(old, None)
                 self._bytes -= old_size
                 logger.debug("unmapped segment %s: over the server's bound", old)
         logger.debug("mapped segment %s (%d bytes)", name, size)
-        return mm, size
+        return entry
 
-    def _dead_owners(self) -> list[str]:
+    def _dead_owners(self) -> list[tuple[str, bytes]]:
         """Segments whose client process no longer exists (the client is on
         this host, so its process id is ours to look up)."""
         with self._lock:
             owners = list(self._owners.items())
         dead = []
-        for name, pid in owners:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                dead.append(name)
-            except OSError:  # alive, or not ours to tell (another user's)
-                pass
+        with self._lock:
+            for name, pid in owners:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    entry = self._maps.get(name)
+                    if entry is not None:
+                        dead.append((name, entry[2]))
+                except (OSError, OverflowError):  # alive, or not ours to tell
+                    pass
         if dead:
             logger.info("unmapping %d segments of clients that exited", len(dead))
         return dead
 
-    def release(self, names: Iterable[str]) -> int:
-        """Unmaps the named segments (unknown names are ignored); returns how
-        many were mapped."""
+    def release(self, keys: Iterable[tuple[str, bytes]]) -> int:
+        """Unmaps the segments of ``(name, token)`` keys; unknown names and
+        wrong tokens are ignored. Returns how many were unmapped."""
         done = 0
         with self._lock:
-            for name in names:
-                entry = self._maps.pop(name, None)
+            for name, token in keys:
+                entry = self._maps.get(name)
+                if entry is None or not hmac.compare_digest(entry[2], token):
+                    continue
+                del self._maps[name]
                 self._owners.pop(name, None)
-                if entry is not None:
-                    self._bytes -= entry[1]
-                    done += 1
+                self._bytes -= entry[1]
+                done += 1
         # A worker may still be writing into one: the mapping closes when its
         # last view is gone (mmap objects unmap when collected).
         return done
@@ -511,9 +540,9 @@ class ClientSegments:
                     pool.disabled = "the server runs on another host"
             return pool
 
-    def close(self) -> dict[int, list[str]]:
-        """Closes this process's pools; returns, per server, the names of
-        segments it still maps (for its ``release`` op)."""
+    def close(self) -> dict[int, list[list[str]]]:
+        """Closes this process's pools; returns, per server, the keys of
+        segments it may still map (for its ``release`` op)."""
         with self._lock:
             pools = self._pools if self._pid == os.getpid() else {}
             self._pools = {}
@@ -534,7 +563,7 @@ def remove_stale_segments(max_age_s: float = STALE_AFTER_S) -> int:
     except OSError:
         return 0
     for entry in entries:
-        if not NAME_PATTERN.match(entry.name):
+        if not NAME_PATTERN.fullmatch(entry.name):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
@@ -546,6 +575,36 @@ def remove_stale_segments(max_age_s: float = STALE_AFTER_S) -> int:
     if removed:
         logger.info("removed %d stale shared memory segment files from %s", removed, SHM_DIR)
     return removed
+
+
+def _key(value: Any, what: str) -> tuple[str, bytes]:
+    """A ``[name, token]`` from the wire, checked: the name and the token."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2 \
+            or not all(isinstance(v, str) for v in value):
+        raise SharedMemoryError(f"{what} must name a segment and give its token "
+                                f"([name, token] strings), got {value!r}")
+    name, token = value
+    if not NAME_PATTERN.fullmatch(name):
+        raise SharedMemoryError(f"segment name {name!r} does not match {NAME_PATTERN.pattern}")
+    if len(token) != 2 * TOKEN_BYTES:
+        raise SharedMemoryError(f"a segment token is {2 * TOKEN_BYTES} hex digits")
+    try:
+        return name, bytes.fromhex(token)
+    except ValueError as exc:
+        raise SharedMemoryError("a segment token must be hex digits") from exc
+
+
+def _keys(value: Any, what: str) -> list[tuple[str, bytes]]:
+    """A list of ``[name, token]`` keys from the wire, checked."""
+    if not isinstance(value, list) or len(value) > SERVER_MAX_SEGMENTS:
+        raise SharedMemoryError(f"{what} must be a list of at most {SERVER_MAX_SEGMENTS} "
+                                f"[name, token] pairs, got {value!r}")
+    return [_key(v, what) for v in value]
+
+
+def release_keys(value: Any) -> list[tuple[str, bytes]]:
+    """The ``segments`` argument of a ``release`` request, checked."""
+    return _keys(value, "argument 'segments'")
 
 
 def _room_for(size: int) -> bool:

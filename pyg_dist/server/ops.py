@@ -305,13 +305,10 @@ class PartitionOps:
         return gathered if out is None else out.copy_(gathered)
 
     def release(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Unmaps the client segments ``names`` (a client closing); returns
-        ``released``, how many were mapped."""
-        names = args.get("names")
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ProtocolError(f"argument 'names' must be a list of segment names, "
-                                f"got {names!r}")
-        return {"released": self.segments.release(names)}, []
+        """Unmaps the client segments ``segments`` (``[name, token]`` pairs;
+        a client closing); returns ``released``, how many were mapped."""
+        keys = shared_memory.release_keys(args.get("segments"))
+        return {"released": self.segments.release(keys)}, []
 
     def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""

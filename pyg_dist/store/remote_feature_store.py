@@ -139,11 +139,11 @@ class RemoteFeatureStore(FeatureStore):
         with self._segments_lock:
             segments, self._segments = self._segments, None
         if segments is not None:
-            for part, names in segments.close().items():
+            for part, keys in segments.close().items():
                 try:
-                    self.router.client.call(part, "release", {"names": names}, timeout=2.0)
+                    self.router.client.call(part, "release", {"segments": keys}, timeout=2.0)
                 except Exception as exc:  # the server unmaps them at its bound anyway
-                    logger.debug("release of %d segments on %s failed: %s", len(names),
+                    logger.debug("release of %d segments on %s failed: %s", len(keys),
                                  self.router.endpoints[part], exc)
         self.router.close()
 
@@ -272,16 +272,18 @@ class RemoteFeatureStore(FeatureStore):
         """
         pools = self._segment_pools()
         row_bytes = [math.prod(out.shape[1:]) * out.element_size() for out in outs]
-        requests, lent = [], []
+        requests, lent, drops = [], [], []
         for part, positions, part_ids in shares:
             args: dict[str, Any] = {"attrs": names, "group": group}
             pool = pools.pool(part)
             _, total = shared_memory.layout([positions.numel() * b for b in row_bytes])
             segment = pool.acquire(total) if lend else None
+            drop = pool.take_dropped() if segment is not None else []
             if segment is not None:
-                args["shm"] = segment.spec(pool.take_dropped())
+                args["shm"] = segment.spec(drop)
             requests.append((part, "get", args, [part_ids]))
             lent.append(segment)
+            drops.append(drop)
         any_lent = any(segment is not None for segment in lent)
         try:
             # No re-sends into lent memory: a late first attempt could write
@@ -290,12 +292,16 @@ class RemoteFeatureStore(FeatureStore):
             for (part, positions, _), reply, segment in zip(shares, replies, lent):
                 self._take_reply(part, positions, reply, segment, names, outs)
         except BaseException as exc:
-            # Requests may still be in flight: their segments are never reused.
-            for (part, _, _), segment in zip(shares, lent):
+            # Requests may still be in flight: their segments are never reused,
+            # and the segments they asked to drop are asked again next time.
+            for (part, _, _), segment, drop in zip(shares, lent, drops):
                 if segment is not None:
+                    pools.pool(part).restore_dropped(drop)
                     pools.pool(part).discard(segment)
             if any_lent and isinstance(exc, (RpcTimeoutError, TransportError)) \
                     and self.router.client.config.retries:
+                logger.info("a fetch into shared memory failed (%s); retrying over the socket",
+                            exc)
                 return None
             if not (isinstance(exc, RemoteError) and exc.remote_type == "SharedMemoryError"
                     and exc.address in self.router.endpoints):

@@ -69,12 +69,12 @@ def test_get_writes_rows_into_the_segment(dealer, part0, segment):
     segment.announce()
     segment.payload.zero_()
     reply = dealer.call(3, "get", {"attrs": ["x", "y"], "shm": segment.spec()}, [ids[:2]])
-    assert "token" not in segment.spec()
+    assert "size" not in segment.spec()  # name and token only, once mapped
     x, y = _rows(segment, reply.result["shm_offsets"], 2)
     assert torch.equal(x, part0.node_features["x"][local[:2]])
 
     # release unmaps it; the next request naming it is refused, not served.
-    assert dealer.call(4, "release", {"names": [segment.name]}).result == {"released": 1}
+    assert dealer.call(4, "release", {"segments": [segment.key]}).result == {"released": 1}
     reply = dealer.call(5, "get", {"attrs": ["x"], "shm": segment.spec()}, [ids])
     assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
     assert "not mapped here" in reply.message
@@ -86,19 +86,25 @@ def _bad_specs(segment):
     other.close()  # a well-formed name whose file is gone
     return {
         "not a map": ("x", "must be a map"),
+        "no token": ({"name": segment.name, "size": segment.size}, "[name, token]"),
         "name with a path": ({**good, "name": "../etc/passwd"}, "does not match"),
+        "name with a newline": ({**good, "name": segment.name + "\n"}, "does not match"),
         "missing file": ({**good, "name": other.name}, "cannot open"),
         "wrong size": ({**good, "size": segment.size * 2}, "is not a segment of"),
         "wrong token": ({**good, "token": "00" * 16}, "does not hold the token"),
         "token not hex": ({**good, "token": "zz" * 16}, "hex digits"),
         "size not an int": ({**good, "size": "big"}, "'shm.size'"),
         "drop not a list": ({**good, "drop": "all"}, "'shm.drop'"),
+        "drop without tokens": ({**good, "drop": [segment.name]}, "'shm.drop'"),
     }
 
 
-@pytest.mark.parametrize("case", ["not a map", "name with a path", "missing file", "wrong size",
-                                  "wrong token", "token not hex", "size not an int",
-                                  "drop not a list"])
+BAD_SPECS = ["not a map", "no token", "name with a path", "name with a newline", "missing file",
+             "wrong size", "wrong token", "token not hex", "size not an int",
+             "drop not a list", "drop without tokens"]
+
+
+@pytest.mark.parametrize("case", BAD_SPECS)
 def test_bad_segments_get_error_replies(dealer, part0, segment, case):
     spec, fragment = _bad_specs(segment)[case]
     reply = dealer.call(6, "get", {"attrs": ["x"], "shm": spec}, [part0.node_ids[:3]])
@@ -106,6 +112,60 @@ def test_bad_segments_get_error_replies(dealer, part0, segment, case):
     assert fragment in reply.message
     good = dealer.call(7, "get", {"attrs": ["x"]}, [part0.node_ids[:3]])
     assert torch.equal(good.tensors[0], part0.node_features["x"][:3])
+
+
+def test_a_segment_is_used_only_with_its_own_token(dealer, part0, segment):
+    ids = part0.node_ids[:4]
+    assert not isinstance(dealer.call(20, "get", {"attrs": ["y"], "shm": segment.spec()}, [ids]),
+                          ErrorReply)
+    segment.announce()
+    segment.payload[:64].fill_(7)
+    # Its name is no secret (/dev/shm can be listed); without the token
+    # nobody can make the server write into it, or unmap it.
+    forged = {"name": segment.name, "token": "ab" * 16}
+    reply = dealer.call(21, "get", {"attrs": ["y"], "shm": forged}, [ids])
+    assert isinstance(reply, ErrorReply) and "is not its own" in reply.message
+    assert bool((segment.payload[:64] == 7).all())
+    assert dealer.call(22, "release", {"segments": [[segment.name, "ab" * 16]]}
+                       ).result == {"released": 0}
+    other = Segment(1 << 20)
+    try:
+        spec = {**other.spec(), "drop": [[segment.name, "ab" * 16]]}
+        assert not isinstance(dealer.call(23, "get", {"attrs": ["y"], "shm": spec}, [ids]),
+                              ErrorReply)
+    finally:
+        other.close()
+    reply = dealer.call(24, "get", {"attrs": ["y"], "shm": segment.spec()}, [ids])
+    assert not isinstance(reply, ErrorReply), reply  # still mapped, still served
+
+
+@pytest.mark.parametrize("change", ["group-readable", "second link"])
+def test_only_private_files_with_one_link_are_mapped(dealer, part0, segment, change):
+    link = segment.path + "-link"
+    if change == "group-readable":
+        os.chmod(segment.path, 0o640)
+    else:
+        os.link(segment.path, link)
+    try:
+        reply = dealer.call(25, "get", {"attrs": ["y"], "shm": segment.spec()},
+                            [part0.node_ids[:2]])
+        assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
+        assert "mode 0600 and one link" in reply.message
+    finally:
+        if os.path.exists(link):
+            os.unlink(link)
+
+
+def test_a_client_sending_an_absurd_pid_breaks_nobody(dealer, part0, segment):
+    spec = {**segment.spec(), "pid": 1 << 40}
+    assert not isinstance(dealer.call(26, "get", {"attrs": ["y"], "shm": spec},
+                                      [part0.node_ids[:2]]), ErrorReply)
+    other = Segment(1 << 20)  # the next mapping looks for dead owners first
+    try:
+        reply = dealer.call(27, "get", {"attrs": ["y"], "shm": other.spec()}, [part0.node_ids[:2]])
+        assert not isinstance(reply, ErrorReply), reply
+    finally:
+        other.close()
 
 
 def test_reply_bigger_than_the_segment_is_refused(dealer, part0, segment):
@@ -135,7 +195,7 @@ client = RpcClient([endpoint])
 seg = Segment(1 << 20)
 client.call(0, "get", {"attrs": ["y"], "shm": seg.spec()}, [torch.tensor([node])])
 seg.announce()
-print(seg.name, flush=True)
+print(seg.name, seg.token.hex(), flush=True)
 os._exit(0)  # no release, no close: the server is left holding the mapping
 """
 
@@ -148,16 +208,17 @@ def test_segments_of_a_client_that_exited_are_unmapped(cora_cluster, dealer, par
                            str(int(part0.node_ids[0]))], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    orphan = proc.stdout.split()[-1]
-    # Still mapped: the name alone is served.
-    reply = dealer.call(10, "get", {"attrs": ["y"], "shm": {"name": orphan}}, [part0.node_ids[:1]])
+    name, token = proc.stdout.split()[-2:]
+    orphan = {"name": name, "token": token}
+    # Still mapped: its key alone is served.
+    reply = dealer.call(10, "get", {"attrs": ["y"], "shm": orphan}, [part0.node_ids[:1]])
     assert not isinstance(reply, ErrorReply), reply
     # The next segment the server maps makes it look for dead owners first.
     reply = dealer.call(11, "get", {"attrs": ["y"], "shm": segment.spec()}, [part0.node_ids[:1]])
     assert not isinstance(reply, ErrorReply), reply
-    reply = dealer.call(12, "get", {"attrs": ["y"], "shm": {"name": orphan}}, [part0.node_ids[:1]])
+    reply = dealer.call(12, "get", {"attrs": ["y"], "shm": orphan}, [part0.node_ids[:1]])
     assert isinstance(reply, ErrorReply) and "not mapped here" in reply.message
     # Ours (a live process) is still mapped.
-    reply = dealer.call(13, "get", {"attrs": ["y"], "shm": {"name": segment.name}},
+    reply = dealer.call(13, "get", {"attrs": ["y"], "shm": segment.spec()},
                         [part0.node_ids[:1]])
     assert not isinstance(reply, ErrorReply), reply

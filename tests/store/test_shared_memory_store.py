@@ -122,9 +122,9 @@ def test_a_server_that_lost_its_mappings_is_answered_over_again(data, store):
     client = store.router.client
     lost = {s.name for pool in _pools(store) for s in pool._all}
     for part, pool in enumerate(_pools(store)):
-        names = [s.name for s in pool._all]
+        keys = [s.key for s in pool._all]
         # What a restarted server looks like to its client: nothing mapped.
-        assert client.call(part, "release", {"names": names}).result["released"] == len(names)
+        assert client.call(part, "release", {"segments": keys}).result["released"] == len(keys)
     x, y = _fetch(store, ids)
     assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
     assert all(p.disabled is None and p.held_bytes > 0 for p in _pools(store))
@@ -156,7 +156,7 @@ def test_pool_reuses_segments_within_its_limit():
         assert pool.acquire(1 << 20) is first  # reused, not made again
         first.announce()
         pool.discard(first)
-        assert pool.held_bytes == 0 and pool.take_dropped() == [first.name]
+        assert pool.held_bytes == 0 and pool.take_dropped() == [first.key]
         again = pool.acquire(2 << 20)
         assert again is not None and again is not first
     finally:
@@ -238,3 +238,25 @@ def test_files_left_by_killed_clients_are_removed_after_an_hour():
         os.unlink(other)
         old.close()
         fresh.close()
+
+
+_CLOSE_WHILE_READING = """
+import torch
+from pyg_dist.rpc.shared_memory import SegmentPool, view
+pool = SegmentPool(64 << 20, "tcp://127.0.0.1:1")
+segment = pool.acquire(1 << 20)
+rows = view(segment.payload, 0, torch.float32, (1000, 64))
+rows.fill_(2.0)
+pool.close()  # another thread closing the store while this one still reads
+print(float(rows.sum()))
+"""
+
+
+def test_closing_the_pool_leaves_live_views_readable():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _CLOSE_WHILE_READING], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])  # -11 was a segfault
+    assert float(out.stdout.split()[-1]) == 128000.0
