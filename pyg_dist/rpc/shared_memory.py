@@ -233,6 +233,7 @@ class SegmentPool:
         self._lock = threading.Lock()
         self._free: list[Segment] = []
         self._all: set[Segment] = set()  # free and in use
+        self._closed = False
         self._held = 0
         self._dropped: list[list[str]] = []  # keys of segments the server should unmap
 
@@ -269,7 +270,7 @@ class SegmentPool:
             self.disable(str(exc))
             return None
         with self._lock:
-            closed = self.disabled == "closed"  # close() ran while it was made
+            closed = self._closed  # close() ran while it was made
             if not closed:
                 self._all.add(segment)
             else:
@@ -329,6 +330,7 @@ class SegmentPool:
                 self._forget(segment)
             self._free = []
             dropped, self._dropped = self._dropped, []
+            self._closed = True
             self.disabled = self.disabled or "closed"
         return dropped
 
@@ -505,7 +507,8 @@ class AttachedSegments:
 
 class ClientSegments:
     """One client process's segment pools, one per server, created on first
-    use and again after a fork (the parent's segments are the parent's).
+    use. Not for a forked child: its owner starts a new one there (the
+    parent's segments are the parent's).
 
     Args:
         endpoints: The servers, by index.
@@ -520,14 +523,11 @@ class ClientSegments:
         self.server_hosts = list(server_hosts)
         self.limit_bytes = int(limit_bytes)
         self._lock = threading.Lock()
-        self._pid = os.getpid()
         self._pools: dict[int, SegmentPool] = {}
 
     def pool(self, server: int) -> SegmentPool:
         """The pool of segments lent to ``server`` by this process."""
         with self._lock:
-            if self._pid != os.getpid():
-                self._pools, self._pid = {}, os.getpid()
             pool = self._pools.get(server)
             if pool is None:
                 if not self._pools and self.limit_bytes:
@@ -544,8 +544,7 @@ class ClientSegments:
         """Closes this process's pools; returns, per server, the keys of
         segments it may still map (for its ``release`` op)."""
         with self._lock:
-            pools = self._pools if self._pid == os.getpid() else {}
-            self._pools = {}
+            pools, self._pools = self._pools, {}
         return {server: names for server, pool in pools.items() if (names := pool.close())}
 
 

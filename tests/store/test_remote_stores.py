@@ -4,31 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support.servers import serve_parts
 from torch_geometric.data import EdgeAttr, TensorAttr
 from torch_geometric.index import index2ptr
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.utils import index_sort
 
-from pyg_dist.datasets import cora
 from pyg_dist.errors import StoreError
-from pyg_dist.partitioning.writer import partition
 from pyg_dist.store.connect import SERVERS_ENV, connect
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
-
-
-@pytest.fixture(scope="module")
-def data():
-    return cora()
-
-
-@pytest.fixture(scope="module")
-def endpoints(data, tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("cora3") / "parts")
-    partition(data, 3, root)
-    with serve_parts(root) as cluster:
-        yield cluster.endpoints
 
 
 @pytest.fixture(scope="module")

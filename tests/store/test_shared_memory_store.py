@@ -9,11 +9,8 @@ import threading
 
 import pytest
 import torch
-from support.servers import serve_parts
 from torch_geometric.data import TensorAttr
 
-from pyg_dist.datasets import cora
-from pyg_dist.partitioning.writer import partition
 from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.shared_memory import (
@@ -32,19 +29,6 @@ pytestmark = pytest.mark.skipif(shared_memory.host_id() is None,
 
 def _segment_files() -> set[str]:
     return set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*")))
-
-
-@pytest.fixture(scope="module")
-def data():
-    return cora()
-
-
-@pytest.fixture(scope="module")
-def endpoints(data, tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("cora-shm") / "parts")
-    partition(data, 3, root)
-    with serve_parts(root) as cluster:
-        yield cluster.endpoints
 
 
 @pytest.fixture
