@@ -1,7 +1,8 @@
 """Bookkeeping of an :class:`~pyg_dist.rpc.client.RpcClient`'s calls.
 
-Used by the client's I/O thread only (no locking): calls sent and awaiting a
-reply, their deadlines in a heap, and calls libzmq refused for now.
+Used only under the client's I/O lock (it does no locking of its own): calls
+sent and awaiting a reply, their deadlines in a heap, and calls libzmq
+refused for now.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Call:
 
 class IoState:
     """Calls awaiting a reply, with their deadlines, and calls that could not
-    be sent yet (I/O thread only)."""
+    be sent yet (under the client's I/O lock only)."""
 
     def __init__(self) -> None:
         self.pending: dict[Optional[int], Call] = {}

@@ -1,13 +1,22 @@
 """A thread-safe ZeroMQ RPC client: many calls in flight, one I/O thread.
 
-ZeroMQ sockets are not thread-safe, so one I/O thread creates, polls and
-closes every socket: one DEALER per server endpoint. Callers encode their
-request in their own thread, append it to a command deque, wake the I/O
-thread over a socket pair and get a :class:`concurrent.futures.Future`. The
-I/O thread sends, matches replies to calls by request id, and fails calls
-whose deadline passed with :class:`~pyg_dist.errors.RpcTimeoutError`. Every
-future completes, with a result or an exception, also when the client is
-closed or the I/O thread dies.
+ZeroMQ sockets are not thread-safe, so every use of the client's sockets
+(one DEALER per server endpoint) and of its call bookkeeping happens under
+one I/O lock. A caller encodes its request in its own thread and, when the
+lock is free, sends it right there: no hand-off to another thread, which on
+a small call costs more than the bare round trip itself. When the lock is
+busy the call goes to a command deque and the I/O thread, woken over a
+socket pair, sends it. The I/O thread waits for replies on the sockets'
+file descriptors without holding the lock, matches replies to calls by
+request id, and fails calls whose deadline passed with
+:class:`~pyg_dist.errors.RpcTimeoutError`. Every future completes, with a
+result or an exception, also when the client is closed or the I/O thread
+dies.
+
+A ZeroMQ socket's file descriptor only signals changes: an operation on the
+socket may take in the notice of a reply that arrived. So whoever sends on
+a socket then reads every reply waiting there before it lets go of the
+lock; the descriptor then signals the next one.
 """
 
 from __future__ import annotations
@@ -50,6 +59,9 @@ class RpcClient:
     ``config.max_in_flight`` calls are outstanding at once (further callers
     wait for a slot, within their deadline). Tensors passed to a call must not
     be modified until its future completes: they are sent without a copy.
+    A future's done-callbacks run on whichever thread read the reply, with
+    the client's I/O lock held: they may start other calls but must not wait
+    for one.
 
     Args:
         endpoints: The servers' ZeroMQ endpoints, e.g. ``tcp://host:port``;
@@ -65,7 +77,14 @@ class RpcClient:
         self._endpoints = tuple(endpoints)
         self._ctx = zmq.Context()
         self._commands: collections.deque[Call] = collections.deque()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the command deque and the closed flag
+        # The sockets and the call bookkeeping; taken without waiting by
+        # callers (a busy lock sends the call through the deque instead),
+        # so done-callbacks that run under it may call again.
+        self._io_lock = threading.Lock()
+        self._sockets: list[zmq.Socket] = []  # open while the I/O thread runs
+        self._state = IoState()
+        self._io_wakes_at = 0.0  # when the I/O thread next wakes by itself
         self._wake_pending = False
         self._closed = False
         self._wake_r, self._wake_w = socket.socketpair()
@@ -140,22 +159,49 @@ class RpcClient:
         retries = self._config.retries if idempotent else 0
         call = Call(server, req_id, op, frames, future, deadline, timeout, retries,
                     self._config.retry_backoff, self._config.retry_backoff_max, 1 + retries)
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                self._commands.append(call)
-                wake, self._wake_pending = not self._wake_pending, True
+        sent = self._send_now(call)
+        closed, wake = sent is None, False
+        if sent is False:
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._commands.append(call)
+                    wake, self._wake_pending = not self._wake_pending, True
         if closed:
             self._slots.release()
             raise RpcError(f"cannot call {op!r}: the client is closed", address=address, op=op)
-        # Runs at once if the I/O thread already completed the future.
+        # Runs at once if the future already completed.
         future.add_done_callback(lambda _: self._slots.release())
-        if wake:
-            try:
-                self._wake_w.send(b"\0")
-            except BlockingIOError:  # a wake-up is already queued
-                pass
+        if wake or sent == "wake":
+            self._wake()
         return future
+
+    def _send_now(self, call: Call) -> Optional[bool | str]:
+        """Sends ``call`` from the caller's thread if the I/O lock is free.
+
+        Returns ``False`` if the lock was busy (the caller queues the call),
+        ``None`` if the client is closed, ``True`` once sent, and ``"wake"``
+        once sent (or queued with libzmq's refusal) when the I/O thread must
+        look at it before it would wake by itself.
+        """
+        if not self._io_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._closed or not self._sockets:
+                return None if self._closed else False
+            state, sock = self._state, self._sockets[call.server]
+            state.add(call)
+            sent = state.send(sock, call)
+            self._drain_replies(call.server, sock, state)
+            return True if sent and call.deadline >= self._io_wakes_at else "wake"
+        finally:
+            self._io_lock.release()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except BlockingIOError:  # a wake-up is already queued
+            pass
 
     def call(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
              tensors: Sequence[Tensor] = (), timeout: Optional[float] = None,
@@ -204,10 +250,7 @@ class RpcClient:
             if self._closed:
                 return
             self._closed = True
-        try:
-            self._wake_w.send(b"\0")
-        except BlockingIOError:
-            pass
+        self._wake()
         self._thread.join(self._config.connect_timeout)
         if self._thread.is_alive():
             logger.warning("RPC client I/O thread did not stop in time")
@@ -246,13 +289,15 @@ class RpcClient:
         return sock
 
     def _io_main(self) -> None:
-        sockets: list[zmq.Socket] = []
-        state = IoState()
+        state = self._state
         failure: Optional[BaseException] = None
         try:
-            sockets = [self._open(ep) for ep in self._endpoints]
+            with self._io_lock:
+                for endpoint in self._endpoints:
+                    self._sockets.append(self._open(endpoint))
+                fds = [sock.getsockopt(zmq.FD) for sock in self._sockets]
             self._started.set()
-            self._io_loop(sockets, state)
+            self._io_loop(fds, state)
         except BaseException as exc:
             logger.exception("RPC client I/O thread failed")
             failure = exc
@@ -262,30 +307,42 @@ class RpcClient:
                 self._closed = True
                 queued = list(self._commands)
                 self._commands.clear()
+            with self._io_lock:  # no caller sends any more: the client is closed
+                sockets, self._sockets = self._sockets, []
+                pending = list(state.pending.values())
+                state.pending.clear()
             reason = "client is closed" if failure is None else f"client I/O failed: {failure}"
-            for call in itertools.chain(queued, state.pending.values()):
+            for call in itertools.chain(queued, pending):
                 fail(call.future, TransportError(
                     f"call {call.op!r} to {self._endpoints[call.server]} aborted: {reason}",
                     address=self._endpoints[call.server], op=call.op))
             for sock in sockets:
                 sock.close()
 
-    def _io_loop(self, sockets: list[zmq.Socket], state: IoState) -> None:
+    def _io_loop(self, fds: list[int], state: IoState) -> None:
+        # The sockets' descriptors, not the sockets: polling a socket itself
+        # would use it, and callers may be sending on it meanwhile.
         poller = zmq.Poller()
-        for sock in sockets:
-            poller.register(sock, zmq.POLLIN)
+        for fd in fds:
+            poller.register(fd, zmq.POLLIN)
         wake = self._wake_r.fileno()
         poller.register(wake, zmq.POLLIN)
-        index_of = {sock: index for index, sock in enumerate(sockets)}
+        sockets = self._sockets
         while True:
-            for sock, _ in poller.poll(state.poll_ms()):
-                if sock == wake:
-                    if self._drain_commands(sockets, state):
-                        return
-                else:
-                    self._drain_replies(index_of[sock], sock, state)
-            state.send_due(sockets)
-            state.expire(self._endpoints)
+            with self._io_lock:
+                timeout = state.poll_ms()
+                self._io_wakes_at = time.monotonic() + timeout / 1000
+            events = dict(poller.poll(timeout))
+            with self._io_lock:
+                if wake in events and self._drain_commands(sockets, state):
+                    return
+                state.send_due(sockets)
+                # After the sends, and every socket, not only those that
+                # signalled: cheap (one refused read each), and no reply can
+                # wait unnoticed.
+                for index, sock in enumerate(sockets):
+                    self._drain_replies(index, sock, state)
+                state.expire(self._endpoints)
 
     def _drain_commands(self, sockets: list[zmq.Socket], state: IoState) -> bool:
         """Sends queued calls; returns whether the client is closing."""
@@ -306,6 +363,8 @@ class RpcClient:
         return closing
 
     def _drain_replies(self, index: int, sock: zmq.Socket, state: IoState) -> None:
+        """Completes the calls of every reply waiting on ``sock`` (I/O lock
+        held); reading until none is left re-arms the socket's descriptor."""
         address = self._endpoints[index]
         while True:
             try:

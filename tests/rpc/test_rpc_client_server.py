@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
 from support.handlers import HANDLERS, whoami_factory
 
 from pyg_dist.errors import RemoteError, RpcError, RpcTimeoutError, TransportError
-from pyg_dist.rpc import PROTOCOL_VERSION, RpcClient, RpcConfig, RpcServer
+from pyg_dist.rpc import PROTOCOL_VERSION, RpcClient, RpcConfig, RpcServer, calls
 
 
 def test_echo_round_trips_args_and_tensors_of_every_size(server):
@@ -52,6 +53,45 @@ def test_eight_threads_with_64_calls_in_flight_each_get_their_own_answers(server
             th.join(60)
         assert not any(th.is_alive() for th in threads)
     assert errors == []
+
+
+def test_no_reply_waits_unnoticed_when_callers_send_themselves(server, monkeypatch):
+    # Callers send on the sockets themselves, which can take in the notice
+    # of a reply that arrived; with the I/O thread's own wake-up a minute
+    # away, a reply left unread would make its call miss the 10 s wait.
+    monkeypatch.setattr(calls, "MAX_POLL_MS", 60_000)
+    errors: list[BaseException] = []
+    with RpcClient([server.endpoint], RpcConfig(timeout=30)) as client:
+        def worker(t):
+            try:
+                for i in range(200):
+                    futures = [client.call_async(0, "add", {"k": i}, [torch.tensor([t, j])])
+                               for j in range(1 + i % 3)]
+                    for j, fut in enumerate(futures):
+                        assert fut.result(timeout=10).tensors[0].tolist() == [t + i, j + i]
+            except BaseException as exc:  # surfaced in the main thread below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+        assert not any(th.is_alive() for th in threads)
+    assert errors == []
+
+
+def test_a_short_deadline_is_kept_while_the_io_thread_sleeps_long(server, monkeypatch):
+    monkeypatch.setattr(calls, "MAX_POLL_MS", 60_000)
+    with RpcClient([server.endpoint]) as client:
+        for _ in range(3):
+            client.call(0, "echo")
+        time.sleep(0.2)  # nothing pending: the I/O thread sleeps a minute now
+        start = time.monotonic()
+        future = client.call_async(0, "slow", {"s": 3.0}, timeout=0.3)
+        with pytest.raises(RpcTimeoutError):
+            future.result(timeout=30)
+        assert time.monotonic() - start < 2.5
 
 
 def test_remote_error_keeps_the_server_message_intact(server):
