@@ -124,11 +124,16 @@ def test_mixed_degrees_keep_seed_order():
     assert all(13 <= p < 33 for p in segs[2])
 
 
-SUBSET_KERNELS = [ns._without_replacement, ns._without_replacement_floyd]
+def _dense(start, deg, k, generator):
+    return ns._without_replacement_dense(start, deg, k, int(deg.max()), generator)
 
 
-@pytest.mark.parametrize("kernel", SUBSET_KERNELS, ids=["sort", "floyd"])
-def test_both_subset_kernels_draw_uniform_distinct_subsets(kernel):
+SUBSET_KERNELS = [ns._without_replacement, ns._without_replacement_floyd, _dense]
+KERNEL_IDS = ["sort", "floyd", "dense"]
+
+
+@pytest.mark.parametrize("kernel", SUBSET_KERNELS, ids=KERNEL_IDS)
+def test_every_subset_kernel_draws_uniform_distinct_subsets(kernel):
     # 6 entries, k=3: 20 possible subsets, each equally likely, no repeats.
     draws = 20_000
     start = torch.zeros(draws, dtype=torch.long)
@@ -146,8 +151,8 @@ def test_both_subset_kernels_draw_uniform_distinct_subsets(kernel):
     assert _chi_square(observed) < 60
 
 
-@pytest.mark.parametrize("kernel", SUBSET_KERNELS, ids=["sort", "floyd"])
-def test_both_subset_kernels_keep_segments_and_seed_order(kernel):
+@pytest.mark.parametrize("kernel", SUBSET_KERNELS, ids=KERNEL_IDS)
+def test_every_subset_kernel_keeps_segments_and_seed_order(kernel):
     colptr = _random_csc(300, 25, seed=11)
     seeds = torch.randint(0, 300, (500,), generator=torch.Generator().manual_seed(2))
     start, deg = colptr[seeds], colptr[seeds + 1] - colptr[seeds]
@@ -165,4 +170,20 @@ def test_big_frontiers_take_the_floyd_kernel_with_the_same_guarantees():
     assert int(deg.sum()) >= ns._FLOYD_MIN_CANDIDATES_PER_STEP * 10  # Floyd is chosen
     a = sample_neighbors(colptr, seeds, 10, False, torch.Generator().manual_seed(5))
     b = ns._without_replacement_floyd(colptr[:-1], deg, 10, torch.Generator().manual_seed(5))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_small_frontiers_take_the_dense_kernel_and_large_ones_do_not():
+    colptr = _random_csc(64, 20, seed=13)
+    seeds = torch.arange(16)
+    start, deg = colptr[seeds], colptr[seeds + 1] - colptr[seeds]
+    a = sample_neighbors(colptr, seeds, 5, False, torch.Generator().manual_seed(6))
+    b = _dense(start, deg, 5, torch.Generator().manual_seed(6))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    # One hub among leaves pads the matrix far past the real entries: sort.
+    colptr = torch.tensor([0, 5000, *range(5001, 5201)])
+    seeds = torch.arange(201)
+    start, deg = colptr[:-1], colptr[1:] - colptr[:-1]
+    a = sample_neighbors(colptr, seeds, 300, False, torch.Generator().manual_seed(7))
+    b = ns._without_replacement(start, deg, 300, torch.Generator().manual_seed(7))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
