@@ -3,7 +3,8 @@
 * :mod:`pyg_dist.rpc.protocol`: msgpack header + raw tensor frames, no pickle.
 * :mod:`pyg_dist.rpc.config`: :class:`RpcConfig`, every deadline and limit.
 * :mod:`pyg_dist.rpc.server`: :class:`RpcServer`, ROUTER + worker threads.
-* :mod:`pyg_dist.rpc.client`: :class:`RpcClient`, futures over one I/O thread.
+* :mod:`pyg_dist.rpc.client`: :class:`RpcClient`, futures; callers send,
+  an I/O thread reads replies and keeps deadlines.
 """
 
 from pyg_dist.rpc.client import RpcClient

@@ -72,8 +72,8 @@ class FailoverClient:
         index = iter(range(len(flat)))
         self._order = [[next(index) for _ in g] for g in self.groups]
         self._lock = threading.Lock()
-        # Re-sends are issued here, never on the client's I/O thread (which
-        # completes futures and must not block on an in-flight slot).
+        # Re-sends are issued here, never in a done-callback: that runs with
+        # the client's I/O lock held and must not block on an in-flight slot.
         self._resend = futures.ThreadPoolExecutor(2, thread_name_prefix="pyg-dist-failover")
 
     @property
