@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent import futures
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import zmq
 from torch import Tensor
@@ -159,41 +159,44 @@ class RpcClient:
         retries = self._config.retries if idempotent else 0
         call = Call(server, req_id, op, frames, future, deadline, timeout, retries,
                     self._config.retry_backoff, self._config.retry_backoff_max, 1 + retries)
-        sent = self._send_now(call)
-        closed, wake = sent is None, False
-        if sent is False:
+        outcome = self._send_now(call)
+        wake = outcome == "wake"
+        if outcome == "busy":
             with self._lock:
-                closed = self._closed
-                if not closed:
+                if self._closed:
+                    outcome = "closed"
+                else:
                     self._commands.append(call)
                     wake, self._wake_pending = not self._wake_pending, True
-        if closed:
+        if outcome == "closed":
             self._slots.release()
             raise RpcError(f"cannot call {op!r}: the client is closed", address=address, op=op)
         # Runs at once if the future already completed.
         future.add_done_callback(lambda _: self._slots.release())
-        if wake or sent == "wake":
+        if wake:
             self._wake()
         return future
 
-    def _send_now(self, call: Call) -> Optional[bool | str]:
+    def _send_now(self, call: Call) -> Literal["sent", "wake", "busy", "closed"]:
         """Sends ``call`` from the caller's thread if the I/O lock is free.
 
-        Returns ``False`` if the lock was busy (the caller queues the call),
-        ``None`` if the client is closed, ``True`` once sent, and ``"wake"``
-        once sent (or queued with libzmq's refusal) when the I/O thread must
-        look at it before it would wake by itself.
+        Returns ``"sent"``; ``"wake"`` when it was sent (or left to libzmq's
+        backlog) but the I/O thread must look at it before it would wake by
+        itself; ``"busy"`` when the lock was taken (or the sockets are not
+        open yet): the caller queues the call; ``"closed"``.
         """
         if not self._io_lock.acquire(blocking=False):
-            return False
+            return "busy"
         try:
-            if self._closed or not self._sockets:
-                return None if self._closed else False
+            if self._closed:
+                return "closed"
+            if not self._sockets:
+                return "busy"
             state, sock = self._state, self._sockets[call.server]
             state.add(call)
             sent = state.send(sock, call)
             self._drain_replies(call.server, sock, state)
-            return True if sent and call.deadline >= self._io_wakes_at else "wake"
+            return "sent" if sent and call.deadline >= self._io_wakes_at else "wake"
         finally:
             self._io_lock.release()
 

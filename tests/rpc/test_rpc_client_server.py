@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 from support.handlers import HANDLERS, whoami_factory
+from support.threads import run_in_threads
 
 from pyg_dist.errors import RemoteError, RpcError, RpcTimeoutError, TransportError
 from pyg_dist.rpc import PROTOCOL_VERSION, RpcClient, RpcConfig, RpcServer, calls
@@ -33,26 +34,16 @@ def test_ping_reports_protocol_version_and_ops(server):
 
 
 def test_eight_threads_with_64_calls_in_flight_each_get_their_own_answers(server):
-    errors: list[BaseException] = []
     with RpcClient([server.endpoint]) as client:
         def worker(t):
-            try:
-                sent = [(t * 1000 + i, torch.full((100 + i,), float(t))) for i in range(64)]
-                futures = [client.call_async(0, "add", {"k": k}, [x]) for k, x in sent]
-                for (k, x), fut in zip(sent, futures):
-                    reply = fut.result(timeout=30)
-                    assert reply.result == {"k": k}
-                    assert torch.equal(reply.tensors[0], x + k)
-            except BaseException as exc:  # surfaced in the main thread below
-                errors.append(exc)
+            sent = [(t * 1000 + i, torch.full((100 + i,), float(t))) for i in range(64)]
+            futures = [client.call_async(0, "add", {"k": k}, [x]) for k, x in sent]
+            for (k, x), fut in zip(sent, futures):
+                reply = fut.result(timeout=30)
+                assert reply.result == {"k": k}
+                assert torch.equal(reply.tensors[0], x + k)
 
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(60)
-        assert not any(th.is_alive() for th in threads)
-    assert errors == []
+        run_in_threads(worker, 8, timeout=60)
 
 
 def test_no_reply_waits_unnoticed_when_callers_send_themselves(server, monkeypatch):
@@ -60,25 +51,15 @@ def test_no_reply_waits_unnoticed_when_callers_send_themselves(server, monkeypat
     # of a reply that arrived; with the I/O thread's own wake-up a minute
     # away, a reply left unread would make its call miss the 10 s wait.
     monkeypatch.setattr(calls, "MAX_POLL_MS", 60_000)
-    errors: list[BaseException] = []
     with RpcClient([server.endpoint], RpcConfig(timeout=30)) as client:
         def worker(t):
-            try:
-                for i in range(200):
-                    futures = [client.call_async(0, "add", {"k": i}, [torch.tensor([t, j])])
-                               for j in range(1 + i % 3)]
-                    for j, fut in enumerate(futures):
-                        assert fut.result(timeout=10).tensors[0].tolist() == [t + i, j + i]
-            except BaseException as exc:  # surfaced in the main thread below
-                errors.append(exc)
+            for i in range(200):
+                futures = [client.call_async(0, "add", {"k": i}, [torch.tensor([t, j])])
+                           for j in range(1 + i % 3)]
+                for j, fut in enumerate(futures):
+                    assert fut.result(timeout=10).tensors[0].tolist() == [t + i, j + i]
 
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(120)
-        assert not any(th.is_alive() for th in threads)
-    assert errors == []
+        run_in_threads(worker, 4)
 
 
 def test_a_short_deadline_is_kept_while_the_io_thread_sleeps_long(server, monkeypatch):

@@ -3,10 +3,9 @@ partition on disk holds (compared with the reader and with Cora itself)."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
+from support.threads import run_in_threads
 
 from pyg_dist.rpc import PROTOCOL_VERSION, RpcClient
 
@@ -120,36 +119,25 @@ def test_edge_index_of_both_parts_is_exactly_the_original_graph(client, cora_dat
 
 
 def test_eight_threads_with_64_requests_in_flight_get_correct_answers(client, parts):
-    errors: list[BaseException] = []
-
     def worker(t):
-        try:
-            gen = torch.Generator().manual_seed(t)
-            calls = []
-            for i in range(64):
-                k = (t + i) % 2
-                pick = torch.randint(0, parts[k].node_ids.numel(), (1 + i,), generator=gen)
-                ids = parts[k].node_ids[pick]
-                if i % 2:
-                    fut = client.call_async(k, "get", {"attrs": ["x", "y"]}, [ids])
-                else:
-                    fut = client.call_async(k, "sample", {"num_neighbors": -1}, [ids])
-                calls.append((k, pick, ids, i % 2, fut))
-            for k, pick, ids, is_get, fut in calls:
-                reply = fut.result(timeout=60)
-                if is_get:
-                    assert torch.equal(reply.tensors[0], parts[k].node_features["x"][pick])
-                    assert torch.equal(reply.tensors[1], parts[k].node_features["y"][pick])
-                else:
-                    want = [_segment(parts[k], s)[1] for s in ids.tolist()]
-                    assert torch.equal(reply.tensors[2], torch.cat(want))
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+        gen = torch.Generator().manual_seed(t)
+        calls = []
+        for i in range(64):
+            k = (t + i) % 2
+            pick = torch.randint(0, parts[k].node_ids.numel(), (1 + i,), generator=gen)
+            ids = parts[k].node_ids[pick]
+            if i % 2:
+                fut = client.call_async(k, "get", {"attrs": ["x", "y"]}, [ids])
+            else:
+                fut = client.call_async(k, "sample", {"num_neighbors": -1}, [ids])
+            calls.append((k, pick, ids, i % 2, fut))
+        for k, pick, ids, is_get, fut in calls:
+            reply = fut.result(timeout=60)
+            if is_get:
+                assert torch.equal(reply.tensors[0], parts[k].node_features["x"][pick])
+                assert torch.equal(reply.tensors[1], parts[k].node_features["y"][pick])
+            else:
+                want = [_segment(parts[k], s)[1] for s in ids.tolist()]
+                assert torch.equal(reply.tensors[2], torch.cat(want))
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    assert not any(th.is_alive() for th in threads)
-    assert errors == []
+    run_in_threads(worker, 8)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import glob
 import os
-import threading
 
 import pytest
 import torch
+from support.threads import run_in_threads
 from torch_geometric.data import TensorAttr
 
 from pyg_dist.rpc import shared_memory
@@ -78,24 +78,17 @@ def test_small_replies_travel_over_the_socket(data, store):
 
 
 def test_concurrent_fetches_share_the_pools(data, store):
-    errors, results = [], {}
+    results = {}
 
     def work(t):
         gen = torch.Generator().manual_seed(t)
-        try:
-            for i in range(8):
-                ids = torch.randperm(data.num_nodes, generator=gen)[:500 + 100 * t]
-                x, y = _fetch(store, ids)
-                results[(t, i)] = torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
-        except BaseException as exc:  # surfaces in the assertion below
-            errors.append(exc)
+        for i in range(8):
+            ids = torch.randperm(data.num_nodes, generator=gen)[:500 + 100 * t]
+            x, y = _fetch(store, ids)
+            results[(t, i)] = torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and len(results) == 64 and all(results.values())
+    run_in_threads(work, 8)
+    assert len(results) == 64 and all(results.values())
     limit = store.router.client.config.shared_memory_bytes
     assert all(0 < p.held_bytes <= limit for p in _pools(store))
 

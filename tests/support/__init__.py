@@ -3,4 +3,6 @@
 * :mod:`support.servers`: start real ``pyg-dist serve`` processes and stop them.
 * :mod:`support.rawzmq`: a bare DEALER socket that speaks the wire protocol by
   hand, for sending malformed frames a real client never would.
+* :mod:`support.threads`: run a worker in several threads, re-raise its
+  first failure and fail on a hang.
 """
