@@ -23,6 +23,11 @@ What is measured, each through a real server process on 127.0.0.1:
 
 Every figure is taken with ``--depth`` requests kept in flight by one client
 thread (1 = pure round-trip latency), and the ratio pyg-dist / bare printed.
+Beside each side's rate it prints the CPU time the client and server
+processes together spent per request in that run (all their threads,
+libzmq's included; Linux only). A side cannot answer faster than ``cores /
+CPU per request``, so where both sides are CPU-bound the ratio of the two CPU
+columns is the ceiling of the rate ratio on that machine.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from torch_geometric.data import Data
 
 import pyg_dist
 from pyg_dist.cluster import LocalCluster
+from pyg_dist.malloc_tuning import tune_malloc
 from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.rpc.shared_memory import host_id
 
@@ -179,6 +185,9 @@ def main() -> None:
     rows_list = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     num_nodes = max(rows_list) + 10_000
     torch.set_num_threads(1)
+    # As every trainer gets it through pyg_dist.connect(); both sides' clients
+    # live in this process, so the echo gains from it as much as pyg-dist.
+    tune_malloc()
 
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "bench")
@@ -193,66 +202,102 @@ def main() -> None:
             with LocalCluster(root, serve_args=["--workers", str(args.workers)]) as cluster, \
                     RpcClient(cluster.endpoints, RpcConfig(timeout=60)) as client:
                 run_all(client, bare_endpoint, rows_list, num_nodes, args.depth, seconds,
-                        args.rounds, shm=not args.no_shm and host_id() is not None)
+                        args.rounds, cluster.processes[0].pid, bare.pid,
+                        shm=not args.no_shm and host_id() is not None)
         finally:
             bare.terminate()
             bare.wait(10)
 
 
-def _best_of(rounds: int, ours: Callable[[], tuple[int, float]],
-             bare: Callable[[], tuple[int, float]]) -> tuple[float, float]:
-    """Best requests/s of each side over ``rounds`` alternating runs: on a
-    shared machine the best run is the one least disturbed by other load."""
-    best_ours = best_bare = 0.0
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system, every thread) the processes ``pids`` used so
+    far; ``nan`` where ``/proc`` does not tell (not Linux)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                # Fields after the parenthesised command name; utime and
+                # stime are fields 14 and 15 of the whole line.
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+class Side:
+    """One side of a comparison: how to run it and which processes do its work
+    (the client is this process)."""
+
+    def __init__(self, run: Callable[[], tuple[int, float]], server_pid: int) -> None:
+        self.run = run
+        self.pids = [os.getpid(), server_pid]
+
+    def measure(self) -> tuple[float, float]:
+        """One run: (requests/s, CPU microseconds per request)."""
+        before = cpu_seconds(self.pids)
+        n, dt = self.run()
+        return n / dt, (cpu_seconds(self.pids) - before) / n * 1e6
+
+
+def _best_of(rounds: int, ours: Side, bare: Side) -> tuple[tuple[float, float], ...]:
+    """Best (requests/s, CPU us per request) of each side over ``rounds``
+    alternating runs: on a shared machine the best run is the one least
+    disturbed by other load."""
+    best_ours = best_bare = (0.0, float("nan"))
     for _ in range(rounds):
-        n, dt = ours()
-        best_ours = max(best_ours, n / dt)
-        n, dt = bare()
-        best_bare = max(best_bare, n / dt)
+        best_ours = max(best_ours, ours.measure(), key=lambda m: m[0])
+        best_bare = max(best_bare, bare.measure(), key=lambda m: m[0])
     return best_ours, best_bare
 
 
 def run_all(client: RpcClient, bare_endpoint: str, rows_list: list[int], num_nodes: int,
-            depths: list[int], seconds: float, rounds: int, shm: bool = True) -> None:
-    """Runs and prints every figure (``shm``: also the same-host path)."""
+            depths: list[int], seconds: float, rounds: int, server_pid: int, bare_pid: int,
+            shm: bool = True) -> None:
+    """Runs and prints every figure (``shm``: also the same-host path).
+
+    ``server_pid``/``bare_pid``: the partition server's and the bare echo's
+    processes, whose CPU time counts for their side.
+    """
     gen = torch.Generator().manual_seed(1)
     print(f"loopback, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"zmq {zmq.zmq_version()}, best of {rounds} x {seconds:g} s per figure")
-    print(f"{'workload':<30}{'depth':>6}{'pyg-dist':>14}{'bare zmq':>14}{'ratio':>8}")
+          f"zmq {zmq.zmq_version()}, best of {rounds} x {seconds:g} s per figure; "
+          f"cpu: client + server CPU us per request")
+    print(f"{'workload':<30}{'depth':>6}{'pyg-dist':>14}{'bare zmq':>14}{'ratio':>8}"
+          f"{'cpu ours':>10}{'cpu bare':>10}")
+
+    def row(label: str, depth: int, ours: Callable[[], tuple[int, float]], bare_which: int,
+            request_bytes: int, nbytes: Optional[int] = None) -> None:
+        (rate, cpu), (bare_rate, bare_cpu) = _best_of(
+            rounds, Side(ours, server_pid),
+            Side(partial(bench_bare, bare_endpoint, bare_which, request_bytes, depth, seconds),
+                 bare_pid))
+        if nbytes is None:
+            figures = f"{rate:>11.0f}r/s{bare_rate:>11.0f}r/s"
+        else:
+            figures = f"{rate * nbytes / 1e9:>10.2f}GB/s{bare_rate * nbytes / 1e9:>10.2f}GB/s"
+        print(f"{label:<30}{depth:>6}{figures}{rate / bare_rate:>8.2f}{cpu:>10.0f}"
+              f"{bare_cpu:>10.0f}", flush=True)
+
     for depth in depths:
         for i, rows in enumerate(rows_list):
             ids = torch.randperm(num_nodes, generator=gen)[:rows]
             nbytes = rows * FEATURES * 4
-            ours, ceiling = _best_of(
-                rounds,
+            row(f"get {rows} rows ({nbytes / 1e6:.1f} MB)", depth,
                 partial(bench_pyg, client, "get", {"attrs": ["x"]}, ids, depth, seconds),
-                partial(bench_bare, bare_endpoint, i, ids.numel() * 8, depth, seconds))
-            ours, ceiling = ours * nbytes / 1e9, ceiling * nbytes / 1e9
-            label = f"get {rows} rows ({nbytes / 1e6:.1f} MB)"
-            print(f"{label:<30}{depth:>6}{ours:>10.2f}GB/s{ceiling:>10.2f}GB/s"
-                  f"{ours / ceiling:>8.2f}", flush=True)
+                i, ids.numel() * 8, nbytes)
             if shm:
-                ours, ceiling = _best_of(
-                    rounds, partial(bench_pyg_shm, client, ids, nbytes, depth, seconds),
-                    partial(bench_bare, bare_endpoint, i, ids.numel() * 8, depth, seconds))
-                ours, ceiling = ours * nbytes / 1e9, ceiling * nbytes / 1e9
-                label = "  same host, shared memory"
-                print(f"{label:<30}{depth:>6}{ours:>10.2f}GB/s{ceiling:>10.2f}GB/s"
-                      f"{ours / ceiling:>8.2f}", flush=True)
+                row("  same host, shared memory", depth,
+                    partial(bench_pyg_shm, client, ids, nbytes, depth, seconds),
+                    i, ids.numel() * 8, nbytes)
         seeds = torch.randperm(num_nodes, generator=gen)[:16]
         args = {"num_neighbors": 10, "replace": False, "seed": 7}
-        ours, ceiling = _best_of(
-            rounds,
+        row("sample 16 seeds, fan-out 10", depth,
             partial(bench_pyg, client, "sample", args, seeds, depth, seconds),
-            partial(bench_bare, bare_endpoint, len(rows_list), 16 * 8, depth, seconds))
-        print(f"{'sample 16 seeds, fan-out 10':<30}{depth:>6}{ours:>11.0f}r/s"
-              f"{ceiling:>11.0f}r/s{ours / ceiling:>8.2f}", flush=True)
-        ours, ceiling = _best_of(
-            rounds,
+            len(rows_list), 16 * 8)
+        row("ping (RPC layer alone)", depth,
             partial(bench_pyg, client, "ping", {}, None, depth, seconds),
-            partial(bench_bare, bare_endpoint, len(rows_list) + 1, 0, depth, seconds))
-        print(f"{'ping (RPC layer alone)':<30}{depth:>6}{ours:>11.0f}r/s"
-              f"{ceiling:>11.0f}r/s{ours / ceiling:>8.2f}", flush=True)
+            len(rows_list) + 1, 0)
 
 
 if __name__ == "__main__":
