@@ -65,3 +65,30 @@ def test_a_trainer_that_connects_keeps_freed_batch_buffers(tmp_path, monkeypatch
     assert out.returncode == 0, out.stderr[-2000:]
     returned = int(out.stdout.split()[-1])
     assert returned < 8 if switch == "1" else returned > 56, returned
+
+
+
+_ARENAS = """
+import ctypes, sys, threading, torch
+from pyg_dist.malloc_tuning import tune_malloc
+assert tune_malloc(single_arena=sys.argv[1] == "1")
+kept = []
+def worker():  # allocates from its own arena unless there is only one
+    kept.append(torch.ones(1 << 20))
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+sys.stderr.flush()
+ctypes.CDLL(None).malloc_stats()  # glibc prints one "Arena N:" block per arena
+"""
+
+
+@glibc_only
+@pytest.mark.parametrize("single", ["1", "0"], ids=["single-arena", "per-thread-arenas"])
+def test_a_server_makes_its_threads_share_one_arena(single, monkeypatch):
+    monkeypatch.delenv(malloc_tuning.ENV_SWITCH, raising=False)
+    out = subprocess.run([sys.executable, "-c", _ARENAS, single],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    arenas = [line for line in out.stderr.splitlines() if line.startswith("Arena ")]
+    assert (len(arenas) == 1) if single == "1" else (len(arenas) > 1), out.stderr
