@@ -3,7 +3,7 @@
 Threads and sockets (ZeroMQ sockets are not thread-safe, so each has exactly
 one owner)::
 
-    clients ==tcp==> ROUTER --(I/O thread)--> bounded queue --> worker 1..N
+    clients ==tcp==> ROUTER --(I/O thread)--> work queue --> worker 1..N
                        ^      |                                   |
                        |      +-- small request: served inline    |
                        +--(I/O thread)-- PULL <==inproc== PUSH ---+
@@ -12,8 +12,10 @@ The I/O thread owns the ROUTER and the PULL socket. A request of at most
 ``RpcConfig.inline_bytes`` (all frames together) is decoded, validated and
 served right there on the I/O thread: no queue, no worker wake-up, no inproc
 hop, which is most of the cost of a small call. Every bigger request goes to a
-bounded :class:`queue.Queue`; when that queue is full the I/O thread stops
-reading the ROUTER, so TCP pushes back instead of memory growing. Workers
+bounded :class:`~pyg_dist.rpc.work_queue.WorkQueue`, which wakes the worker
+that went idle last (its caches are the warm ones); when that queue is full
+the I/O thread stops reading the ROUTER, so TCP pushes back instead of memory
+growing. Workers
 decode and validate a request (:func:`~pyg_dist.rpc.protocol.decode_request`)
 before the handler sees it, run the handler (torch releases the GIL, so
 workers run in parallel), and push the reply frames back over their own
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Optional
@@ -38,6 +39,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from pyg_dist.errors import ProtocolError, PygDistError, TransportError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.config import RpcConfig, default_config
+from pyg_dist.rpc.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class RpcServer:
         self._bind = bind
         self._name = name
         self._ctx: Optional[zmq.Context] = None
-        self._inbox: queue.Queue = queue.Queue(self._config.max_queued)
+        self._inbox = WorkQueue(self._config.max_queued)
         self._threads: list[threading.Thread] = []
         self._ready = threading.Event()
         self._stopped = threading.Event()  # set by stop() or a failed I/O thread
@@ -160,15 +162,9 @@ class RpcServer:
             io.join(timeout)  # it no longer fills the inbox after this
             if io.is_alive():
                 alive.append(io.name)
-        # Drop what is still queued (nobody could send its reply any more),
-        # so that the workers reach their stop sentinel at once.
-        while True:
-            try:
-                self._inbox.get_nowait()
-            except queue.Empty:
-                break
-        for _ in self._threads[1:]:
-            self._inbox.put(None)
+        # Drop what is still queued (nobody could send its reply any more)
+        # and let every worker's next get() return None.
+        self._inbox.close()
         for thread in self._threads[1:]:
             thread.join(timeout)
             if thread.is_alive():
