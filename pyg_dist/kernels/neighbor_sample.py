@@ -218,9 +218,15 @@ def sample_segments(start: Tensor, deg: Tensor, num_neighbors: int, replace: boo
     width = int(deg.max())
     if num_neighbors >= width:
         return deg, _all_positions(start, deg)
+    cells = deg.numel() * width
+    # The candidates never outnumber the cells, so a matrix this small rules
+    # Floyd out and the dense kernel in without counting them (two ops
+    # fewer, on the requests where ops cost more than work).
+    if cells <= _DENSE_MIN_CELLS and cells < _FLOYD_MIN_CANDIDATES_PER_STEP * num_neighbors:
+        return _without_replacement_dense(start, deg, num_neighbors, width, generator)
     total = int(deg.sum())
     if num_neighbors <= _FLOYD_MAX_K and total >= _FLOYD_MIN_CANDIDATES_PER_STEP * num_neighbors:
         return _without_replacement_floyd(start, deg, num_neighbors, generator)
-    if deg.numel() * width <= _DENSE_MAX_PADDING * total + _DENSE_MIN_CELLS:
+    if cells <= _DENSE_MAX_PADDING * total + _DENSE_MIN_CELLS:
         return _without_replacement_dense(start, deg, num_neighbors, width, generator)
     return _without_replacement(start, deg, num_neighbors, generator)

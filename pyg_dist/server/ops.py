@@ -51,25 +51,48 @@ class _LocalIndex:
             self.table = torch.full((num_nodes,), -1, dtype=torch.int32)
             self.table[node_ids] = torch.arange(node_ids.numel(), dtype=torch.int32)
 
-    def rows(self, ids: Tensor) -> Tensor:
-        """Local rows of ``ids`` (int64, already checked to lie in range)."""
+    def rows(self, ids: Tensor, num_nodes: int) -> Tensor:
+        """Local rows of the 1-D int64 ``ids``: int32 from the table, int64
+        otherwise (torch's gathers take either).
+
+        Raises:
+            StoreError: if an id lies outside ``[0, num_nodes)`` or is not
+                owned by this part.
+        """
         if self.table is None:
+            _check_range(ids, num_nodes)
             try:
                 return local_rows(self.node_ids, ids)
             except StoreError as exc:
                 raise StoreError(f"part {self.part}: {exc}") from exc
-        rows = self.table.index_select(0, ids)
-        if ids.numel() and bool((rows < 0).any()):
+        try:
+            # The table spans every global id, so torch's bounds check of
+            # this gather is the range check: fewer ops on the common path
+            # of a small request, where each one costs more than its work.
+            rows = self.table.index_select(0, ids)
+        except IndexError:
+            _check_range(ids, num_nodes)
+            raise
+        if ids.numel() and int(rows.min()) < 0:
             bad = ids[rows < 0]
             raise StoreError(f"part {self.part}: {bad.numel()} of {ids.numel()} ids are not "
                              f"owned by this part (first: {int(bad[0])}); route them with "
                              f"the partition book")
-        return rows.long()
+        return rows
+
+
+def _check_range(ids: Tensor, num_nodes: int) -> None:
+    if ids.numel():
+        low, high = (int(v) for v in torch.aminmax(ids))
+        if low < 0 or high >= num_nodes:
+            raise StoreError(f"node ids must lie in [0, {num_nodes}); got the range "
+                             f"[{low}, {high}]")
 
 
 @dataclass(frozen=True)
 class _Csc:
     colptr: Tensor
+    deg: Tensor  # colptr.diff() (8 bytes a node): one gather per request, not three ops
     row: Tensor
     edge_ids: Tensor
     dst: _LocalIndex  # owned global ids of the destination node type
@@ -132,8 +155,9 @@ class PartitionOps:
             edge_type = attr.edge_type
             row, colptr = graph_store.get_edge_index(edge_type=edge_type, layout="csc")
             dst = edge_type[-1] if isinstance(edge_type, tuple) else None
-            self._csc[edge_type] = _Csc(colptr.long(), row, graph_store.get_edge_ids(edge_type),
-                                        self._index(dst))
+            colptr = colptr.long()
+            self._csc[edge_type] = _Csc(colptr, colptr.diff(), row,
+                                        graph_store.get_edge_ids(edge_type), self._index(dst))
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
@@ -166,12 +190,7 @@ class PartitionOps:
         if ids.dtype != torch.int64 or ids.dim() != 1:
             raise ProtocolError(f"node ids must be a 1-D int64 tensor, got {ids.dtype} of "
                                 f"shape {list(ids.shape)}")
-        if ids.numel():
-            low, high = (int(v) for v in torch.aminmax(ids))
-            if low < 0 or high >= self.num_nodes:
-                raise StoreError(f"node ids must lie in [0, {self.num_nodes}); got the range "
-                                 f"[{low}, {high}]")
-        return index.rows(ids)
+        return index.rows(ids, self.num_nodes)
 
     def _csc_of(self, args: dict[str, Any]) -> _Csc:
         edge_type = _edge_type(args.get("edge_type"))
@@ -234,15 +253,18 @@ class PartitionOps:
         seed = _int_arg(args, "seed", None, *_SEED_RANGE)
         rows = self._ids(tensors, csc.dst)
         start = csc.colptr.index_select(0, rows)
-        deg = csc.colptr.index_select(0, rows + 1) - start
-        if k == -1:
-            total = int(deg.sum())
-        elif replace:
-            total = k * int((deg > 0).sum())
-        else:
-            total = int(deg.clamp(max=k).sum())
-        self._check_reply(8 * (rows.numel() + 2 * total), "sample",
-                          "use a smaller fan-out or fewer seeds per request")
+        deg = csc.deg.index_select(0, rows)
+        # k per seed bounds the answer; the exact count costs ops that only
+        # a request near the limit needs.
+        if k == -1 or 8 * rows.numel() * (1 + 2 * k) > self.max_reply_bytes:
+            if k == -1:
+                total = int(deg.sum())
+            elif replace:
+                total = k * int((deg > 0).sum())
+            else:
+                total = int(deg.clamp(max=k).sum())
+            self._check_reply(8 * (rows.numel() + 2 * total), "sample",
+                              "use a smaller fan-out or fewer seeds per request")
         generator = torch.Generator()
         if seed is None:
             generator.seed()
@@ -301,7 +323,8 @@ class PartitionOps:
                 return torch.index_select(whole, 0, rows, out=out)
             gathered = whole.index_select(0, rows)
         else:
-            gathered = self.features.get_tensor(TensorAttr(group, name, rows))
+            # A plugin's store is promised int64 indices, as PyG's loaders give.
+            gathered = self.features.get_tensor(TensorAttr(group, name, rows.long()))
         return gathered if out is None else out.copy_(gathered)
 
     def release(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
@@ -322,6 +345,6 @@ class PartitionOps:
         csc = self._csc_of(args)
         self._check_reply(24 * csc.row.numel(), "edge_index",
                           "raise the limit on the server for this graph")
-        col = torch.repeat_interleave(csc.dst.node_ids, csc.colptr[1:] - csc.colptr[:-1],
+        col = torch.repeat_interleave(csc.dst.node_ids, csc.deg,
                                       output_size=csc.row.numel())
         return {}, [csc.row, col, csc.edge_ids]

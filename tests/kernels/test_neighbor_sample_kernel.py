@@ -180,6 +180,14 @@ def test_small_frontiers_take_the_dense_kernel_and_large_ones_do_not():
     a = sample_neighbors(colptr, seeds, 5, False, torch.Generator().manual_seed(6))
     b = _dense(start, deg, 5, torch.Generator().manual_seed(6))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    # Past the cells that need no count, but with little padding: still dense.
+    colptr = torch.arange(0, 20 * 101, 20)  # 100 seeds of degree 20
+    seeds = torch.arange(100)
+    start, deg = colptr[:-1], colptr[1:] - colptr[:-1]
+    assert 100 * 20 > ns._DENSE_MIN_CELLS and 100 * 20 < ns._FLOYD_MIN_CANDIDATES_PER_STEP * 5
+    a = sample_neighbors(colptr, seeds, 5, False, torch.Generator().manual_seed(8))
+    b = _dense(start, deg, 5, torch.Generator().manual_seed(8))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     # One hub among leaves pads the matrix far past the real entries: sort.
     colptr = torch.tensor([0, 5000, *range(5001, 5201)])
     seeds = torch.arange(201)

@@ -42,6 +42,20 @@ def test_sample_whose_answer_exceeds_the_limit_is_refused_before_allocating(part
     assert "reply limit" in reply.message
 
 
+def test_a_huge_fan_out_over_a_small_answer_is_served(part0_server, part0):
+    # k per seed bounds the answer far past the limit; the exact count (every
+    # neighbour of these low-degree seeds) is small, so the call is served.
+    proc, endpoint = part0_server
+    degree = part0.indptr[1:] - part0.indptr[:-1]
+    local = torch.nonzero((degree > 0) & (degree < 5)).view(-1)[:8]
+    with RawDealer(endpoint, timeout=60) as dealer:
+        reply = dealer.call(2, "sample", {"num_neighbors": 1 << 31}, [part0.node_ids[local]])
+    assert not isinstance(reply, ErrorReply), reply
+    counts = reply.tensors[0]
+    assert counts.tolist() == degree[local].tolist()
+    assert proc.poll() is None
+
+
 def test_replies_a_client_does_not_read_do_not_pile_up_in_the_server(part0_server, part0):
     proc, endpoint = part0_server
     ids = part0.node_ids[torch.arange(1000) % part0.node_ids.numel()]

@@ -4,6 +4,7 @@ valid request afterwards is still answered correctly (bare DEALER socket)."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -99,3 +100,31 @@ def test_malformed_frames_get_error_replies(cora_cluster, part0):
             assert fragment in head_reply["error"]["message"]
             assert tensors == []
             _still_serving(dealer, part0)
+
+
+@pytest.mark.parametrize("table", [True, False], ids=["id-table", "binary-search"])
+def test_both_id_lookups_answer_and_refuse_alike(cora_root, cora_reader, monkeypatch, table):
+    # Graphs past _TABLE_MAX_NODES look ids up by binary search instead of a
+    # table; the answers and the refusals must not depend on which.
+    from pyg_dist.errors import RemoteError
+    from pyg_dist.rpc import RpcClient
+    from pyg_dist.server import PartitionServer, ops
+
+    if not table:
+        monkeypatch.setattr(ops, "_TABLE_MAX_NODES", 0)
+    part = cora_reader.load_part(0)
+    picked = [7, 0, 7, 42]
+    with PartitionServer(cora_root, 0) as server, RpcClient([server.endpoint]) as client:
+        assert (server.ops._index(None).table is not None) == table
+        reply = client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[picked]])
+        assert torch.equal(reply.tensors[0], part.node_features["x"][picked])
+        sampled = client.call(0, "sample", {"num_neighbors": -1}, [part.node_ids[picked]])
+        degree = part.indptr[1:] - part.indptr[:-1]
+        assert sampled.tensors[0].tolist() == degree[picked].tolist()
+        for ids, message in (([0, -3], "must lie in [0, 2708)"),
+                             ([2708], "must lie in [0, 2708)"),
+                             ([_not_owned(part)], "not owned by this part")):
+            for op, args in (("get", {"attrs": ["x"]}), ("sample", {"num_neighbors": 2})):
+                with pytest.raises(RemoteError, match=re.escape(message)) as info:
+                    client.call(0, op, args, [torch.tensor(ids)])
+                assert info.value.remote_type == "StoreError"
