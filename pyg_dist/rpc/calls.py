@@ -17,6 +17,7 @@ from typing import Any, Optional
 import zmq
 
 from pyg_dist.errors import RpcTimeoutError
+from pyg_dist.rpc.sockets import send_frames
 
 MAX_POLL_MS = 1000
 BACKLOG_POLL_MS = 10
@@ -61,7 +62,7 @@ class IoState:
 
     def send(self, sock: zmq.Socket, call: Call) -> bool:
         try:
-            sock.send_multipart(call.frames, zmq.NOBLOCK, copy=False)
+            send_frames(sock, call.frames)
         except zmq.Again:
             self._backlog.append(call)
             return False

@@ -45,6 +45,7 @@ from pyg_dist.rpc import protocol
 from pyg_dist.rpc.calls import Call, IoState, fail
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.protocol import ErrorReply, Reply
+from pyg_dist.rpc.sockets import NOBLOCK, POLLIN
 
 logger = logging.getLogger(__name__)
 
@@ -373,9 +374,9 @@ class RpcClient:
         address = self._endpoints[index]
         # Asking for the socket's events re-arms its descriptor just as a
         # refused read would, at half the cost of the zmq.Again exception.
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while sock.getsockopt(zmq.EVENTS) & POLLIN:
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = sock.recv_multipart(NOBLOCK, copy=False)
             except zmq.Again:
                 return
             try:

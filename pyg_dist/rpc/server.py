@@ -39,6 +39,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from pyg_dist.errors import ProtocolError, PygDistError, TransportError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.config import RpcConfig, default_config
+from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 from pyg_dist.rpc.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ class RpcServer:
                 if inbox.full() or stopped.is_set():
                     break
                 try:
-                    msg = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                    msg = router.recv_multipart(NOBLOCK, copy=False)
                 except zmq.Again:
                     break
                 if inline_bytes >= 0 and sum(map(len, msg)) - len(msg[0]) > inline_bytes:
@@ -301,7 +302,7 @@ class RpcServer:
         """Sends the workers' finished replies; returns whether to stop."""
         while True:
             try:
-                msg = replies.recv_multipart(zmq.NOBLOCK, copy=False)
+                msg = replies.recv_multipart(NOBLOCK, copy=False)
             except zmq.Again:
                 return False
             if len(msg) == 1:  # the stop poke
@@ -311,14 +312,14 @@ class RpcServer:
     def _send_reply(self, router: zmq.Socket, msg: list[Any]) -> None:
         try:
             try:
-                router.send_multipart(msg, zmq.NOBLOCK, copy=False)
+                send_frames(router, msg)
             except zmq.Again:
                 # libzmq learns that a client read its replies from commands
                 # it processes only now and then; reading ZMQ_EVENTS processes
                 # them at once, so a client that does read is not refused
                 # for stale accounting (an inline reply can be that quick).
                 router.getsockopt(zmq.EVENTS)
-                router.send_multipart(msg, zmq.NOBLOCK, copy=False)
+                send_frames(router, msg)
         except zmq.Again:
             logger.warning("%s: dropping a reply to a client that does not read its "
                            "replies (%d queued already); its call will time out",
@@ -347,7 +348,7 @@ class RpcServer:
                 try:
                     # The PULL end has no bound on its queue, so the only
                     # refusal is a closed one: the server is stopping.
-                    push.send_multipart(reply, zmq.NOBLOCK, copy=False)
+                    send_frames(push, reply)
                 except zmq.Again:
                     logger.debug("%s stopping: reply dropped", self._name)
         finally:
