@@ -124,11 +124,11 @@ def _without_replacement_dense(start: Tensor, deg: Tensor, k: int, width: int,
     """
     keys = torch.rand((deg.numel(), width), dtype=torch.float64, device=deg.device,
                       generator=generator)
-    column = torch.arange(width, device=deg.device)
-    keys.masked_fill_(column >= deg.unsqueeze(1), 2.0)
-    picked = keys.topk(k, dim=1, largest=False).indices  # ascending keys: real first
-    counts = torch.clamp(deg, max=k)
-    return counts, picked.add_(start.unsqueeze(1))[column[:k] < counts.unsqueeze(1)]
+    keys.masked_fill_(torch.arange(width, device=deg.device) >= deg.unsqueeze(1), 2.0)
+    # Ascending keys: a row's real entries first, then padding (key 2) where
+    # the degree is below k. The keys tell which is which in one op.
+    keys, picked = keys.topk(k, dim=1, largest=False)
+    return torch.clamp(deg, max=k), picked.add_(start.unsqueeze(1))[keys < 2.0]
 
 
 # Floyd's k steps cost ~8 op launches each, over the segments; the sort costs
