@@ -31,6 +31,7 @@ def test_child_environment_gets_the_same_settings_without_overriding_the_users(m
     monkeypatch.delenv(malloc_tuning.ENV_SWITCH, raising=False)
     env = malloc_tuning.malloc_environment({"MALLOC_TRIM_THRESHOLD_": "42"})
     assert env["MALLOC_MMAP_THRESHOLD_"] == str(malloc_tuning.MMAP_THRESHOLD)
+    assert env["MALLOC_ARENA_MAX"] == "1"
     assert env["MALLOC_TRIM_THRESHOLD_"] == "42"
 
 
@@ -71,7 +72,7 @@ def test_a_trainer_that_connects_keeps_freed_batch_buffers(tmp_path, monkeypatch
 _ARENAS = """
 import ctypes, sys, threading, torch
 from pyg_dist.malloc_tuning import tune_malloc
-assert tune_malloc(single_arena=sys.argv[1] == "1")
+assert tune_malloc() == (sys.argv[1] == "1")
 kept = []
 def worker():  # allocates from its own arena unless there is only one
     kept.append(torch.ones(1 << 20))
@@ -84,9 +85,9 @@ ctypes.CDLL(None).malloc_stats()  # glibc prints one "Arena N:" block per arena
 
 
 @glibc_only
-@pytest.mark.parametrize("single", ["1", "0"], ids=["single-arena", "per-thread-arenas"])
-def test_a_server_makes_its_threads_share_one_arena(single, monkeypatch):
-    monkeypatch.delenv(malloc_tuning.ENV_SWITCH, raising=False)
+@pytest.mark.parametrize("single", ["1", "0"], ids=["tuned", "switched-off"])
+def test_tuned_processes_make_their_threads_share_one_arena(single, monkeypatch):
+    monkeypatch.setenv(malloc_tuning.ENV_SWITCH, single)
     out = subprocess.run([sys.executable, "-c", _ARENAS, single],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

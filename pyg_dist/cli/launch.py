@@ -36,8 +36,9 @@ def add_parser(subparsers: Any) -> None:
             "Start one partition server per part of ROOT on loopback, wait until all are "
             "ready, and run SCRIPT under torchrun with PYG_DIST_SERVERS set. Everything is "
             "torn down when the script exits or on Ctrl-C. The trainers get glibc's "
-            "MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ so that per-batch buffers are "
-            "reused (PYG_DIST_TUNE_MALLOC=0 leaves them alone; docs/performance.md). "
+            "MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ and MALLOC_ARENA_MAX so that "
+            "per-batch buffers are reused (PYG_DIST_TUNE_MALLOC=0 leaves them alone; "
+            "docs/performance.md). "
             "Example: pyg-dist launch parts/ --nproc 2 -- train.py --epochs 50"))
     p.add_argument("root", help="partitioned dataset directory (with meta.json)")
     _add_options(p)

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = _config(args)
     _set_threads(args.threads, config.workers)
-    tune_malloc(single_arena=True)  # before the server starts its threads
+    tune_malloc()  # before the server starts its threads
     server = PartitionServer(args.root, args.part, bind=args.bind,
                              feature_store=args.feature_store, graph_store=args.graph_store,
                              config=config, verify=not args.no_verify)
