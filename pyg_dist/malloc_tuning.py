@@ -34,8 +34,12 @@ libzmq thread spent 38.6 ms of CPU per reply, 19.5 ms with one arena.
 ``pyg-dist bench``, loader over TCP: 19.4-22.1k seeds/s with per-thread
 arenas in the trainer, 26.1-26.7k with one; the other rows, training
 compute included, moved within their noise. Threads then share one
-allocator lock. The setting only reaches threads that had not allocated
-yet, so :func:`tune_malloc` is called before a process starts its own.
+allocator lock. glibc applies the setting when a thread first allocates,
+and not at all once it has sized its arena table (after a second thread
+allocated), so :func:`tune_malloc` is called before a process starts its
+own threads; ``pyg-dist launch`` sets ``MALLOC_ARENA_MAX`` for trainers
+from their start, and a trainer that connects after starting threads keeps
+per-thread arenas.
 """
 
 from __future__ import annotations

@@ -77,8 +77,10 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
 
     It also tunes glibc's allocator in this process
     (:func:`pyg_dist.malloc_tuning.tune_malloc`) so that the feature rows of
-    every batch reuse heap memory instead of fresh pages; freed memory then
-    stays with the process. ``PYG_DIST_TUNE_MALLOC=0`` leaves it alone.
+    every batch reuse heap memory instead of fresh pages, and threads it
+    starts afterwards (the RPC client's, libzmq's) share one arena; freed
+    memory then stays with the process. ``PYG_DIST_TUNE_MALLOC=0`` leaves it
+    alone.
 
     Returns:
         ``(feature_store, graph_store)``, ready for
