@@ -76,7 +76,9 @@ def _config(args: argparse.Namespace):  # -> RpcConfig, imported lazily
 
 def run(args: argparse.Namespace) -> int:
     """Loads the part, prints ``ready <endpoint>``, serves until signalled and
-    exits the process with status 0 after a clean stop."""
+    exits the process with status 0 after a clean stop, or with status 1
+    (the error on stderr) when the server stopped on its own failure."""
+    from pyg_dist.errors import TransportError
     from pyg_dist.malloc_tuning import tune_malloc
     from pyg_dist.server import PartitionServer
 
@@ -88,14 +90,19 @@ def run(args: argparse.Namespace) -> int:
                              config=config, verify=not args.no_verify)
     # The ready line is the contract with launchers (LocalCluster, tests):
     # exactly "ready <endpoint>", flushed at once.
-    server.serve_forever(on_ready=lambda endpoint: print(f"ready {endpoint}", flush=True))
+    status = 0
+    try:
+        server.serve_forever(on_ready=lambda endpoint: print(f"ready {endpoint}", flush=True))
+    except TransportError as exc:  # it stopped serving on its own: a failure
+        print(f"pyg-dist serve: error: {exc}", file=sys.stderr)
+        status = 1
     # Every socket is closed and every thread joined at this point. Tearing
     # down torch in interpreter finalisation still takes seconds on a busy
     # host, so leave at once: a stopped server should be gone, not lingering.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)
 
 
 def _set_threads(threads: int | None, workers: int) -> None:

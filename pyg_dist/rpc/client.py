@@ -46,6 +46,7 @@ from pyg_dist.rpc.calls import Call, IoState, fail
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.protocol import ErrorReply, Reply
 from pyg_dist.rpc.sockets import NOBLOCK, POLLIN
+from pyg_dist.rpc.wire_values import describe, error_text
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +245,7 @@ class RpcClient:
         result = self.call(server, "ping", timeout=timeout).result
         if result.get("version") != protocol.PROTOCOL_VERSION:
             raise ProtocolError(f"server {self._endpoints[server]} speaks protocol "
-                                f"{result.get('version')!r}, this client "
+                                f"{describe(result.get('version'))}, this client "
                                 f"{protocol.PROTOCOL_VERSION}", address=self._endpoints[server])
         return result
 
@@ -381,13 +382,17 @@ class RpcClient:
                 return
             try:
                 req_id, content = protocol.decode_reply(frames)
-            except ProtocolError as exc:
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # hostile or broken: fails its own call at most
+                text = f"{type(exc).__name__}: {error_text(exc, 500)}" \
+                    if not isinstance(exc, ProtocolError) else error_text(exc, 500)
                 call = state.pending.pop(protocol.peek_id(frames), None)
                 if call is None:
-                    logger.warning("dropping malformed reply from %s: %s", address, exc)
+                    logger.warning("dropping malformed reply from %s: %s", address, text)
                 else:
                     fail(call.future, ProtocolError(
-                        f"malformed reply from {address} to {call.op!r}: {exc}",
+                        f"malformed reply from {address} to {call.op!r}: {text}",
                         address=address, op=call.op))
                 continue
             call = state.pending.pop(req_id, None)

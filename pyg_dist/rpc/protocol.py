@@ -19,7 +19,11 @@ Reply header::
 The full write-up lives in ``docs/wire-protocol.md``. Decoding validates the
 whole structure (types, dtype whitelist, shape versus byte count, sizes)
 before any tensor is built, and raises :class:`~pyg_dist.errors.ProtocolError`
-with a message meant for the peer.
+with a message meant for the peer. Headers are read within the bounds of
+:mod:`pyg_dist.rpc.wire_values` (size, container count and length, nesting),
+``args`` and ``result`` nest at most :data:`MAX_ARGS_DEPTH` levels, every
+other field has a fixed shape, and refused values are described by type and
+size (:func:`~pyg_dist.rpc.wire_values.describe`), never ``repr``-ed.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
+from pyg_dist.rpc import wire_values
+from pyg_dist.rpc.wire_values import MAX_ID, describe
 
 PROTOCOL_VERSION = 1
 
@@ -54,9 +60,10 @@ DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 MAX_NDIM = 8
 MAX_TENSORS = 64
 MAX_OP_LEN = 64
-MAX_HEADER_BYTES = 1 << 20
+MAX_HEADER_BYTES = wire_values.MAX_HEADER_BYTES
 MAX_ARGS_DEPTH = 8
-MAX_ID = (1 << 63) - 1
+# A result may carry a request's args one level down (an echo).
+MAX_RESULT_DEPTH = 2 * MAX_ARGS_DEPTH
 
 
 @dataclass
@@ -206,39 +213,32 @@ def _buffer(frame: Any) -> memoryview:
 
 
 def _unpack_header(raw: memoryview) -> dict[str, Any]:
-    if len(raw) > MAX_HEADER_BYTES:
-        raise ProtocolError(f"header of {len(raw)} bytes exceeds the limit "
-                            f"of {MAX_HEADER_BYTES}")
-    try:
-        header = msgpack.unpackb(raw, raw=False, strict_map_key=True,
-                                 use_list=True)
-    except Exception as exc:  # msgpack raises several unrelated types.
-        raise ProtocolError(f"header is not valid msgpack: "
-                            f"{type(exc).__name__}: {exc}") from exc
-    if not isinstance(header, dict):
-        raise ProtocolError(f"header must be a map, got {type(header).__name__}")
+    header = wire_values.unpack_header(raw)
+    if type(header) is not dict:
+        raise ProtocolError(f"header must be a map, got {describe(header)}")
     version = header.get("version")
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(f"unsupported protocol version {version!r}; this "
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise ProtocolError(f"unsupported protocol version {describe(version)}; this "
                             f"side speaks version {PROTOCOL_VERSION}")
     return header
 
 
-def _check_plain(value: Any, what: str, depth: int = 0) -> None:
-    """Refuses anything but msgpack-native values (no ext types)."""
-    if depth > MAX_ARGS_DEPTH:
-        raise ProtocolError(f"{what} nests deeper than {MAX_ARGS_DEPTH} levels")
+def _check_plain(value: Any, what: str, max_depth: int, depth: int = 0) -> None:
+    """Refuses anything but msgpack-native values (no ext types) nested at
+    most ``max_depth`` levels; recurses no deeper than that."""
+    if depth > max_depth:
+        raise ProtocolError(f"{what} nests deeper than {max_depth} levels")
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return
     if isinstance(value, list):
         for item in value:
-            _check_plain(item, what, depth + 1)
+            _check_plain(item, what, max_depth, depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ProtocolError(f"{what} has a non-string key {key!r}")
-            _check_plain(item, what, depth + 1)
+                raise ProtocolError(f"{what} has a non-string key: {describe(key)}")
+            _check_plain(item, what, max_depth, depth + 1)
         return
     raise ProtocolError(f"{what} holds a {type(value).__name__}, which is not "
                         f"a plain msgpack value")
@@ -249,11 +249,11 @@ def _spec(spec: Any, index: int) -> tuple[torch.dtype, Any, int]:
     # exact here (and keep bools, a subclass of int, out of shapes).
     if type(spec) is not list or len(spec) != 2 or type(spec[1]) is not list:
         raise ProtocolError(f"tensor {index}: spec must be [dtype, shape], "
-                            f"got {spec!r}")
+                            f"got {describe(spec)}")
     name, shape = spec
     dtype = DTYPES.get(name) if type(name) is str else None
     if dtype is None:
-        raise ProtocolError(f"tensor {index}: dtype {name!r} is not allowed; "
+        raise ProtocolError(f"tensor {index}: dtype {describe(name)} is not allowed; "
                             f"allowed: {sorted(DTYPES)}")
     nbytes = dtype.itemsize
     for dim in shape:
@@ -263,7 +263,7 @@ def _spec(spec: Any, index: int) -> tuple[torch.dtype, Any, int]:
         nbytes *= dim
     if nbytes < 0 or len(shape) > MAX_NDIM:
         raise ProtocolError(f"tensor {index}: shape must be at most "
-                            f"{MAX_NDIM} non-negative ints, got {shape!r}")
+                            f"{MAX_NDIM} non-negative ints, got {describe(shape)}")
     return dtype, shape, nbytes
 
 
@@ -305,13 +305,13 @@ def _tensors(header: dict[str, Any], frames: Sequence[Any]) -> list[Tensor]:
 
 
 def peek_id(frames: Sequence[Any]) -> Optional[int]:
-    """Best-effort request id of a message that failed to decode."""
+    """Best-effort request id of a message that failed to decode, read from
+    the header's first bytes without decoding it whole (see
+    :func:`~pyg_dist.rpc.wire_values.peek_id`). Never raises."""
     try:
-        header = msgpack.unpackb(_buffer(frames[0]), raw=False)
-    except Exception:  # garbage in: there is simply no id to echo.
+        return wire_values.peek_id(_buffer(frames[0]))
+    except Exception:  # no frames, or a frame without a buffer: no id
         return None
-    req_id = header.get("id") if isinstance(header, dict) else None
-    return req_id if isinstance(req_id, int) and 0 <= req_id <= MAX_ID else None
 
 
 def decode_request(frames: Sequence[Any], max_bytes: int) -> Request:
@@ -333,14 +333,14 @@ def decode_request(frames: Sequence[Any], max_bytes: int) -> Request:
                             f"smaller batches")
     header = _unpack_header(_buffer(frames[0]))
     req_id, op, args = header.get("id"), header.get("op"), header.get("args", {})
-    if not isinstance(req_id, int) or isinstance(req_id, bool) or not 0 <= req_id <= MAX_ID:
-        raise ProtocolError(f"request id must be an int in [0, 2**63), got {req_id!r}")
-    if not isinstance(op, str) or not 0 < len(op) <= MAX_OP_LEN:
+    if type(req_id) is not int or not 0 <= req_id <= MAX_ID:
+        raise ProtocolError(f"request id must be an int in [0, 2**63), got {describe(req_id)}")
+    if type(op) is not str or not 0 < len(op) <= MAX_OP_LEN:
         raise ProtocolError(f"op must be a non-empty string of at most "
-                            f"{MAX_OP_LEN} characters, got {op!r}")
-    if not isinstance(args, dict):
-        raise ProtocolError(f"args must be a map, got {type(args).__name__}")
-    _check_plain(args, "args")
+                            f"{MAX_OP_LEN} characters, got {describe(op)}")
+    if type(args) is not dict:
+        raise ProtocolError(f"args must be a map, got {describe(args)}")
+    _check_plain(args, "args", MAX_ARGS_DEPTH)
     return Request(req_id, op, args, _tensors(header, frames[1:]))
 
 
@@ -357,18 +357,21 @@ def decode_reply(frames: Sequence[Any]) -> tuple[Optional[int], Reply | ErrorRep
         raise ProtocolError("empty reply")
     header = _unpack_header(_buffer(frames[0]))
     req_id = header.get("id")
-    if req_id is not None and not isinstance(req_id, int):
-        raise ProtocolError(f"reply id must be an int or nil, got {req_id!r}")
+    if req_id is not None and type(req_id) is not int:
+        raise ProtocolError(f"reply id must be an int or nil, got {describe(req_id)}")
     status = header.get("status")
-    if status == "error":
+    if type(status) is str and status == "error":
         error = header.get("error")
-        if (not isinstance(error, dict) or not isinstance(error.get("type"), str)
-                or not isinstance(error.get("message"), str)):
-            raise ProtocolError(f"malformed error reply: {error!r}")
+        if (type(error) is not dict or type(error.get("type")) is not str
+                or type(error.get("message")) is not str):
+            raise ProtocolError(f"malformed error reply: 'error' must be a map of 'type' "
+                                f"and 'message' strings, got {describe(error)}")
         return req_id, ErrorReply(error["type"], error["message"])
-    if status != "ok":
-        raise ProtocolError(f"reply status must be 'ok' or 'error', got {status!r}")
+    if type(status) is not str or status != "ok":
+        raise ProtocolError(f"reply status must be 'ok' or 'error', got {describe(status)}")
     result = header.get("result", {})
-    if not isinstance(result, dict):
-        raise ProtocolError(f"result must be a map, got {type(result).__name__}")
+    if type(result) is not dict:
+        raise ProtocolError(f"result must be a map, got {describe(result)}")
+    # The caller's code gets the result: nothing deeper than args may reach it.
+    _check_plain(result, "result", MAX_RESULT_DEPTH)
     return req_id, Reply(result, _tensors(header, frames[1:]))

@@ -20,8 +20,11 @@ decode and validate a request (:func:`~pyg_dist.rpc.protocol.decode_request`)
 before the handler sees it, run the handler (torch releases the GIL, so
 workers run in parallel), and push the reply frames back over their own
 ``inproc`` PUSH socket; the I/O thread forwards them to the client. Any
-exception becomes an error reply carrying its type name and message; the
-server keeps serving everyone else.
+exception a message causes, in the decoder or a handler, becomes an error
+reply carrying its type name and message (or, where no reply can be built,
+a logged drop); the server keeps serving everyone else (see
+:mod:`pyg_dist.rpc.containment`). Only a broken socket stops a thread, and
+then the whole server stops with :attr:`RpcServer.failure` set.
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ from zmq.auth.thread import ThreadAuthenticator
 from pyg_dist.errors import ProtocolError, PygDistError, TransportError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.config import RpcConfig, default_config
+from pyg_dist.rpc.containment import FATAL, FailureLog
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
+from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.rpc.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
+_failure_log = FailureLog(logger)
 
 Handler = Callable[[dict[str, Any], list[Tensor]], tuple[dict[str, Any], Sequence[Tensor]]]
 """``handler(args, tensors) -> (result, tensors)``."""
@@ -91,7 +97,8 @@ class RpcServer:
         self._stop_lock = threading.Lock()
         self._closed = False  # stop() ran (threads joined, context released)
         self._endpoint: Optional[str] = None
-        self._error: Optional[BaseException] = None
+        self._error: Optional[BaseException] = None  # why start() failed
+        self._failure: Optional[BaseException] = None  # why a running thread died
         self._replies_addr = f"inproc://pyg-dist-replies-{id(self):x}"
         self._auth: Optional[ThreadAuthenticator] = None
 
@@ -108,6 +115,13 @@ class RpcServer:
     def config(self) -> RpcConfig:
         """The server's configuration."""
         return self._config
+
+    @property
+    def failure(self) -> Optional[BaseException]:
+        """What stopped the server on its own (its I/O thread's socket broke,
+        or a worker died), or ``None``. When set, :meth:`wait` returns and
+        the server serves no more; call :meth:`stop` and exit non-zero."""
+        return self._failure
 
     def start(self) -> str:
         """Binds the socket, starts the threads and returns the endpoint.
@@ -256,8 +270,10 @@ class RpcServer:
         self._ready.set()
         try:
             self._io_loop(router, replies)
-        except Exception:
-            logger.exception("I/O thread of %s failed; the server stops", self._name)
+        except BaseException as exc:  # a broken socket: nobody can be served any more
+            logger.critical("I/O thread of %s failed; the server stops", self._name,
+                            exc_info=exc)
+            self._failure = exc
             self._stopped.set()
         finally:
             router.close()
@@ -284,16 +300,22 @@ class RpcServer:
                     msg = router.recv_multipart(NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                if inline_bytes >= 0 and sum(map(len, msg)) - len(msg[0]) > inline_bytes:
-                    inbox.put_nowait(msg)  # only this thread puts: never full here
-                    continue
-                decoded = self._decode(msg[1:])  # inline: no hand-off
-                if isinstance(decoded, protocol.Request) and inline_bytes >= 0 \
-                        and decoded.op in self._worker_ops:
-                    inbox.put_nowait((msg[0], decoded))  # slow however small: a worker
-                    continue
-                reply = self._serve(decoded) if isinstance(decoded, protocol.Request) \
-                    else decoded
+                try:
+                    if inline_bytes >= 0 and sum(map(len, msg)) - len(msg[0]) > inline_bytes:
+                        inbox.put_nowait(msg)  # only this thread puts: never full here
+                        continue
+                    decoded = self._decode(msg[1:])  # inline: no hand-off
+                    if isinstance(decoded, protocol.Request) and inline_bytes >= 0 \
+                            and decoded.op in self._worker_ops:
+                        inbox.put_nowait((msg[0], decoded))  # slow however small: a worker
+                        continue
+                    reply = self._serve(decoded) if isinstance(decoded, protocol.Request) \
+                        else decoded
+                except FATAL:
+                    raise
+                except BaseException as exc:  # _decode and _serve do not raise: a bug
+                    _failure_log(f"{self._name}: taking a request", exc)
+                    continue  # dropped: its call times out, everyone else is served
                 if stopped.is_set():  # as a worker's reply: dropped
                     return
                 self._send_reply(router, [msg[0], *reply])
@@ -332,27 +354,43 @@ class RpcServer:
     # Workers #################################################################
 
     def _worker_main(self) -> None:
-        push = self._context.socket(zmq.PUSH)
-        push.linger = 0
-        push.sndhwm = 0
-        push.connect(self._replies_addr)
+        push: Optional[zmq.Socket] = None
         try:
+            push = self._context.socket(zmq.PUSH)
+            push.linger = 0
+            push.sndhwm = 0
+            push.connect(self._replies_addr)
             while True:
                 msg = self._inbox.get()
                 if msg is None:
                     return
-                if isinstance(msg, tuple):  # (identity, request decoded by the I/O thread)
-                    reply = [msg[0], *self._serve(msg[1])]
-                else:
-                    reply = [msg[0], *self.handle(msg[1:])]
+                try:
+                    if isinstance(msg, tuple):  # (identity, request decoded by the I/O thread)
+                        reply = [msg[0], *self._serve(msg[1])]
+                    else:
+                        reply = [msg[0], *self.handle(msg[1:])]
+                except FATAL:
+                    raise
+                except BaseException as exc:  # handle and _serve do not raise: a bug
+                    _failure_log(f"{self._name}: serving a request on a worker", exc)
+                    continue  # dropped: its call times out, this worker serves on
                 try:
                     # The PULL end has no bound on its queue, so the only
                     # refusal is a closed one: the server is stopping.
                     send_frames(push, reply)
                 except zmq.Again:
                     logger.debug("%s stopping: reply dropped", self._name)
+        except BaseException as exc:
+            # A broken socket, or an exit requested inside a handler: with a
+            # worker gone, requests would wait for it forever; stop loudly.
+            if not self._closed:
+                logger.critical("a worker of %s failed; the server stops", self._name,
+                                exc_info=exc)
+                self._failure = self._failure or exc
+                self._stopped.set()
         finally:
-            push.close()
+            if push is not None:
+                push.close()
 
     def handle(self, frames: Sequence[Any]) -> list[Any]:
         """Decodes, validates and serves one request; returns reply frames.
@@ -366,15 +404,23 @@ class RpcServer:
         return self._serve(decoded) if isinstance(decoded, protocol.Request) else decoded
 
     def _decode(self, frames: Sequence[Any]) -> protocol.Request | list[Any]:
-        """The validated request, or the error reply refusing it."""
+        """The validated request, or the error reply refusing it. Never
+        raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
         try:
             return protocol.decode_request(frames, self._config.max_message_bytes)
         except ProtocolError as exc:
             logger.debug("malformed request refused: %s", exc)
-            return protocol.encode_error(protocol.peek_id(frames), "ProtocolError", str(exc))
+            message = error_text(exc)
+        except FATAL:
+            raise
+        except BaseException as exc:  # a decoder bug must fail only this request
+            _failure_log(f"{self._name}: decoding a request", exc)
+            message = f"the server failed to decode this request ({type(exc).__name__})"
+        return protocol.encode_error(protocol.peek_id(frames), "ProtocolError", message)
 
     def _serve(self, request: protocol.Request) -> list[Any]:
-        """Runs a validated request's handler; returns the reply frames."""
+        """Runs a validated request's handler; returns the reply frames.
+        Never raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
         handler = self._handlers.get(request.op)
         if handler is None:
             return protocol.encode_error(
@@ -384,11 +430,14 @@ class RpcServer:
             result, tensors = handler(request.args, request.tensors)
             return protocol.encode_reply(request.id, result, tensors)
         except _EXPECTED as exc:
-            logger.debug("op %r refused: %s: %s", request.op, type(exc).__name__, exc)
-            return protocol.encode_error(request.id, type(exc).__name__, str(exc))
-        except Exception as exc:
-            logger.exception("op %r failed", request.op)
-            return protocol.encode_error(request.id, type(exc).__name__, str(exc))
+            kind, message = type(exc).__name__, error_text(exc)  # bounded, cannot raise
+            logger.debug("op %r refused: %s: %s", request.op, kind, message)
+        except FATAL:
+            raise
+        except BaseException as exc:  # a handler's bug fails only its request
+            _failure_log(f"{self._name}: op {request.op!r}", exc)
+            kind, message = type(exc).__name__, error_text(exc)
+        return protocol.encode_error(request.id, kind, message)
 
     def _ping(self, args: dict[str, Any], tensors: list[Tensor]
               ) -> tuple[dict[str, Any], list[Tensor]]:

@@ -58,6 +58,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import SharedMemoryError
+from pyg_dist.rpc.wire_values import describe
 
 logger = logging.getLogger(__name__)
 
@@ -378,7 +379,7 @@ class AttachedSegments:
         """
         if not isinstance(spec, dict):
             raise SharedMemoryError(f"argument 'shm' must be a map with a segment 'name' "
-                                    f"and 'token', got {spec!r}")
+                                    f"and 'token', got {describe(spec)}")
         name, token = _key([spec.get("name"), spec.get("token")], "'shm'")
         self.release(_keys(spec.get("drop", []), "'shm.drop'"))
         with self._lock:
@@ -404,7 +405,7 @@ class AttachedSegments:
         size = spec.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= self.max_bytes:
             raise SharedMemoryError(f"'shm.size' must be an int in [1, {self.max_bytes}], "
-                                    f"got {size!r}")
+                                    f"got {describe(size)}")
         path = os.path.join(SHM_DIR, name)
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
@@ -581,10 +582,11 @@ def _key(value: Any, what: str) -> tuple[str, bytes]:
     if not isinstance(value, (list, tuple)) or len(value) != 2 \
             or not all(isinstance(v, str) for v in value):
         raise SharedMemoryError(f"{what} must name a segment and give its token "
-                                f"([name, token] strings), got {value!r}")
+                                f"([name, token] strings), got {describe(value)}")
     name, token = value
     if not NAME_PATTERN.fullmatch(name):
-        raise SharedMemoryError(f"segment name {name!r} does not match {NAME_PATTERN.pattern}")
+        raise SharedMemoryError(f"segment name {describe(name)} does not match "
+                                f"{NAME_PATTERN.pattern}")
     if len(token) != 2 * TOKEN_BYTES:
         raise SharedMemoryError(f"a segment token is {2 * TOKEN_BYTES} hex digits")
     try:
@@ -597,7 +599,7 @@ def _keys(value: Any, what: str) -> list[tuple[str, bytes]]:
     """A list of ``[name, token]`` keys from the wire, checked."""
     if not isinstance(value, list) or len(value) > SERVER_MAX_SEGMENTS:
         raise SharedMemoryError(f"{what} must be a list of at most {SERVER_MAX_SEGMENTS} "
-                                f"[name, token] pairs, got {value!r}")
+                                f"[name, token] pairs, got {describe(value)}")
     return [_key(v, what) for v in value]
 
 

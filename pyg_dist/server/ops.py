@@ -27,6 +27,7 @@ from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Handler
+from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.local import PartitionFeatureStore, local_rows
 
 Result = tuple[dict[str, Any], list[Tensor]]
@@ -104,13 +105,14 @@ def _edge_type(value: Any) -> Any:
         return None
     if isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise ProtocolError(f"edge_type must be nil or [src, rel, dst] strings, got {value!r}")
+    raise ProtocolError(f"edge_type must be nil or [src, rel, dst] strings, "
+                        f"got {describe(value)}")
 
 
 def _group(value: Any) -> Optional[str]:
     if value is None or isinstance(value, str):
         return value
-    raise ProtocolError(f"group must be nil or a node type string, got {value!r}")
+    raise ProtocolError(f"group must be nil or a node type string, got {describe(value)}")
 
 
 def _int_arg(args: dict[str, Any], name: str, default: Any, low: int, high: int) -> Any:
@@ -119,7 +121,7 @@ def _int_arg(args: dict[str, Any], name: str, default: Any, low: int, high: int)
         return None
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ProtocolError(f"argument {name!r} must be an int in [{low}, {high}], "
-                            f"got {value!r}")
+                            f"got {describe(value)}")
     return value
 
 
@@ -196,7 +198,8 @@ class PartitionOps:
         edge_type = _edge_type(args.get("edge_type"))
         csc = self._csc.get(edge_type)
         if csc is None:
-            raise StoreError(f"part {self.part} holds no edge type {edge_type!r}; it holds "
+            shown = describe(edge_type if edge_type is None else list(edge_type))
+            raise StoreError(f"part {self.part} holds no edge type {shown}; it holds "
                              f"{list(self._csc)}")
         return csc
 
@@ -210,7 +213,7 @@ class PartitionOps:
         try:
             return self.reader.node_feature_specs(group)
         except Exception as exc:
-            raise StoreError(f"no node type {group!r} in this graph") from exc
+            raise StoreError(f"no node type {describe(group)} in this graph") from exc
 
     # Operations ############################################################
 
@@ -249,7 +252,7 @@ class PartitionOps:
             raise ProtocolError("argument 'num_neighbors' is required")
         replace = args.get("replace", False)
         if not isinstance(replace, bool):
-            raise ProtocolError(f"argument 'replace' must be a bool, got {replace!r}")
+            raise ProtocolError(f"argument 'replace' must be a bool, got {describe(replace)}")
         seed = _int_arg(args, "seed", None, *_SEED_RANGE)
         rows = self._ids(tensors, csc.dst)
         start = csc.colptr.index_select(0, rows)
@@ -287,11 +290,12 @@ class PartitionOps:
         if not isinstance(attrs, list) or not attrs or \
                 not all(isinstance(a, str) for a in attrs):
             raise ProtocolError(f"argument 'attrs' must be a non-empty list of feature "
-                                f"names, got {attrs!r}")
+                                f"names, got {describe(attrs)}")
         specs = self._specs(group)
         unknown = [a for a in attrs if a not in specs]
         if unknown:
-            raise StoreError(f"unknown feature(s) {unknown} of node type {group!r}; this "
+            raise StoreError(f"unknown feature(s) {describe(unknown)} of node type "
+                             f"{describe(group)}; this "
                              f"graph has {sorted(specs)}")
         rows = self._ids(tensors, self._index(group))
         row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize

@@ -15,11 +15,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional, Union
 
-from pyg_dist.errors import InvalidPartitionArgumentError
+from pyg_dist.errors import InvalidPartitionArgumentError, TransportError
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.plugins import PluginRegistry, default_registry
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.server import RpcServer
+from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.server.ops import PartitionOps
 
 logger = logging.getLogger(__name__)
@@ -93,8 +94,15 @@ class PartitionServer:
 
         Args:
             on_ready: Called with the endpoint once the server serves.
+
+        Raises:
+            TransportError: if the server stopped on its own (a socket broke,
+                a thread died; see :attr:`RpcServer.failure`), after the
+                clean stop, so that a launcher sees a failure (``pyg-dist
+                serve`` exits non-zero), not a finished job.
         """
         stop = threading.Event()
+        failure: Optional[BaseException] = None
         previous = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -107,11 +115,18 @@ class PartitionServer:
             while not stop.wait(0.5):
                 if self._rpc.wait(0):
                     break
-            logger.info("part %d: stop requested", self.part)
+            failure = self._rpc.failure
+            if failure is None:
+                logger.info("part %d: stop requested", self.part)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.stop()
+        if failure is not None:
+            raise TransportError(f"part {self.part} on {endpoint} stopped serving: "
+                                 f"{type(failure).__name__}: {error_text(failure, 500)} "
+                                 f"(the log has the traceback); restart the server",
+                                 address=endpoint) from failure
 
     def __enter__(self) -> PartitionServer:
         self.start()

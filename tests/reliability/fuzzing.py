@@ -4,7 +4,9 @@ Every message is built from a valid request (``get``, ``sample``, ``meta``,
 ...) and then damaged in one of several ways: bit flips in the header or in a
 tensor frame, random frame counts, wrong or unknown dtypes, shapes that lie
 about the byte count, huge declared sizes, truncated headers, headers whose
-fields have the wrong types, and plain random bytes. No frame is larger than
+fields have the wrong types, and plain random bytes. A separate family
+(:meth:`RequestFuzzer.nested`) nests one field of the header up to and past
+msgpack's 1,024 levels, served inline or by a worker. No frame is larger than
 the server's request limit plus a margin below ZeroMQ's ``MAXMSGSIZE``, so
 every message reaches the server and gets exactly one reply.
 """
@@ -16,6 +18,7 @@ from collections.abc import Callable
 
 import msgpack
 import torch
+from support.hostile import NESTED_FIELDS, Raw, nested, nested_request, request_header
 
 from pyg_dist.rpc import protocol
 
@@ -161,3 +164,37 @@ class RequestFuzzer:
         head = {"version": 1, "id": self.rng.randint(0, 100), "op": "get", "args": value(),
                 "tensors": value()}
         return [msgpack.packb(head, use_bin_type=True), *frames[1:]]
+
+    # Nested headers (a family of their own) ##################################
+
+    NESTED_DEPTHS = (8, 9, 17, 500, 999, 1000, 1001, 1015, 1023, 1024, 1025, 4000)
+
+    def nested(self, req_id: int) -> Frames:
+        """A valid request whose header has one field (id, op, version, a
+        tensor spec, dtype or shape, args, an unknown key) replaced by a
+        value nested up to a few thousand levels deep, a quarter of them
+        padded past the inline limit so a worker decodes them."""
+        frames = self.valid(req_id)
+        head = msgpack.unpackb(frames[0], raw=False)
+        field = self.rng.choice(list(NESTED_FIELDS))
+        leaf = self.rng.choice([1, "x", None, {}, [], 1.5])
+        deep = nested(self.rng.choice(self.NESTED_DEPTHS), leaf)
+        args = head["args"]
+        if self.rng.random() < 0.25:
+            args = {**args, "pad": "p" * (20 << 10)}  # over the 16 KiB served inline
+        if field == "args":  # keep the real arguments beside the deep one
+            header = request_header(head["id"], head["op"], Raw(deep_args(args, deep)),
+                                    head["tensors"])
+            return [header, *frames[1:]]
+        hostile = nested_request(field, deep, head["id"], head["op"], args, head["tensors"])
+        # The request's own tensor frames; a hostile spec of a request that
+        # has none comes with one, so the spec itself is looked at.
+        return hostile[:1] + (frames[1:] or hostile[1:])
+
+
+def deep_args(args: dict, deep: Raw) -> bytes:
+    """``args`` with one more key, ``deep``, as raw msgpack."""
+    out = bytearray(b"\xdf" + (len(args) + 1).to_bytes(4, "big"))
+    for key, value in args.items():
+        out += msgpack.packb(key) + msgpack.packb(value, use_bin_type=True)
+    return bytes(out + msgpack.packb("deep") + deep.data)

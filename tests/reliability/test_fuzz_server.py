@@ -92,3 +92,32 @@ def test_ten_thousand_hostile_requests_leave_the_server_serving(part0_server, pa
     assert proc.poll() is None
     assert after - before < MAX_RSS_GROWTH
     _check_serves_correctly(endpoint, cora_data, owned)
+
+
+NUM_NESTED = 1_000
+
+
+@pytest.mark.timeout(240)
+def test_nested_header_family_leaves_the_server_serving(part0_server, part0, cora_data):
+    """1,000 requests with one header field nested 8 to 4,000 levels deep
+    (inline and worker-served): one reply each, the process stays up, valid
+    requests afterwards are answered correctly. Before the fix the first
+    one 1,000+ levels deep stopped the server."""
+    owned = part0.node_ids
+    proc, endpoint = part0_server
+    fuzzer = RequestFuzzer(owned, LIMIT, seed=1015)
+    with RawDealer(endpoint, timeout=60) as dealer:
+        _pump(dealer, (fuzzer.valid(i) for i in range(200)), WINDOW)
+        before = _rss(proc.pid)
+        start = time.monotonic()
+        counts = _pump(dealer, (fuzzer.nested(i) for i in range(NUM_NESTED)), WINDOW)
+        seconds = time.monotonic() - start
+        after = _rss(proc.pid)
+    print(f"\nnested fuzz: {counts['sent']} requests in {seconds:.1f}s, "
+          f"{counts['received']} replies, {counts['ok']} 'ok'; server RSS "
+          f"{before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB after")
+    assert counts["received"] == counts["sent"] == NUM_NESTED
+    assert counts["ok"] < counts["sent"] // 2
+    assert proc.poll() is None
+    assert after - before < MAX_RSS_GROWTH
+    _check_serves_correctly(endpoint, cora_data, owned)
