@@ -10,11 +10,14 @@ A header off the wire may be built to hurt whoever reads it:
   3.2 GiB and 3.4 s to decode);
 * one string or list of a megabyte, quoted whole in an error message.
 
-So a header is refused unread above :data:`MAX_HEADER_BYTES`; msgpack's own
-limits refuse any one container over :data:`MAX_CONTAINER_LEN` items before
-it is built; a header bigger than :data:`MAX_CONTAINERS` bytes (only one
-that big can hold more containers than that) is decoded with a hook that
-stops after :data:`MAX_CONTAINERS` of them; and nesting deeper than
+So a header is refused unread above :data:`MAX_HEADER_BYTES`. One of more
+than :data:`MAX_CONTAINERS` bytes (only one that big can hold more
+containers than that, an empty one being one byte) is decoded with msgpack's
+own limits, which refuse any one container of over :data:`MAX_CONTAINER_LEN`
+items before it is built, and with a hook that stops after
+:data:`MAX_CONTAINERS` containers. A smaller header goes without either:
+msgpack's default limits (the buffer's size) already bound it, and the
+options cost 1-3 us, a visible share of a small call. Nesting deeper than
 msgpack's stack (1,024 levels) fails inside msgpack's C code, not ours.
 Which field may nest how deep is the protocol's business
 (:mod:`pyg_dist.rpc.protocol`); nothing here recurses over a value.
@@ -26,6 +29,7 @@ size. Messages built from it are bounded and cannot raise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 import msgpack
@@ -84,24 +88,11 @@ def unpack_header(raw: memoryview) -> Any:
     size = len(raw)
     if size > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {size} bytes exceeds the limit of {MAX_HEADER_BYTES}")
-    options = _LIMITS
-    if size > MAX_CONTAINERS:
-        # Only a header this big can hold more containers than allowed (an
-        # empty one is one byte); the hook costs 3 us on a small header, so
-        # the common one goes without. The hook runs as each container is
-        # completed, so at most MAX_CONTAINERS of them are ever built.
-        left = MAX_CONTAINERS
-
-        def count(container: Any) -> Any:
-            nonlocal left
-            left -= 1
-            if left < 0:
-                raise _TooManyContainers
-            return container
-
-        options = {**_LIMITS, "list_hook": count, "object_hook": count}
     try:
-        return msgpack.unpackb(raw, **options)
+        if size <= MAX_CONTAINERS:  # the common case: keep it a plain call
+            return msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
+        hook = _counting_hook()
+        return msgpack.unpackb(raw, list_hook=hook, object_hook=hook, **_LIMITS)
     except _TooManyContainers:
         raise ProtocolError(f"header holds more than {MAX_CONTAINERS} arrays and maps") \
             from None
@@ -111,6 +102,23 @@ def unpack_header(raw: memoryview) -> Any:
     except Exception as exc:  # msgpack raises several unrelated types.
         raise ProtocolError(f"header is not valid msgpack: {type(exc).__name__}: "
                             f"{error_text(exc, 200)}") from None
+
+
+def _counting_hook() -> Callable[[Any], Any]:
+    """A msgpack list/object hook that aborts the decoding (raising
+    :class:`_TooManyContainers`) at the container after
+    :data:`MAX_CONTAINERS`; it runs as each is completed, so no more than
+    that many are ever built."""
+    left = MAX_CONTAINERS
+
+    def count(container: Any) -> Any:
+        nonlocal left
+        left -= 1
+        if left < 0:
+            raise _TooManyContainers
+        return container
+
+    return count
 
 
 def peek_id(raw: memoryview) -> Optional[int]:
