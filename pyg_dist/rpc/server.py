@@ -300,22 +300,18 @@ class RpcServer:
                     msg = router.recv_multipart(NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                try:
-                    if inline_bytes >= 0 and sum(map(len, msg)) - len(msg[0]) > inline_bytes:
-                        inbox.put_nowait(msg)  # only this thread puts: never full here
-                        continue
-                    decoded = self._decode(msg[1:])  # inline: no hand-off
-                    if isinstance(decoded, protocol.Request) and inline_bytes >= 0 \
-                            and decoded.op in self._worker_ops:
-                        inbox.put_nowait((msg[0], decoded))  # slow however small: a worker
-                        continue
-                    reply = self._serve(decoded) if isinstance(decoded, protocol.Request) \
-                        else decoded
-                except FATAL:
-                    raise
-                except BaseException as exc:  # _decode and _serve do not raise: a bug
-                    _failure_log(f"{self._name}: taking a request", exc)
-                    continue  # dropped: its call times out, everyone else is served
+                if inline_bytes >= 0 and sum(map(len, msg)) - len(msg[0]) > inline_bytes:
+                    inbox.put_nowait(msg)  # only this thread puts: never full here
+                    continue
+                # _decode and _serve turn whatever a message causes into an
+                # error reply: no request can end this loop (see containment).
+                decoded = self._decode(msg[1:])  # inline: no hand-off
+                if isinstance(decoded, protocol.Request) and inline_bytes >= 0 \
+                        and decoded.op in self._worker_ops:
+                    inbox.put_nowait((msg[0], decoded))  # slow however small: a worker
+                    continue
+                reply = self._serve(decoded) if isinstance(decoded, protocol.Request) \
+                    else decoded
                 if stopped.is_set():  # as a worker's reply: dropped
                     return
                 self._send_reply(router, [msg[0], *reply])
@@ -364,16 +360,11 @@ class RpcServer:
                 msg = self._inbox.get()
                 if msg is None:
                     return
-                try:
-                    if isinstance(msg, tuple):  # (identity, request decoded by the I/O thread)
-                        reply = [msg[0], *self._serve(msg[1])]
-                    else:
-                        reply = [msg[0], *self.handle(msg[1:])]
-                except FATAL:
-                    raise
-                except BaseException as exc:  # handle and _serve do not raise: a bug
-                    _failure_log(f"{self._name}: serving a request on a worker", exc)
-                    continue  # dropped: its call times out, this worker serves on
+                # Neither raises but for FATAL (below): a request fails alone.
+                if isinstance(msg, tuple):  # (identity, request decoded by the I/O thread)
+                    reply = [msg[0], *self._serve(msg[1])]
+                else:
+                    reply = [msg[0], *self.handle(msg[1:])]
                 try:
                     # The PULL end has no bound on its queue, so the only
                     # refusal is a closed one: the server is stopping.
@@ -381,8 +372,8 @@ class RpcServer:
                 except zmq.Again:
                     logger.debug("%s stopping: reply dropped", self._name)
         except BaseException as exc:
-            # A broken socket, or an exit requested inside a handler: with a
-            # worker gone, requests would wait for it forever; stop loudly.
+            # A broken socket, or SystemExit/KeyboardInterrupt in a handler:
+            # with a worker gone, requests would wait for it forever; stop.
             if not self._closed:
                 logger.critical("a worker of %s failed; the server stops", self._name,
                                 exc_info=exc)
