@@ -234,3 +234,17 @@ def test_a_rogue_servers_replies_fail_only_calls_to_it(server, kind):
                 assert torch.equal(reply.tensors[0], x + 1)
     finally:
         rogue.close()
+
+
+def test_a_flood_of_failing_requests_logs_a_few_tracebacks_not_all(server, caplog):
+    """Unexpected handler failures are logged with their traceback, but a
+    peer repeating one cannot flood the log: 5 per 10 s, the rest counted."""
+    with caplog.at_level("ERROR", logger="pyg_dist.rpc.server"):
+        with RawDealer(server.endpoint, timeout=5) as dealer:
+            for i in range(50):
+                reply = dealer.call(100 + i, "crash")
+                assert isinstance(reply, ErrorReply) and reply.type == "RuntimeError"
+    logged = [r for r in caplog.records if r.exc_info is not None]
+    assert 1 <= len(logged) <= 5
+    assert all("handler bug" in r.getMessage() for r in logged)
+    _assert_serves(server.endpoint)
