@@ -8,17 +8,21 @@ A header off the wire may be built to hurt whoever reads it:
 * a megabyte of empty maps or arrays: one byte on the wire each, a Python
   object of 56-64 bytes each once decoded (a 40 MiB header of them took
   3.2 GiB and 3.4 s to decode);
+* a megabyte of scalars: a million Python objects, 0.1-0.3 s of msgpack's C
+  code holding the GIL (every thread of the server stalls meanwhile);
 * one string or list of a megabyte, quoted whole in an error message.
 
 So a header is refused unread above :data:`MAX_HEADER_BYTES`. One of more
-than :data:`MAX_CONTAINERS` bytes (only one that big can hold more
-containers than that, an empty one being one byte) is decoded with msgpack's
-own limits, which refuse any one container of over :data:`MAX_CONTAINER_LEN`
-items before it is built, and with a hook that stops after
-:data:`MAX_CONTAINERS` containers. A smaller header goes without either:
-msgpack's default limits (the buffer's size) already bound it, and the
-options cost 1-3 us, a visible share of a small call. Nesting deeper than
-msgpack's stack (1,024 levels) fails inside msgpack's C code, not ours.
+than :data:`SMALL_HEADER_BYTES` is decoded with msgpack's own limits, which
+refuse any one array or map of over :data:`MAX_CONTAINER_LEN` items before
+it is built, and with a hook, run as each container is completed, that stops
+the decoding after :data:`MAX_CONTAINERS` containers or
+:data:`MAX_ITEMS` items in all: at most about that much is ever built, in a
+few milliseconds. A smaller header goes without either: it cannot exceed any
+of these limits (each value takes at least a byte), and the options cost
+1-3 us, a visible share of a small call. Nesting deeper than msgpack's stack
+(1,024 levels) fails inside msgpack's C code, not ours. Bulk data belongs in
+tensor frames, not in a header.
 Which field may nest how deep is the protocol's business
 (:mod:`pyg_dist.rpc.protocol`); nothing here recurses over a value.
 
@@ -39,11 +43,19 @@ from pyg_dist.errors import ProtocolError
 MAX_HEADER_BYTES = 1 << 20
 """Largest header frame decoded at all."""
 
-MAX_CONTAINER_LEN = 1 << 16
+MAX_CONTAINER_LEN = 4096
 """Most items of one array, or entries of one map, in a header."""
 
 MAX_CONTAINERS = 4096
 """Most arrays and maps in one header (all levels together)."""
+
+MAX_ITEMS = 1 << 14
+"""Most items and entries of all arrays and maps of one header together
+(decoding that many strings took up to 10 ms on 2 busy cores)."""
+
+SMALL_HEADER_BYTES = 4096
+"""Headers up to this size are decoded without limits or hooks: they cannot
+hold more containers, items or entries than allowed anyway."""
 
 MAX_ID = (1 << 63) - 1
 
@@ -89,13 +101,13 @@ def unpack_header(raw: memoryview) -> Any:
     if size > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {size} bytes exceeds the limit of {MAX_HEADER_BYTES}")
     try:
-        if size <= MAX_CONTAINERS:  # the common case: keep it a plain call
+        if size <= SMALL_HEADER_BYTES:  # the common case: keep it a plain call
             return msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
         hook = _counting_hook()
         return msgpack.unpackb(raw, list_hook=hook, object_hook=hook, **_LIMITS)
     except _TooManyContainers:
-        raise ProtocolError(f"header holds more than {MAX_CONTAINERS} arrays and maps") \
-            from None
+        raise ProtocolError(f"header holds more than {MAX_CONTAINERS} arrays and maps or "
+                            f"{MAX_ITEMS} items in them; send bulk data as tensors") from None
     except msgpack.StackError:
         raise ProtocolError("header nests deeper than msgpack's limit of 1024 levels") \
             from None
@@ -106,15 +118,17 @@ def unpack_header(raw: memoryview) -> Any:
 
 def _counting_hook() -> Callable[[Any], Any]:
     """A msgpack list/object hook that aborts the decoding (raising
-    :class:`_TooManyContainers`) at the container after
-    :data:`MAX_CONTAINERS`; it runs as each is completed, so no more than
-    that many are ever built."""
-    left = MAX_CONTAINERS
+    :class:`_TooManyContainers`) once more than :data:`MAX_CONTAINERS`
+    containers or :data:`MAX_ITEMS` items in them were built; it runs as
+    each container is completed, so no more than that (plus one container
+    of at most :data:`MAX_CONTAINER_LEN`) is ever built."""
+    containers, items = MAX_CONTAINERS, MAX_ITEMS
 
     def count(container: Any) -> Any:
-        nonlocal left
-        left -= 1
-        if left < 0:
+        nonlocal containers, items
+        containers -= 1
+        items -= len(container)
+        if containers < 0 or items < 0:
             raise _TooManyContainers
         return container
 

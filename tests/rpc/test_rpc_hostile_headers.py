@@ -145,18 +145,37 @@ def test_a_header_just_over_the_limit_is_refused_and_its_id_still_read():
     assert protocol.peek_id(frames) == 12
 
 
-def test_a_big_header_within_the_container_limit_is_decoded():
-    # Over MAX_CONTAINERS bytes, so the counting hook runs, but legal.
+def test_a_small_header_cannot_exceed_the_limits_it_is_not_checked_against():
+    # Each value takes at least a byte: a header of SMALL_HEADER_BYTES holds
+    # no more values than any limit allows, so it skips the checks.
+    assert wire_values.SMALL_HEADER_BYTES <= min(
+        wire_values.MAX_CONTAINERS, wire_values.MAX_CONTAINER_LEN, wire_values.MAX_ITEMS)
+
+
+def test_a_big_header_within_the_limits_is_decoded_and_one_over_them_refused():
+    # Over SMALL_HEADER_BYTES, so the counting hook runs, but legal.
+    half = (wire_values.MAX_CONTAINERS - 8) // 2
     args = {"names": [f"feature-{i}" for i in range(3000)],
-            "pairs": [[i, i] for i in range(wire_values.MAX_CONTAINERS - 8)]}
+            "a": [[i, i] for i in range(half)], "b": [[i, i] for i in range(half)]}
     frames = [bytes(f) for f in protocol.encode_request(5, "echo", args, [])]
-    assert len(frames[0]) > wire_values.MAX_CONTAINERS
+    assert len(frames[0]) > wire_values.SMALL_HEADER_BYTES
     assert protocol.decode_request(frames, MAX_MESSAGE).args == args
-    args["pairs"].append([0, 0])
-    args["pairs"].extend([[1]] * 16)
+    args["c"] = [[0]] * 16
     frames = [bytes(f) for f in protocol.encode_request(5, "echo", args, [])]
     with pytest.raises(ProtocolError, match="more than 4096 arrays and maps"):
         protocol.decode_request(frames, MAX_MESSAGE)
+
+
+def test_a_header_of_too_many_items_is_refused_after_building_few():
+    row = list(range(100)) * 40  # 4,000 one-byte ints
+    args = {f"k{i}": row for i in range(wire_values.MAX_ITEMS // 4000 + 1)}  # just over
+    frames = [bytes(f) for f in protocol.encode_request(6, "echo", args, [])]
+    out, peak, _ = _peak_of(protocol.decode_request, frames, MAX_MESSAGE)
+    assert isinstance(out, ProtocolError) and f"{wire_values.MAX_ITEMS} items" in str(out)
+    assert peak < 2 << 20
+    del args["k0"]
+    frames = [bytes(f) for f in protocol.encode_request(6, "echo", args, [])]
+    assert protocol.decode_request(frames, MAX_MESSAGE).args == args
 
 
 def test_a_container_over_the_length_limit_is_refused_before_it_is_built():
