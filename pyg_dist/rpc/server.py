@@ -9,13 +9,22 @@ one owner)::
                        +--(I/O thread)-- PULL <==inproc== PUSH ---+
 
 The I/O thread owns the ROUTER and the PULL socket. A request of at most
-``RpcConfig.inline_bytes`` (all frames together) is decoded, validated and
+``RpcConfig.inline_bytes`` (all frames together) whose answer the operation
+estimates at most ``RpcConfig.inline_reply_bytes`` is decoded, validated and
 served right there on the I/O thread: no queue, no worker wake-up, no inproc
-hop, which is most of the cost of a small call. Every bigger request goes to a
-bounded :class:`~pyg_dist.rpc.work_queue.WorkQueue`, which wakes the worker
-that went idle last (its caches are the warm ones); when that queue is full
-the I/O thread stops reading the ROUTER, so TCP pushes back instead of memory
-growing. Workers
+hop, which is most of the cost of a small call. Every bigger request, and
+every small one with a big answer, goes to a bounded
+:class:`~pyg_dist.rpc.work_queue.WorkQueue`, which wakes the worker that went
+idle last (its caches are the warm ones); when that queue is full (in
+requests or in bytes) the I/O thread stops reading the ROUTER, so TCP pushes
+back instead of memory growing.
+
+Byte budgets against hostile peers: a
+:class:`~pyg_dist.rpc.connections.ReceiveGuard` cuts connections for which
+libzmq holds too much (an unfinished multipart message, a huge handshake),
+and a :class:`~pyg_dist.rpc.reply_budget.ReplyBudget` refuses requests whose
+answers would take the reply bytes held for a client, or for all, over
+budget. Workers
 decode and validate a request (:func:`~pyg_dist.rpc.protocol.decode_request`)
 before the handler sees it, run the handler (torch releases the GIL, so
 workers run in parallel), and push the reply frames back over their own
@@ -29,6 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Optional
 
@@ -36,9 +46,11 @@ import zmq
 from torch import Tensor
 from zmq.auth.thread import ThreadAuthenticator
 
-from pyg_dist.errors import ProtocolError, PygDistError, TransportError
+from pyg_dist.errors import ProtocolError, PygDistError, ServerBusyError, TransportError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.config import RpcConfig, default_config
+from pyg_dist.rpc.connections import ReceiveGuard
+from pyg_dist.rpc.reply_budget import ReplyBudget
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 from pyg_dist.rpc.work_queue import WorkQueue
 
@@ -47,9 +59,15 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any], list[Tensor]], tuple[dict[str, Any], Sequence[Tensor]]]
 """``handler(args, tensors) -> (result, tensors)``."""
 
+Estimator = Callable[[dict[str, Any], list[Tensor]], int]
+"""``estimator(args, tensors) -> bytes``: an upper bound of the bytes the
+operation's answer allocates (0 for answers that are views of resident data).
+It may raise on bad input; the handler then refuses the request itself."""
+
 # Errors a handler raises on purpose to refuse bad input: logged quietly.
 _EXPECTED = (PygDistError, ValueError, TypeError, KeyError, IndexError)
 _STOP = b"stop"
+_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 _POLL_FULL_MS = 10
 # Requests the I/O thread takes from the ROUTER in one go before it looks at
 # workers' replies (and a stop request) again.
@@ -73,13 +91,26 @@ class RpcServer:
             the request: ones whose cost does not follow the request's size
             (dumping a whole part's edges), which would otherwise hold up the
             I/O thread and every client behind it.
+        estimators: Operation name -> :data:`Estimator` of its answer's
+            size. A request whose estimate exceeds
+            ``config.inline_reply_bytes`` goes to a worker, and the estimate
+            is charged to the client's reply budget before the handler runs.
+            Operations without one are charged nothing.
     """
 
     def __init__(self, handlers: Mapping[str, Handler], bind: str = "tcp://127.0.0.1:0",
                  config: Optional[RpcConfig] = None, name: str = "pyg-dist",
-                 worker_ops: Collection[str] = ()) -> None:
+                 worker_ops: Collection[str] = (),
+                 estimators: Optional[Mapping[str, Estimator]] = None) -> None:
         self._config = config or default_config()
         self._worker_ops = frozenset(worker_ops)
+        self._estimators = dict(estimators or {})
+        self._budget = ReplyBudget(self._config.client_reply_budget,
+                                   self._config.server_reply_budget)
+        self._guard: Optional[ReceiveGuard] = None
+        # Request bytes waiting in the inbox or being served by workers.
+        self._queued_bytes = 0
+        self._queued_lock = threading.Lock()
         self._handlers: dict[str, Handler] = {"ping": self._ping, **handlers}
         self._bind = bind
         self._name = name
@@ -215,10 +246,14 @@ class RpcServer:
     def _open_router(self) -> zmq.Socket:
         router = self._context.socket(zmq.ROUTER)
         router.linger = 0
-        # libzmq drops the connection of a peer sending a frame this large
-        # before buffering it; anything between the two limits gets a clear
-        # error reply from decode_request instead.
-        router.setsockopt(zmq.MAXMSGSIZE, 2 * self._config.max_message_bytes)
+        # libzmq drops the connection of a peer announcing a frame larger
+        # than this before buffering it (handshake commands included); a
+        # request whose frames together exceed it gets an error reply from
+        # decode_request, and one that never ends is the ReceiveGuard's.
+        router.setsockopt(zmq.MAXMSGSIZE, self._config.max_message_bytes)
+        # A peer that connects and never finishes the greeting or the CURVE
+        # handshake is dropped after this long (libzmq's default is 30 s).
+        router.setsockopt(zmq.HANDSHAKE_IVL, int(self._config.handshake_timeout * 1000))
         # Incoming: at most max_queued requests wait in libzmq per client
         # besides the inbox; beyond that libzmq stops reading that client's
         # TCP connection, so a busy server pushes back instead of buffering.
@@ -231,9 +266,14 @@ class RpcServer:
             router.curve_server = True
             router.curve_secretkey = self._config.server_secret_key.encode()
             router.curve_publickey = (self._config.server_public_key or "").encode()
+        # The monitor must watch before the first connection is accepted.
+        self._guard = ReceiveGuard(router, self._config.client_receive_budget,
+                                   self._config.server_receive_budget,
+                                   self._config.curve_server, self._name)
         try:
             router.bind(self._bind)
         except zmq.ZMQError:
+            self._guard.close()
             router.close()  # an open socket would block Context.term()
             raise
         return router
@@ -248,6 +288,9 @@ class RpcServer:
             self._endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
         except zmq.ZMQError as exc:
             self._error = exc
+            if self._guard is not None:
+                self._guard.close()
+                self._guard = None
             for sock in (router, replies):
                 if sock is not None:
                     sock.close()
@@ -260,43 +303,123 @@ class RpcServer:
             logger.exception("I/O thread of %s failed; the server stops", self._name)
             self._stopped.set()
         finally:
+            if self._guard is not None:
+                self._guard.close()
             router.close()
             replies.close()
 
     def _io_loop(self, router: zmq.Socket, replies: zmq.Socket) -> None:
+        guard = self._guard
+        monitor = guard.monitor
         both, only_replies = zmq.Poller(), zmq.Poller()
         both.register(router, zmq.POLLIN)
         both.register(replies, zmq.POLLIN)
+        both.register(monitor, zmq.POLLIN)
         only_replies.register(replies, zmq.POLLIN)
-        inline_bytes = self._config.inline_bytes if self._config.workers else -1
-        inbox, stopped = self._inbox, self._stopped
+        only_replies.register(monitor, zmq.POLLIN)
+        stopped = self._stopped
         while True:
-            full = inbox.full()
-            events = dict((only_replies if full else both).poll(_POLL_FULL_MS if full else None))
+            full = self._inbox_full()
+            timeout = guard.timeout_ms(time.monotonic())
+            if full:
+                timeout = _POLL_FULL_MS if timeout is None else min(timeout, _POLL_FULL_MS)
+            events = dict((only_replies if full else both).poll(timeout))
             if replies in events and self._forward_replies(router, replies):
                 return
+            self._account(monitor in events)
             if router not in events:
                 continue
             for _ in range(_BATCH):
-                if inbox.full() or stopped.is_set():
+                if self._inbox_full() or stopped.is_set():
                     break
                 try:
                     msg = router.recv_multipart(NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                if inline_bytes >= 0 and sum(map(len, msg)) - len(msg[0]) > inline_bytes:
-                    inbox.put_nowait(msg)  # only this thread puts: never full here
+                guard.took(msg)
+                answer = self._take(msg)
+                if answer is None:  # queued for a worker
                     continue
-                decoded = self._decode(msg[1:])  # inline: no hand-off
-                if isinstance(decoded, protocol.Request) and inline_bytes >= 0 \
-                        and decoded.op in self._worker_ops:
-                    inbox.put_nowait((msg[0], decoded))  # slow however small: a worker
-                    continue
-                reply = self._serve(decoded) if isinstance(decoded, protocol.Request) \
-                    else decoded
                 if stopped.is_set():  # as a worker's reply: dropped
                     return
-                self._send_reply(router, [msg[0], *reply])
+                self._send_reply(router, [msg[0], *answer[1]], answer[0])
+
+    def _account(self, events: bool) -> None:
+        """Connection events, and the periodic check of the byte budgets."""
+        guard = self._guard
+        if events:
+            for client in guard.handle_events():
+                self._budget.forget(client)
+        now = time.monotonic()
+        if guard.due(now):
+            guard.check(now, self._queued_bytes)
+            self._budget.poll()
+
+    def _inbox_full(self) -> bool:
+        # Half the receive budget for requests the server took in, half for
+        # what libzmq holds: past it TCP pushes back, as with a full inbox.
+        return self._inbox.full() or \
+            self._queued_bytes >= self._config.server_receive_budget // 2
+
+    def _queue(self, item: tuple[int, Any, Any, Any]) -> None:
+        with self._queued_lock:
+            self._queued_bytes += item[0]
+        self._inbox.put_nowait(item)  # only the I/O thread puts: never full here
+
+    def _take(self, msg: list[Any]) -> Optional[tuple[int, list[Any]]]:
+        """Serves a request inline, or queues it for a worker (``None``).
+
+        Returns:
+            ``(charge, reply frames)`` of a request served here.
+        """
+        inline_bytes = self._config.inline_bytes if self._config.workers else -1
+        size = sum(map(len, msg)) - len(msg[0])
+        if inline_bytes >= 0 and size > inline_bytes:
+            self._queue((size, msg[0], msg[1:], None))
+            return None
+        decoded = self._decode(msg[1:])  # inline: no hand-off
+        if not isinstance(decoded, protocol.Request):
+            return 0, decoded
+        estimate = self._estimate(decoded)
+        if inline_bytes >= 0 and (decoded.op in self._worker_ops
+                                  or estimate > self._config.inline_reply_bytes):
+            # Slow however small (a huge answer, a whole part): a worker.
+            self._queue((size, msg[0], decoded, estimate))
+            return None
+        return self._answer(msg[0].bytes, decoded, estimate)
+
+    def _estimate(self, request: protocol.Request) -> int:
+        estimator = self._estimators.get(request.op)
+        if estimator is None:
+            return 0
+        try:
+            return max(0, int(estimator(request.args, request.tensors)))
+        except Exception:  # bad input: the handler refuses it with a clear reply
+            return 0
+
+    def _answer(self, client: bytes, request: protocol.Request, estimate: int
+                ) -> tuple[int, list[Any]]:
+        """Charges the answer to the client's reply budget and serves it.
+
+        Returns:
+            ``(charge, reply frames)``: the bytes that stay charged until the
+            reply has left (``0`` for replies without tensors).
+        """
+        if estimate > self._config.max_reply_bytes:
+            return 0, protocol.encode_error(
+                request.id, ProtocolError.__name__,
+                f"the answer to {request.op!r} would take {estimate} bytes, over this "
+                f"server's reply limit of {self._config.max_reply_bytes} bytes "
+                f"(PYG_DIST_MAX_REPLY_BYTES); ask for less per request (fewer ids, a "
+                f"smaller fan-out)")
+        refusal = self._budget.reserve(client, estimate)
+        if refusal is not None:
+            logger.info("%s: refused %s: %s", self._name, request.op, refusal)
+            return 0, protocol.encode_error(request.id, ServerBusyError.__name__, refusal)
+        frames = self._serve(request)
+        charge = estimate if len(frames) > 1 else 0  # errors and shm answers hold nothing
+        self._budget.settle(client, estimate, charge)
+        return charge, frames
 
     def _forward_replies(self, router: zmq.Socket, replies: zmq.Socket) -> bool:
         """Sends the workers' finished replies; returns whether to stop."""
@@ -307,27 +430,52 @@ class RpcServer:
                 return False
             if len(msg) == 1:  # the stop poke
                 return True
-            self._send_reply(router, msg)
+            self._send_reply(router, msg[1:], int.from_bytes(msg[0].bytes, "little"))
 
-    def _send_reply(self, router: zmq.Socket, msg: list[Any]) -> None:
+    def _send_reply(self, router: zmq.Socket, msg: list[Any], charge: int = 0) -> None:
+        client = msg[0].bytes if charge else b""
+        track = self._budget.wants_tracking(client, charge)
         try:
             try:
-                send_frames(router, msg)
+                tracker = self._send_tracked(router, msg) if track \
+                    else send_frames(router, msg)
             except zmq.Again:
                 # libzmq learns that a client read its replies from commands
                 # it processes only now and then; reading ZMQ_EVENTS processes
                 # them at once, so a client that does read is not refused
                 # for stale accounting (an inline reply can be that quick).
                 router.getsockopt(zmq.EVENTS)
-                send_frames(router, msg)
+                tracker = self._send_tracked(router, msg) if track \
+                    else send_frames(router, msg)
         except zmq.Again:
+            self._budget.dropped(client, charge)
             logger.warning("%s: dropping a reply to a client that does not read its "
                            "replies (%d queued already); its call will time out",
                            self._name, self._config.reply_hwm)
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
+            self._budget.dropped(client, charge)
             logger.debug("%s: client gone before its reply was sent", self._name)
+        else:
+            self._budget.sent(client, charge, tracker)
+
+    @staticmethod
+    def _send_tracked(router: zmq.Socket, msg: list[Any]) -> zmq.MessageTracker:
+        """Sends ``msg`` with a tracker on its last frame (done once libzmq
+        handed the whole message to the kernel: frames leave in order)."""
+        for frame in msg[:-1]:
+            router.send(frame, _MORE_NOBLOCK, copy=False)
+        last = msg[-1]
+        # pyzmq copies (and cannot track) frames under its copy threshold;
+        # this one must be tracked, so it goes without copying whatever its
+        # size, as a view on the received frame's memory.
+        threshold, router.copy_threshold = router.copy_threshold, 0
+        try:
+            return router.send(last.buffer if isinstance(last, zmq.Frame) else last,
+                               NOBLOCK, copy=False, track=True)
+        finally:
+            router.copy_threshold = threshold
 
     # Workers #################################################################
 
@@ -341,10 +489,7 @@ class RpcServer:
                 msg = self._inbox.get()
                 if msg is None:
                     return
-                if isinstance(msg, tuple):  # (identity, request decoded by the I/O thread)
-                    reply = [msg[0], *self._serve(msg[1])]
-                else:
-                    reply = [msg[0], *self.handle(msg[1:])]
+                reply = self._work(msg)
                 try:
                     # The PULL end has no bound on its queue, so the only
                     # refusal is a closed one: the server is stopping.
@@ -353,6 +498,29 @@ class RpcServer:
                     logger.debug("%s stopping: reply dropped", self._name)
         finally:
             push.close()
+
+    def _work(self, item: tuple[int, Any, Any, Any]) -> list[Any]:
+        """A worker's reply to a queued request: ``[charge, identity, *frames]``.
+
+        Args:
+            item: ``(size, identity, frames, None)`` of a request still to be
+                decoded, or ``(size, identity, request, estimate)`` of one the
+                I/O thread decoded.
+        """
+        size, identity, body, estimate = item
+        try:
+            if estimate is None:
+                body = self._decode(body)
+                if isinstance(body, protocol.Request):
+                    estimate = self._estimate(body)
+            if isinstance(body, protocol.Request):
+                charge, frames = self._answer(identity.bytes, body, estimate)
+            else:
+                charge, frames = 0, body
+        finally:
+            with self._queued_lock:
+                self._queued_bytes -= size
+        return [charge.to_bytes(8, "little"), identity, *frames]
 
     def handle(self, frames: Sequence[Any]) -> list[Any]:
         """Decodes, validates and serves one request; returns reply frames.

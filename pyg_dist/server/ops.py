@@ -26,13 +26,17 @@ from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
-from pyg_dist.rpc.server import Handler
+from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.store.local import PartitionFeatureStore, local_rows
 
 Result = tuple[dict[str, Any], list[Tensor]]
 
 _SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed takes
 
+
+# A ``sample`` whose cheap bound (k per seed) stays under this is charged the
+# bound; above it the exact count is worth its gather.
+_EXACT_ABOVE = 1 << 20
 
 # Global -> local lookups use a dense table (4 bytes per node of the whole
 # graph) up to this many nodes: one gather instead of a binary search per id,
@@ -169,6 +173,13 @@ class PartitionOps:
         return {"meta": self.meta, "sample": self.sample, "get": self.get,
                 "sizes": self.sizes, "edge_index": self.edge_index, "release": self.release}
 
+    def estimators(self) -> dict[str, Estimator]:
+        """Operation name -> size of the answer it would allocate, for
+        :class:`~pyg_dist.rpc.RpcServer` (routing by cost, reply budgets).
+        ``meta`` and ``sizes`` answer with views or a few bytes: none."""
+        return {"sample": self.sample_bytes, "get": self.get_bytes,
+                "edge_index": self.edge_index_bytes}
+
     def close(self) -> None:
         """Unmaps every client segment still mapped."""
         self.segments.close()
@@ -234,8 +245,45 @@ class PartitionOps:
             "format_version": meta.get("format_version"),
             "partitioner": meta.get("partitioner"),
             "host": self._host,
+            "max_reply_bytes": self.max_reply_bytes,
         }
         return result, [self._book]
+
+    @staticmethod
+    def _fan_out(args: dict[str, Any]) -> tuple[int, bool]:
+        k = _int_arg(args, "num_neighbors", None, -1, 1 << 31)
+        if k is None:
+            raise ProtocolError("argument 'num_neighbors' is required")
+        replace = args.get("replace", False)
+        if not isinstance(replace, bool):
+            raise ProtocolError(f"argument 'replace' must be a bool, got {replace!r}")
+        return k, replace
+
+    @staticmethod
+    def _sampled(deg: Tensor, k: int, replace: bool) -> int:
+        """Exact number of neighbours ``sample`` returns for these degrees."""
+        if k == -1:
+            return int(deg.sum())
+        if replace:
+            return k * int((deg > 0).sum())
+        return int(deg.clamp(max=k).sum())
+
+    def sample_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """Bytes of ``sample``'s answer: the bound of ``k`` per seed when it
+        is small, else the exact count (one gather of the seeds' degrees).
+
+        Raises:
+            ProtocolError, StoreError: on a request ``sample`` refuses.
+        """
+        csc = self._csc_of(args)
+        k, replace = self._fan_out(args)
+        if len(tensors) == 1 and k >= 0:
+            bound = 8 * tensors[0].numel() * (1 + 2 * k)
+            if bound <= _EXACT_ABOVE:
+                return bound
+        rows = self._ids(tensors, csc.dst)
+        return 8 * (rows.numel() + 2 * self._sampled(csc.deg.index_select(0, rows), k,
+                                                      replace))
 
     def sample(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """One hop for owned seeds: tensors ``counts``, ``neighbours``, ``edge_ids``.
@@ -244,12 +292,7 @@ class PartitionOps:
         (int or nil: same seed, same answer), ``edge_type`` (nil).
         """
         csc = self._csc_of(args)
-        k = _int_arg(args, "num_neighbors", None, -1, 1 << 31)
-        if k is None:
-            raise ProtocolError("argument 'num_neighbors' is required")
-        replace = args.get("replace", False)
-        if not isinstance(replace, bool):
-            raise ProtocolError(f"argument 'replace' must be a bool, got {replace!r}")
+        k, replace = self._fan_out(args)
         seed = _int_arg(args, "seed", None, *_SEED_RANGE)
         rows = self._ids(tensors, csc.dst)
         start = csc.colptr.index_select(0, rows)
@@ -257,14 +300,8 @@ class PartitionOps:
         # k per seed bounds the answer; the exact count costs ops that only
         # a request near the limit needs.
         if k == -1 or 8 * rows.numel() * (1 + 2 * k) > self.max_reply_bytes:
-            if k == -1:
-                total = int(deg.sum())
-            elif replace:
-                total = k * int((deg > 0).sum())
-            else:
-                total = int(deg.clamp(max=k).sum())
-            self._check_reply(8 * (rows.numel() + 2 * total), "sample",
-                              "use a smaller fan-out or fewer seeds per request")
+            self._check_reply(8 * (rows.numel() + 2 * self._sampled(deg, k, replace)),
+                              "sample", "use a smaller fan-out or fewer seeds per request")
         generator = torch.Generator()
         if seed is None:
             generator.seed()
@@ -274,14 +311,9 @@ class PartitionOps:
         return {}, [counts, csc.row.index_select(0, positions),
                     csc.edge_ids.index_select(0, positions)]
 
-    def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
-
-        With ``shm`` (a segment of a client on this host, see
-        :mod:`pyg_dist.rpc.shared_memory`) the rows are written into the
-        segment, one region per attribute at the offsets the result's
-        ``shm_offsets`` lists, and the reply carries no tensors.
-        """
+    def _get_plan(self, args: dict[str, Any]) -> tuple[Optional[str], list[str],
+                                                      dict[str, dict[str, Any]], int]:
+        """Checks ``get``'s arguments: ``(group, attrs, specs, bytes per row)``."""
         group = _group(args.get("group"))
         attrs = args.get("attrs")
         if not isinstance(attrs, list) or not attrs or \
@@ -293,9 +325,35 @@ class PartitionOps:
         if unknown:
             raise StoreError(f"unknown feature(s) {unknown} of node type {group!r}; this "
                              f"graph has {sorted(specs)}")
-        rows = self._ids(tensors, self._index(group))
         row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
                         for a in attrs)
+        return group, attrs, specs, row_bytes
+
+    def get_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """Bytes of ``get``'s answer (rows times the attributes' row bytes),
+        written into shared memory or sent.
+
+        Raises:
+            ProtocolError, StoreError: on arguments ``get`` refuses.
+        """
+        if len(tensors) != 1:
+            return 0  # refused by get itself
+        return tensors[0].numel() * self._get_plan(args)[3]
+
+    def edge_index_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """Bytes of ``edge_index``'s answer (three int64 per edge)."""
+        return 24 * self._csc_of(args).row.numel()
+
+    def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
+
+        With ``shm`` (a segment of a client on this host, see
+        :mod:`pyg_dist.rpc.shared_memory`) the rows are written into the
+        segment, one region per attribute at the offsets the result's
+        ``shm_offsets`` lists, and the reply carries no tensors.
+        """
+        group, attrs, specs, row_bytes = self._get_plan(args)
+        rows = self._ids(tensors, self._index(group))
         self._check_reply(rows.numel() * row_bytes, "get", "ask for fewer ids per request")
         if "shm" in args:
             return self._get_into_segment(args["shm"], group, attrs, specs, rows)

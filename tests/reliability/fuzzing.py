@@ -5,8 +5,9 @@ Every message is built from a valid request (``get``, ``sample``, ``meta``,
 tensor frame, random frame counts, wrong or unknown dtypes, shapes that lie
 about the byte count, huge declared sizes, truncated headers, headers whose
 fields have the wrong types, and plain random bytes. No frame is larger than
-the server's request limit plus a margin below ZeroMQ's ``MAXMSGSIZE``, so
-every message reaches the server and gets exactly one reply.
+the server's request limit (ZeroMQ's ``MAXMSGSIZE``, which drops the
+connection instead), so every message reaches the server and gets exactly one
+reply.
 """
 
 from __future__ import annotations
@@ -125,8 +126,10 @@ class RequestFuzzer:
         if choice == 2:  # a huge id / op string / args
             return self._edit_header(frames, lambda h: h.update(
                 id=1 << 63, op="x" * 10_000, args={"k" * 100: list(range(1000))}))
-        # A real frame just over the request limit (refused by its size).
-        return [frames[0], bytes(self.limit + 8)]
+        # Real frames just over the request limit together (refused by its
+        # size); each stays within ZeroMQ's MAXMSGSIZE (the limit), beyond
+        # which libzmq drops the connection instead of the server replying.
+        return [frames[0], bytes(self.limit // 2 + 8), bytes(self.limit // 2 + 8)]
 
     def truncate_header(self, frames: Frames) -> Frames:
         head = frames[0]
