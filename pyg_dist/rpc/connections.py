@@ -99,7 +99,8 @@ class _Connection:
     sock: socket.socket
     since: float
     delivered: int = 0  # wire bytes of the messages the server took from it
-    held: int = 0  # at the last check
+    held: int = 0  # at the last check, beyond the allowance
+    unexplained: int = 0  # at the last check: read by libzmq, not taken, no allowance
     cut: bool = False
     identities: set[bytes] = field(default_factory=set)
 
@@ -115,8 +116,9 @@ class _Connection:
         received = _UNPACK_U64(info, _TCP_INFO_BYTES_RECEIVED)[0]
         queued = _UNPACK_INT(fcntl.ioctl(self.sock.fileno(), termios.FIONREAD,
                                          _FIONREAD_BUF))[0]
+        self.unexplained = received - queued - self.delivered
         allowance = SLACK_BYTES + int((now - self.since) * COMMAND_BYTES_PER_S)
-        return max(0, received - queued - self.delivered - allowance)
+        return max(0, self.unexplained - allowance)
 
     def peer(self) -> str:
         try:
@@ -285,10 +287,15 @@ class ReceiveGuard:
         except OSError:
             pass  # gone already: libzmq frees its buffers anyway
 
-    def held_by(self, fd: int) -> Optional[int]:
-        """Bytes held for connection ``fd`` at the last check (tests, logs)."""
-        conn = self._conns.get(fd)
-        return None if conn is None else conn.held
+    def usage(self) -> dict[str, int]:
+        """Figures of the last check: ``connections``, ``held`` (beyond the
+        allowances, all connections), ``unexplained`` (bytes libzmq read and
+        the server did not take, handshakes included), ``max_held`` (the
+        most one connection held at any check) and ``cuts`` so far."""
+        live = [c for c in list(self._conns.values()) if not c.cut]
+        return {"connections": len(live), "held": sum(c.held for c in live),
+                "unexplained": sum(c.unexplained for c in live),
+                "max_held": self.max_held_seen, "cuts": self.cuts}
 
     @property
     def connections(self) -> int:

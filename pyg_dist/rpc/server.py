@@ -210,6 +210,23 @@ class RpcServer:
         self._ctx.term()
         logger.info("%s on %s stopped", self._name, self._endpoint)
 
+    def budget_usage(self) -> dict[str, int]:
+        """What the byte budgets see now (for monitoring and tests).
+
+        Returns:
+            ``receive_*``: per-connection figures of the last check of what
+            libzmq holds (:meth:`ReceiveGuard.usage
+            <pyg_dist.rpc.connections.ReceiveGuard.usage>`);
+            ``queued_bytes``: requests waiting for or served by workers;
+            ``reply_bytes``: reply bytes held for clients;
+            ``replies_refused``: requests refused for the reply budgets.
+        """
+        guard = self._guard
+        usage = {f"receive_{k}": v for k, v in (guard.usage() if guard else {}).items()}
+        usage.update(queued_bytes=self._queued_bytes, reply_bytes=self._budget.total,
+                     replies_refused=self._budget.refused)
+        return usage
+
     def _start_authenticator(self) -> None:
         """With CURVE and an authorised-keys directory, admits only those
         clients (ZAP handler in its own thread, on this server's context)."""
