@@ -46,11 +46,11 @@ import zmq
 from torch import Tensor
 from zmq.auth.thread import ThreadAuthenticator
 
-from pyg_dist.errors import ProtocolError, PygDistError, ServerBusyError, TransportError
+from pyg_dist.errors import ProtocolError, PygDistError, TransportError
 from pyg_dist.rpc import protocol
+from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.connections import ReceiveGuard
-from pyg_dist.rpc.reply_budget import ReplyBudget
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 from pyg_dist.rpc.work_queue import WorkQueue
 
@@ -59,15 +59,11 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any], list[Tensor]], tuple[dict[str, Any], Sequence[Tensor]]]
 """``handler(args, tensors) -> (result, tensors)``."""
 
-Estimator = Callable[[dict[str, Any], list[Tensor]], int]
-"""``estimator(args, tensors) -> bytes``: an upper bound of the bytes the
-operation's answer allocates (0 for answers that are views of resident data).
-It may raise on bad input; the handler then refuses the request itself."""
+__all__ = ["Estimator", "Handler", "RpcServer"]
 
 # Errors a handler raises on purpose to refuse bad input: logged quietly.
 _EXPECTED = (PygDistError, ValueError, TypeError, KeyError, IndexError)
 _STOP = b"stop"
-_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 _POLL_FULL_MS = 10
 # Requests the I/O thread takes from the ROUTER in one go before it looks at
 # workers' replies (and a stop request) again.
@@ -103,14 +99,8 @@ class RpcServer:
                  worker_ops: Collection[str] = (),
                  estimators: Optional[Mapping[str, Estimator]] = None) -> None:
         self._config = config or default_config()
-        self._worker_ops = frozenset(worker_ops)
-        self._estimators = dict(estimators or {})
-        self._budget = ReplyBudget(self._config.client_reply_budget,
-                                   self._config.server_reply_budget)
+        self._admission = Admission(self._config, estimators or {}, worker_ops, name)
         self._guard: Optional[ReceiveGuard] = None
-        # Request bytes waiting in the inbox or being served by workers.
-        self._queued_bytes = 0
-        self._queued_lock = threading.Lock()
         self._handlers: dict[str, Handler] = {"ping": self._ping, **handlers}
         self._bind = bind
         self._name = name
@@ -221,10 +211,10 @@ class RpcServer:
             ``reply_bytes``: reply bytes held for clients;
             ``replies_refused``: requests refused for the reply budgets.
         """
-        guard = self._guard
+        guard, admission = self._guard, self._admission
         usage = {f"receive_{k}": v for k, v in (guard.usage() if guard else {}).items()}
-        usage.update(queued_bytes=self._queued_bytes, reply_bytes=self._budget.total,
-                     replies_refused=self._budget.refused)
+        usage.update(queued_bytes=admission.queued_bytes, reply_bytes=admission.budget.total,
+                     replies_refused=admission.budget.refused)
         return usage
 
     def _start_authenticator(self) -> None:
@@ -359,28 +349,24 @@ class RpcServer:
                     continue
                 if stopped.is_set():  # as a worker's reply: dropped
                     return
-                self._send_reply(router, [msg[0], *answer[1]], answer[0])
+                self._admission.send(router, [msg[0], *answer[1]], answer[0])
 
     def _account(self, events: bool) -> None:
         """Connection events, and the periodic check of the byte budgets."""
-        guard = self._guard
+        guard, budget = self._guard, self._admission.budget
         if events:
             for client in guard.handle_events():
-                self._budget.forget(client)
+                budget.forget(client)
         now = time.monotonic()
         if guard.due(now):
-            guard.check(now, self._queued_bytes)
-            self._budget.poll()
+            guard.check(now, self._admission.queued_bytes)
+            budget.poll()
 
     def _inbox_full(self) -> bool:
-        # Half the receive budget for requests the server took in, half for
-        # what libzmq holds: past it TCP pushes back, as with a full inbox.
-        return self._inbox.full() or \
-            self._queued_bytes >= self._config.server_receive_budget // 2
+        return self._inbox.full() or self._admission.inbox_full()
 
     def _queue(self, item: tuple[int, Any, Any, Any]) -> None:
-        with self._queued_lock:
-            self._queued_bytes += item[0]
+        self._admission.queued(item[0])
         self._inbox.put_nowait(item)  # only the I/O thread puts: never full here
 
     def _take(self, msg: list[Any]) -> Optional[tuple[int, list[Any]]]:
@@ -397,46 +383,12 @@ class RpcServer:
         decoded = self._decode(msg[1:])  # inline: no hand-off
         if not isinstance(decoded, protocol.Request):
             return 0, decoded
-        estimate = self._estimate(decoded)
-        if inline_bytes >= 0 and (decoded.op in self._worker_ops
-                                  or estimate > self._config.inline_reply_bytes):
-            # Slow however small (a huge answer, a whole part): a worker.
-            self._queue((size, msg[0], decoded, estimate))
+        admission = self._admission
+        estimate = admission.estimate(decoded)
+        if inline_bytes >= 0 and admission.for_worker(decoded, estimate):
+            self._queue((size, msg[0], decoded, estimate))  # slow however small
             return None
-        return self._answer(msg[0].bytes, decoded, estimate)
-
-    def _estimate(self, request: protocol.Request) -> int:
-        estimator = self._estimators.get(request.op)
-        if estimator is None:
-            return 0
-        try:
-            return max(0, int(estimator(request.args, request.tensors)))
-        except Exception:  # bad input: the handler refuses it with a clear reply
-            return 0
-
-    def _answer(self, client: bytes, request: protocol.Request, estimate: int
-                ) -> tuple[int, list[Any]]:
-        """Charges the answer to the client's reply budget and serves it.
-
-        Returns:
-            ``(charge, reply frames)``: the bytes that stay charged until the
-            reply has left (``0`` for replies without tensors).
-        """
-        if estimate > self._config.max_reply_bytes:
-            return 0, protocol.encode_error(
-                request.id, ProtocolError.__name__,
-                f"the answer to {request.op!r} would take {estimate} bytes, over this "
-                f"server's reply limit of {self._config.max_reply_bytes} bytes "
-                f"(PYG_DIST_MAX_REPLY_BYTES); ask for less per request (fewer ids, a "
-                f"smaller fan-out)")
-        refusal = self._budget.reserve(client, estimate)
-        if refusal is not None:
-            logger.info("%s: refused %s: %s", self._name, request.op, refusal)
-            return 0, protocol.encode_error(request.id, ServerBusyError.__name__, refusal)
-        frames = self._serve(request)
-        charge = estimate if len(frames) > 1 else 0  # errors and shm answers hold nothing
-        self._budget.settle(client, estimate, charge)
-        return charge, frames
+        return admission.answer(msg[0].bytes, decoded, estimate, self._serve)
 
     def _forward_replies(self, router: zmq.Socket, replies: zmq.Socket) -> bool:
         """Sends the workers' finished replies; returns whether to stop."""
@@ -447,52 +399,7 @@ class RpcServer:
                 return False
             if len(msg) == 1:  # the stop poke
                 return True
-            self._send_reply(router, msg[1:], int.from_bytes(msg[0].bytes, "little"))
-
-    def _send_reply(self, router: zmq.Socket, msg: list[Any], charge: int = 0) -> None:
-        client = msg[0].bytes if charge else b""
-        track = self._budget.wants_tracking(client, charge)
-        try:
-            try:
-                tracker = self._send_tracked(router, msg) if track \
-                    else send_frames(router, msg)
-            except zmq.Again:
-                # libzmq learns that a client read its replies from commands
-                # it processes only now and then; reading ZMQ_EVENTS processes
-                # them at once, so a client that does read is not refused
-                # for stale accounting (an inline reply can be that quick).
-                router.getsockopt(zmq.EVENTS)
-                tracker = self._send_tracked(router, msg) if track \
-                    else send_frames(router, msg)
-        except zmq.Again:
-            self._budget.dropped(client, charge)
-            logger.warning("%s: dropping a reply to a client that does not read its "
-                           "replies (%d queued already); its call will time out",
-                           self._name, self._config.reply_hwm)
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            self._budget.dropped(client, charge)
-            logger.debug("%s: client gone before its reply was sent", self._name)
-        else:
-            self._budget.sent(client, charge, tracker)
-
-    @staticmethod
-    def _send_tracked(router: zmq.Socket, msg: list[Any]) -> zmq.MessageTracker:
-        """Sends ``msg`` with a tracker on its last frame (done once libzmq
-        handed the whole message to the kernel: frames leave in order)."""
-        for frame in msg[:-1]:
-            router.send(frame, _MORE_NOBLOCK, copy=False)
-        last = msg[-1]
-        # pyzmq copies (and cannot track) frames under its copy threshold;
-        # this one must be tracked, so it goes without copying whatever its
-        # size, as a view on the received frame's memory.
-        threshold, router.copy_threshold = router.copy_threshold, 0
-        try:
-            return router.send(last.buffer if isinstance(last, zmq.Frame) else last,
-                               NOBLOCK, copy=False, track=True)
-        finally:
-            router.copy_threshold = threshold
+            self._admission.send(router, msg[1:], int.from_bytes(msg[0].bytes, "little"))
 
     # Workers #################################################################
 
@@ -525,18 +432,18 @@ class RpcServer:
                 I/O thread decoded.
         """
         size, identity, body, estimate = item
+        admission = self._admission
         try:
             if estimate is None:
                 body = self._decode(body)
                 if isinstance(body, protocol.Request):
-                    estimate = self._estimate(body)
+                    estimate = admission.estimate(body)
             if isinstance(body, protocol.Request):
-                charge, frames = self._answer(identity.bytes, body, estimate)
+                charge, frames = admission.answer(identity.bytes, body, estimate, self._serve)
             else:
                 charge, frames = 0, body
         finally:
-            with self._queued_lock:
-                self._queued_bytes -= size
+            admission.unqueued(size)
         return [charge.to_bytes(8, "little"), identity, *frames]
 
     def handle(self, frames: Sequence[Any]) -> list[Any]:
