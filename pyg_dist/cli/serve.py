@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-message-bytes", type=int, default=None,
                    help="largest request accepted, in bytes (default: 64 MiB)")
     p.add_argument("--max-reply-bytes", type=int, default=None,
-                   help="largest reply an operation may produce, in bytes (default: 256 MiB)")
+                   help="largest reply an operation may produce, in bytes (default: 64 MiB)")
     p.add_argument("--client-receive-budget", type=int, default=None, metavar="BYTES",
                    help="bytes libzmq may hold for one connection (unfinished or untaken "
                         "requests, handshake); a connection over it is cut (default: 128 MiB)")
@@ -47,10 +47,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the same for all connections together plus the requests queued "
                         "for workers; the biggest connections are cut first (default: 256 MiB)")
     p.add_argument("--client-reply-budget", type=int, default=None, metavar="BYTES",
-                   help="reply bytes held for one client before its requests are refused "
-                        "with ServerBusyError (default: 256 MiB)")
+                   help="bytes held for one client's replies (computed, or being computed "
+                        "with their working memory) before its requests are refused with "
+                        "ServerBusyError; at least 3 x --max-reply-bytes (default: 192 MiB)")
     p.add_argument("--server-reply-budget", type=int, default=None, metavar="BYTES",
-                   help="reply bytes held for all clients together (default: 512 MiB)")
+                   help="the same for all clients together (default: 384 MiB)")
     p.add_argument("--handshake-timeout", type=float, default=None, metavar="SECONDS",
                    help="drop a connection that has not finished the ZeroMQ handshake "
                         "(greeting, CURVE) within this time (default: 10)")

@@ -8,10 +8,11 @@ a request *costs* rather than how big it is:
   client for 14.8 s on the I/O thread). Each operation may give an
   :data:`Estimator` of its answer's bytes; a request whose estimate exceeds
   ``inline_reply_bytes`` goes to a worker however small it is.
-* **Admit within the reply budgets.** The estimate is charged to the client
-  (:class:`~pyg_dist.rpc.reply_budget.ReplyBudget`) before the handler runs;
-  over a budget the request gets a ``ServerBusyError`` reply, over
-  ``max_reply_bytes`` a ``ProtocolError``, and nothing is computed.
+* **Admit within the reply budgets.** The estimate (answer and working
+  memory) is charged to the client
+  (:class:`~pyg_dist.rpc.reply_budget.ReplyBudget`) before the handler runs,
+  and only the reply's bytes once it is computed; over a budget the request
+  gets a ``ServerBusyError`` reply and nothing is computed.
 * **Send tracked.** The reply's charge is released when libzmq has handed it
   to the kernel (a ``MessageTracker`` on its last frame).
 
@@ -29,7 +30,7 @@ from typing import Any, Optional
 import zmq
 from torch import Tensor
 
-from pyg_dist.errors import ProtocolError, ServerBusyError
+from pyg_dist.errors import ServerBusyError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.reply_budget import ReplyBudget
@@ -38,9 +39,10 @@ from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 logger = logging.getLogger(__name__)
 
 Estimator = Callable[[dict[str, Any], list[Tensor]], int]
-"""``estimator(args, tensors) -> bytes``: an upper bound of the bytes the
-operation's answer allocates (0 for answers that are views of resident data).
-It may raise on bad input; the handler then refuses the request itself."""
+"""``estimator(args, tensors) -> bytes``: an upper bound of the memory the
+operation allocates while it serves the request (its answer and its working
+memory). It may raise on bad input (an answer over the reply limit
+included); the handler then refuses the request itself."""
 
 Serve = Callable[[protocol.Request], list[Any]]
 
@@ -121,19 +123,16 @@ class Admission:
             ``(charge, reply frames)``: the bytes that stay charged until the
             reply has left (``0`` for replies without tensors).
         """
-        limit = self.config.max_reply_bytes
-        if estimate > limit:
-            return 0, protocol.encode_error(
-                request.id, ProtocolError.__name__,
-                f"the answer to {request.op!r} would take {estimate} bytes, over this "
-                f"server's reply limit of {limit} bytes (PYG_DIST_MAX_REPLY_BYTES); ask "
-                f"for less per request (fewer ids, a smaller fan-out)")
         refusal = self.budget.reserve(client, estimate)
         if refusal is not None:
             logger.info("%s: refused %s: %s", self.name, request.op, refusal)
             return 0, protocol.encode_error(request.id, ServerBusyError.__name__, refusal)
         frames = serve(request)
-        charge = estimate if len(frames) > 1 else 0  # errors and shm answers hold nothing
+        # Once computed, only the reply's own bytes stay charged (the working
+        # memory is free again); errors and answers written into shared
+        # memory hold nothing, views of resident data are charged no more
+        # than estimated.
+        charge = min(estimate, sum(len(f) for f in frames[1:])) if estimate else 0
         self.budget.settle(client, estimate, charge)
         return charge, frames
 

@@ -17,6 +17,11 @@ from typing import Optional
 
 from pyg_dist.errors import RpcError
 
+# A server charges a request its answer plus the working memory it needs
+# while computing it (a sampling kernel: up to about twice the answer again),
+# so a client's reply budget must hold that much for the largest answer.
+REPLY_WORK_FACTOR = 3
+
 # Field name -> environment variable that overrides it.
 ENV_VARS = {
     "timeout": "PYG_DIST_TIMEOUT",
@@ -99,10 +104,12 @@ class RpcConfig:
         server_receive_budget: The same, summed over every connection of a
             server, plus the requests queued for its workers; over it the
             connection holding the most is cut first.
-        client_reply_budget: Reply bytes a server holds for one client
-            (computed or queued, not yet handed to the kernel); a request
-            whose answer would go over it is refused with a
-            ``ServerBusyError`` reply. At least ``max_reply_bytes``.
+        client_reply_budget: Bytes a server holds for one client's replies:
+            an answer being computed is charged its size plus the working
+            memory of the computation, a computed one its size until libzmq
+            has handed it to the kernel. A request that would go over it is
+            refused with a ``ServerBusyError`` reply. At least
+            ``REPLY_WORK_FACTOR`` (3) times ``max_reply_bytes``.
         server_reply_budget: The same, summed over every client.
         inline_reply_bytes: Requests whose answer may exceed this many bytes
             are served by a worker however small the request: a tiny request
@@ -137,7 +144,7 @@ class RpcConfig:
     timeout: float = 30.0
     connect_timeout: float = 10.0
     max_message_bytes: int = 64 << 20
-    max_reply_bytes: int = 256 << 20
+    max_reply_bytes: int = 64 << 20
     reply_hwm: int = 2048
     max_in_flight: int = 1024
     workers: int = 4
@@ -145,8 +152,8 @@ class RpcConfig:
     max_queued: int = 4096
     client_receive_budget: int = 128 << 20
     server_receive_budget: int = 256 << 20
-    client_reply_budget: int = 256 << 20
-    server_reply_budget: int = 512 << 20
+    client_reply_budget: int = 192 << 20
+    server_reply_budget: int = 384 << 20
     inline_reply_bytes: int = 1 << 20
     handshake_timeout: float = 10.0
     retries: int = 0
@@ -178,16 +185,17 @@ class RpcConfig:
 
     def _check_budgets(self) -> None:
         """A budget below the limit it must hold could refuse valid traffic."""
-        pairs = (("client_receive_budget", "max_message_bytes"),
-                 ("server_receive_budget", "client_receive_budget"),
-                 ("client_reply_budget", "max_reply_bytes"),
-                 ("server_reply_budget", "client_reply_budget"))
-        for budget, limit in pairs:
-            if getattr(self, budget) < getattr(self, limit):
+        pairs = (("client_receive_budget", "max_message_bytes", 1),
+                 ("server_receive_budget", "client_receive_budget", 1),
+                 ("client_reply_budget", "max_reply_bytes", REPLY_WORK_FACTOR),
+                 ("server_reply_budget", "client_reply_budget", 1))
+        for budget, limit, factor in pairs:
+            if getattr(self, budget) < factor * getattr(self, limit):
+                times = f"{factor} x " if factor > 1 else ""
                 raise RpcError(
                     f"RpcConfig.{budget} ({getattr(self, budget)}) must be at least "
-                    f"{limit} ({getattr(self, limit)}), or valid traffic could be refused; "
-                    f"raise {ENV_VARS[budget]} or lower {ENV_VARS[limit]}")
+                    f"{times}{limit} ({getattr(self, limit)}), or valid requests could "
+                    f"be refused; raise {ENV_VARS[budget]} or lower {ENV_VARS[limit]}")
 
     @property
     def curve_server(self) -> bool:

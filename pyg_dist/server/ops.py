@@ -37,6 +37,14 @@ _SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed ta
 # A ``sample`` whose cheap bound (k per seed) stays under this is charged the
 # bound; above it the exact count is worth its gather.
 _EXACT_ABOVE = 1 << 20
+# Memory a sampling kernel needs besides its answer, from reading
+# pyg_dist/kernels/neighbor_sample.py: with replacement or all neighbours,
+# about twice the answer again in int64/float64 temporaries (measured: +770
+# MiB RSS for a 256 MiB answer); without replacement, the sort over every
+# candidate entry costs about 48 bytes per candidate (keys, order,
+# positions, segments), the dense and Floyd kernels less.
+_SAMPLE_WORK_FACTOR = 3
+_SAMPLE_CANDIDATE_BYTES = 48
 
 # Global -> local lookups use a dense table (4 bytes per node of the whole
 # graph) up to this many nodes: one gather instead of a binary search per id,
@@ -269,21 +277,29 @@ class PartitionOps:
         return int(deg.clamp(max=k).sum())
 
     def sample_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Bytes of ``sample``'s answer: the bound of ``k`` per seed when it
-        is small, else the exact count (one gather of the seeds' degrees).
+        """Memory ``sample`` needs while it runs: its answer and the kernel's
+        temporaries. From the bound of ``k`` per seed when that is small and
+        draws with replacement, else from the seeds' degrees (one gather).
 
         Raises:
-            ProtocolError, StoreError: on a request ``sample`` refuses.
+            ProtocolError: if the answer would exceed the reply limit, or
+                the request is malformed.
+            StoreError: if a seed is not owned by this part.
         """
         csc = self._csc_of(args)
         k, replace = self._fan_out(args)
-        if len(tensors) == 1 and k >= 0:
-            bound = 8 * tensors[0].numel() * (1 + 2 * k)
+        if replace and len(tensors) == 1 and k >= 0:
+            bound = 8 * tensors[0].numel() * (1 + 2 * k) * _SAMPLE_WORK_FACTOR
             if bound <= _EXACT_ABOVE:
                 return bound
         rows = self._ids(tensors, csc.dst)
-        return 8 * (rows.numel() + 2 * self._sampled(csc.deg.index_select(0, rows), k,
-                                                      replace))
+        deg = csc.deg.index_select(0, rows)
+        answer = 8 * (rows.numel() + 2 * self._sampled(deg, k, replace))
+        self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
+        work = _SAMPLE_WORK_FACTOR * answer
+        if not replace and k != -1 and rows.numel() and k < int(deg.max()):
+            work += _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
+        return work
 
     def sample(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """One hop for owned seeds: tensors ``counts``, ``neighbours``, ``edge_ids``.
@@ -334,15 +350,21 @@ class PartitionOps:
         written into shared memory or sent.
 
         Raises:
-            ProtocolError, StoreError: on arguments ``get`` refuses.
+            ProtocolError: if the answer would exceed the reply limit, or
+                the arguments are malformed.
+            StoreError: on features this part does not hold.
         """
         if len(tensors) != 1:
             return 0  # refused by get itself
-        return tensors[0].numel() * self._get_plan(args)[3]
+        answer = tensors[0].numel() * self._get_plan(args)[3]
+        self._check_reply(answer, "get", "ask for fewer ids per request")
+        return answer
 
     def edge_index_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Bytes of ``edge_index``'s answer (three int64 per edge)."""
-        return 24 * self._csc_of(args).row.numel()
+        answer = 24 * self._csc_of(args).row.numel()
+        self._check_reply(answer, "edge_index", "raise the limit on the server for this graph")
+        return answer
 
     def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
