@@ -49,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-reply-budget", type=int, default=None, metavar="BYTES",
                    help="bytes held for one client's replies (computed, or being computed "
                         "with their working memory) before its requests are refused with "
-                        "ServerBusyError; at least 3 x --max-reply-bytes (default: 192 MiB)")
+                        "ServerBusyError; at least 4 x --max-reply-bytes (default: 256 MiB)")
     p.add_argument("--server-reply-budget", type=int, default=None, metavar="BYTES",
                    help="the same for all clients together (default: 384 MiB)")
     p.add_argument("--handshake-timeout", type=float, default=None, metavar="SECONDS",

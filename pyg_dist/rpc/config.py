@@ -18,9 +18,9 @@ from typing import Optional
 from pyg_dist.errors import RpcError
 
 # A server charges a request its answer plus the working memory it needs
-# while computing it (a sampling kernel: up to about twice the answer again),
+# while computing it (a sampling kernel: up to three times the answer again),
 # so a client's reply budget must hold that much for the largest answer.
-REPLY_WORK_FACTOR = 3
+REPLY_WORK_FACTOR = 4
 
 # Field name -> environment variable that overrides it.
 ENV_VARS = {
@@ -109,7 +109,7 @@ class RpcConfig:
             memory of the computation, a computed one its size until libzmq
             has handed it to the kernel. A request that would go over it is
             refused with a ``ServerBusyError`` reply. At least
-            ``REPLY_WORK_FACTOR`` (3) times ``max_reply_bytes``.
+            ``REPLY_WORK_FACTOR`` (4) times ``max_reply_bytes``.
         server_reply_budget: The same, summed over every client.
         inline_reply_bytes: Requests whose answer may exceed this many bytes
             are served by a worker however small the request: a tiny request
@@ -152,7 +152,7 @@ class RpcConfig:
     max_queued: int = 4096
     client_receive_budget: int = 128 << 20
     server_receive_budget: int = 256 << 20
-    client_reply_budget: int = 192 << 20
+    client_reply_budget: int = 256 << 20
     server_reply_budget: int = 384 << 20
     inline_reply_bytes: int = 1 << 20
     handshake_timeout: float = 10.0

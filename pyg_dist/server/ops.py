@@ -39,11 +39,12 @@ _SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed ta
 _EXACT_ABOVE = 1 << 20
 # Memory a sampling kernel needs besides its answer, from reading
 # pyg_dist/kernels/neighbor_sample.py: with replacement or all neighbours,
-# about twice the answer again in int64/float64 temporaries (measured: +770
-# MiB RSS for a 256 MiB answer); without replacement, the sort over every
+# two to three times the answer again in int64/float64 temporaries
+# (measured: RSS +770 MiB for a 256 MiB answer, +283 MiB for a 64 MiB one);
+# without replacement, the sort over every
 # candidate entry costs about 48 bytes per candidate (keys, order,
 # positions, segments), the dense and Floyd kernels less.
-_SAMPLE_WORK_FACTOR = 3
+_SAMPLE_WORK_FACTOR = 4
 _SAMPLE_CANDIDATE_BYTES = 48
 
 # Global -> local lookups use a dense table (4 bytes per node of the whole

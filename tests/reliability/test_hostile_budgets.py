@@ -32,8 +32,8 @@ REQUEST_LIMIT = 4 * MiB
 CLIENT_RECEIVE = 8 * MiB
 SERVER_RECEIVE = 32 * MiB
 REPLY_LIMIT = 16 * MiB
-CLIENT_REPLY = 48 * MiB  # 3 x the reply limit: an answer and its working memory
-SERVER_REPLY = 96 * MiB
+CLIENT_REPLY = 64 * MiB  # 4 x the reply limit: an answer and its working memory
+SERVER_REPLY = 128 * MiB
 HANDSHAKE_S = 3.0
 # What the check interval lets a loopback peer send past a budget, plus the
 # allocator's own slack; measured overshoot is printed by every test.
@@ -164,7 +164,7 @@ def test_a_tiny_sample_with_a_huge_answer_does_not_stall_the_io_thread(budget_se
     proc, endpoint = budget_server
     degree = part0.indptr[1:] - part0.indptr[:-1]
     seed = part0.node_ids[degree > 0][:1]
-    # 8 MiB answers from 90-byte requests, charged 24 MiB each while computed.
+    # 8 MiB answers from 90-byte requests, charged 32 MiB each while computed.
     fan_out = (REPLY_LIMIT // 32) - 1
     with PeakRss(proc) as rss, RawDealer(endpoint, timeout=60) as dealer:
         start = time.monotonic()
