@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Optional
 
@@ -33,6 +34,7 @@ from torch import Tensor
 from pyg_dist.errors import ServerBusyError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.config import RpcConfig
+from pyg_dist.rpc.connections import ReceiveGuard
 from pyg_dist.rpc.reply_budget import ReplyBudget
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 
@@ -68,6 +70,59 @@ class Admission:
         self._worker_ops = frozenset(worker_ops)
         self._queued = 0
         self._queued_lock = threading.Lock()
+        self._guard: Optional[ReceiveGuard] = None
+
+    # Connections (I/O thread) ##############################################
+
+    def watch(self, router: zmq.Socket) -> None:
+        """Starts accounting the connections of ``router`` (before it binds,
+        so that no connection is accepted unseen)."""
+        self._guard = ReceiveGuard(router, self.config.client_receive_budget,
+                                   self.config.server_receive_budget,
+                                   self.config.curve_server, self.name)
+
+    @property
+    def guard(self) -> ReceiveGuard:
+        """The :class:`~pyg_dist.rpc.connections.ReceiveGuard` of the
+        watched ROUTER."""
+        if self._guard is None:
+            raise RuntimeError("Admission.watch() was not called")
+        return self._guard
+
+    def account(self, events: bool) -> None:
+        """Takes connection events (``events``: the monitor is readable) and
+        runs the periodic check of both budgets when it is due."""
+        guard, budget = self.guard, self.budget
+        if events:
+            for client in guard.handle_events():
+                budget.forget(client)
+        now = time.monotonic()
+        if guard.due(now):
+            guard.check(now, self._queued)
+            budget.poll()
+
+    def close(self) -> None:
+        """Stops watching (closes the monitor and the duplicate descriptors)."""
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
+
+    def usage(self) -> dict[str, int]:
+        """What the budgets see now (for monitoring and tests).
+
+        Returns:
+            ``receive_*``: figures of the last check of what libzmq holds
+            (:meth:`ReceiveGuard.usage
+            <pyg_dist.rpc.connections.ReceiveGuard.usage>`);
+            ``queued_bytes``: requests waiting for or served by workers;
+            ``reply_bytes``: bytes held for replies;
+            ``replies_refused``: requests refused for the reply budgets.
+        """
+        guard = self._guard
+        usage = {f"receive_{k}": v for k, v in (guard.usage() if guard else {}).items()}
+        usage.update(queued_bytes=self._queued, reply_bytes=self.budget.total,
+                     replies_refused=self.budget.refused)
+        return usage
 
     # Queued request bytes ##################################################
 

@@ -19,12 +19,10 @@ idle last (its caches are the warm ones); when that queue is full (in
 requests or in bytes) the I/O thread stops reading the ROUTER, so TCP pushes
 back instead of memory growing.
 
-Byte budgets against hostile peers: a
-:class:`~pyg_dist.rpc.connections.ReceiveGuard` cuts connections for which
-libzmq holds too much (an unfinished multipart message, a huge handshake),
-and a :class:`~pyg_dist.rpc.reply_budget.ReplyBudget` refuses requests whose
-answers would take the reply bytes held for a client, or for all, over
-budget. Workers
+Byte budgets against hostile peers live in
+:class:`~pyg_dist.rpc.admission.Admission`: connections for which libzmq
+holds too much are cut, requests whose answers would take the reply bytes
+held for a client, or for all, over budget are refused. Workers
 decode and validate a request (:func:`~pyg_dist.rpc.protocol.decode_request`)
 before the handler sees it, run the handler (torch releases the GIL, so
 workers run in parallel), and push the reply frames back over their own
@@ -50,7 +48,6 @@ from pyg_dist.errors import ProtocolError, PygDistError, TransportError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.connections import ReceiveGuard
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 from pyg_dist.rpc.work_queue import WorkQueue
 
@@ -100,7 +97,6 @@ class RpcServer:
                  estimators: Optional[Mapping[str, Estimator]] = None) -> None:
         self._config = config or default_config()
         self._admission = Admission(self._config, estimators or {}, worker_ops, name)
-        self._guard: Optional[ReceiveGuard] = None
         self._handlers: dict[str, Handler] = {"ping": self._ping, **handlers}
         self._bind = bind
         self._name = name
@@ -201,21 +197,9 @@ class RpcServer:
         logger.info("%s on %s stopped", self._name, self._endpoint)
 
     def budget_usage(self) -> dict[str, int]:
-        """What the byte budgets see now (for monitoring and tests).
-
-        Returns:
-            ``receive_*``: per-connection figures of the last check of what
-            libzmq holds (:meth:`ReceiveGuard.usage
-            <pyg_dist.rpc.connections.ReceiveGuard.usage>`);
-            ``queued_bytes``: requests waiting for or served by workers;
-            ``reply_bytes``: reply bytes held for clients;
-            ``replies_refused``: requests refused for the reply budgets.
-        """
-        guard, admission = self._guard, self._admission
-        usage = {f"receive_{k}": v for k, v in (guard.usage() if guard else {}).items()}
-        usage.update(queued_bytes=admission.queued_bytes, reply_bytes=admission.budget.total,
-                     replies_refused=admission.budget.refused)
-        return usage
+        """What the byte budgets see now (for monitoring and tests); see
+        :meth:`Admission.usage <pyg_dist.rpc.admission.Admission.usage>`."""
+        return self._admission.usage()
 
     def _start_authenticator(self) -> None:
         """With CURVE and an authorised-keys directory, admits only those
@@ -273,14 +257,11 @@ class RpcServer:
             router.curve_server = True
             router.curve_secretkey = self._config.server_secret_key.encode()
             router.curve_publickey = (self._config.server_public_key or "").encode()
-        # The monitor must watch before the first connection is accepted.
-        self._guard = ReceiveGuard(router, self._config.client_receive_budget,
-                                   self._config.server_receive_budget,
-                                   self._config.curve_server, self._name)
+        self._admission.watch(router)  # before the first connection is accepted
         try:
             router.bind(self._bind)
         except zmq.ZMQError:
-            self._guard.close()
+            self._admission.close()
             router.close()  # an open socket would block Context.term()
             raise
         return router
@@ -295,9 +276,7 @@ class RpcServer:
             self._endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
         except zmq.ZMQError as exc:
             self._error = exc
-            if self._guard is not None:
-                self._guard.close()
-                self._guard = None
+            self._admission.close()
             for sock in (router, replies):
                 if sock is not None:
                     sock.close()
@@ -310,14 +289,13 @@ class RpcServer:
             logger.exception("I/O thread of %s failed; the server stops", self._name)
             self._stopped.set()
         finally:
-            if self._guard is not None:
-                self._guard.close()
+            self._admission.close()
             router.close()
             replies.close()
 
     def _io_loop(self, router: zmq.Socket, replies: zmq.Socket) -> None:
-        guard = self._guard
-        monitor = guard.monitor
+        admission = self._admission
+        monitor = admission.guard.monitor
         both, only_replies = zmq.Poller(), zmq.Poller()
         both.register(router, zmq.POLLIN)
         both.register(replies, zmq.POLLIN)
@@ -327,13 +305,13 @@ class RpcServer:
         stopped = self._stopped
         while True:
             full = self._inbox_full()
-            timeout = guard.timeout_ms(time.monotonic())
+            timeout = admission.guard.timeout_ms(time.monotonic())
             if full:
                 timeout = _POLL_FULL_MS if timeout is None else min(timeout, _POLL_FULL_MS)
             events = dict((only_replies if full else both).poll(timeout))
             if replies in events and self._forward_replies(router, replies):
                 return
-            self._account(monitor in events)
+            admission.account(monitor in events)
             if router not in events:
                 continue
             for _ in range(_BATCH):
@@ -343,24 +321,13 @@ class RpcServer:
                     msg = router.recv_multipart(NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                guard.took(msg)
+                admission.guard.took(msg)
                 answer = self._take(msg)
                 if answer is None:  # queued for a worker
                     continue
                 if stopped.is_set():  # as a worker's reply: dropped
                     return
                 self._admission.send(router, [msg[0], *answer[1]], answer[0])
-
-    def _account(self, events: bool) -> None:
-        """Connection events, and the periodic check of the byte budgets."""
-        guard, budget = self._guard, self._admission.budget
-        if events:
-            for client in guard.handle_events():
-                budget.forget(client)
-        now = time.monotonic()
-        if guard.due(now):
-            guard.check(now, self._admission.queued_bytes)
-            budget.poll()
 
     def _inbox_full(self) -> bool:
         return self._inbox.full() or self._admission.inbox_full()
