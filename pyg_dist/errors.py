@@ -23,6 +23,8 @@ The tree::
     │   │                                mapped or used (replies fall back to TCP)
     │   ├── RpcTimeoutError (also TimeoutError)  deadline passed; names address, op
     │   ├── ProtocolError                malformed or unsupported message
+    │   ├── ServerBusyError              a server's reply byte budget is spent
+    │   │                                (sent as an error reply; retry later)
     │   └── RemoteError                  the server answered with an error;
     │                                    carries op, address, remote type/message
     ├── StoreError                       bad TensorAttr/EdgeAttr, unknown attribute
@@ -159,6 +161,15 @@ class RpcTimeoutError(RpcError, TimeoutError):
 
 class ProtocolError(RpcError):
     """A message is malformed, or speaks another protocol version."""
+
+
+class ServerBusyError(RpcError):
+    """A server refused a request whose answer would take the bytes it holds
+    for unsent replies (of this client, or of all) over its budget.
+
+    Servers send it as an error reply of this type; the client raises it as
+    :class:`RemoteError` with ``remote_type == "ServerBusyError"``.
+    """
 
 
 class RemoteError(RpcError):

@@ -37,9 +37,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "once do not oversubscribe the cores (which slows every request down "
                         "many times over)")
     p.add_argument("--max-message-bytes", type=int, default=None,
-                   help="largest request accepted, in bytes (default: 1 GiB)")
+                   help="largest request accepted, in bytes (default: 64 MiB)")
     p.add_argument("--max-reply-bytes", type=int, default=None,
-                   help="largest reply an operation may produce, in bytes (default: 1 GiB)")
+                   help="largest reply an operation may produce, in bytes (default: 64 MiB)")
+    p.add_argument("--client-receive-budget", type=int, default=None, metavar="BYTES",
+                   help="bytes libzmq may hold for one connection (unfinished or untaken "
+                        "requests, handshake); a connection over it is cut (default: 128 MiB)")
+    p.add_argument("--server-receive-budget", type=int, default=None, metavar="BYTES",
+                   help="the same for all connections together plus the requests queued "
+                        "for workers; the biggest connections are cut first (default: 256 MiB)")
+    p.add_argument("--client-reply-budget", type=int, default=None, metavar="BYTES",
+                   help="bytes held for one client's replies (computed, or being computed "
+                        "with their working memory) before its requests are refused with "
+                        "ServerBusyError; at least 4 x --max-reply-bytes (default: 256 MiB)")
+    p.add_argument("--server-reply-budget", type=int, default=None, metavar="BYTES",
+                   help="the same for all clients together (default: 384 MiB)")
+    p.add_argument("--handshake-timeout", type=float, default=None, metavar="SECONDS",
+                   help="drop a connection that has not finished the ZeroMQ handshake "
+                        "(greeting, CURVE) within this time (default: 10)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the sha256 check of the partition files while loading")
     p.add_argument("--curve-secret-key", metavar="FILE", default=None,
@@ -62,6 +77,10 @@ def _config(args: argparse.Namespace):  # -> RpcConfig, imported lazily
         overrides["max_message_bytes"] = args.max_message_bytes
     if args.max_reply_bytes is not None:
         overrides["max_reply_bytes"] = args.max_reply_bytes
+    for name in ("client_receive_budget", "server_receive_budget", "client_reply_budget",
+                 "server_reply_budget", "handshake_timeout"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
     if args.curve_authorized_keys and not args.curve_secret_key:
         raise RpcError("--curve-authorized-keys needs --curve-secret-key")
     if args.curve_secret_key:

@@ -17,6 +17,11 @@ from typing import Optional
 
 from pyg_dist.errors import RpcError
 
+# A server charges a request its answer plus the working memory it needs
+# while computing it (a sampling kernel: up to three times the answer again),
+# so a client's reply budget must hold that much for the largest answer.
+REPLY_WORK_FACTOR = 4
+
 # Field name -> environment variable that overrides it.
 ENV_VARS = {
     "timeout": "PYG_DIST_TIMEOUT",
@@ -28,6 +33,13 @@ ENV_VARS = {
     "workers": "PYG_DIST_WORKERS",
     "inline_bytes": "PYG_DIST_INLINE_BYTES",
     "max_queued": "PYG_DIST_MAX_QUEUED",
+    # Byte budgets against hostile peers (docs/reliability.md, "Bounds").
+    "client_receive_budget": "PYG_DIST_CLIENT_RECEIVE_BUDGET",
+    "server_receive_budget": "PYG_DIST_SERVER_RECEIVE_BUDGET",
+    "client_reply_budget": "PYG_DIST_CLIENT_REPLY_BUDGET",
+    "server_reply_budget": "PYG_DIST_SERVER_REPLY_BUDGET",
+    "inline_reply_bytes": "PYG_DIST_INLINE_REPLY_BYTES",
+    "handshake_timeout": "PYG_DIST_HANDSHAKE_TIMEOUT",
     "retries": "PYG_DIST_RETRIES",
     "retry_backoff": "PYG_DIST_RETRY_BACKOFF",
     "retry_backoff_max": "PYG_DIST_RETRY_BACKOFF_MAX",
@@ -51,12 +63,14 @@ class RpcConfig:
             when it first talks to a server.
         max_message_bytes: Largest request a server accepts, all frames
             together. A bigger request gets an error reply. ZeroMQ's own
-            ``MAXMSGSIZE`` is set to twice this value, so a grossly oversized
-            frame is dropped by libzmq before it is ever buffered in full.
+            ``MAXMSGSIZE`` (which limits one frame) is set to this value, so
+            libzmq drops the connection of a peer announcing a bigger frame
+            before it buffers it.
         max_reply_bytes: Largest reply a server's operations produce; a
             request whose answer would be bigger (e.g. ``sample`` with a huge
             fan-out, ``get`` of too many rows) is refused before anything is
-            allocated.
+            allocated. A server reports it in ``meta``; the trainer's feature
+            store splits a ``get`` whose answer would be bigger.
         reply_hwm: Replies a server queues for one client that does not read
             them; beyond it further replies to that client are dropped (its
             calls time out) and logged, so server memory stays bounded by
@@ -82,6 +96,27 @@ class RpcConfig:
             its inbox, and again at most per client inside libzmq; when both
             are full it stops reading that client's connection, so TCP
             pushes back on clients instead of memory growing without bound.
+        client_receive_budget: Bytes libzmq may hold for one connection of
+            a server: an unfinished multipart message, a handshake, requests
+            received but not yet taken by the server. A connection over it is
+            cut (its peer sees the connection drop). Counted in bytes on the
+            wire, so at least ``max_message_bytes``.
+        server_receive_budget: The same, summed over every connection of a
+            server, plus the requests queued for its workers; over it the
+            connection holding the most is cut first.
+        client_reply_budget: Bytes a server holds for one client's replies:
+            an answer being computed is charged its size plus the working
+            memory of the computation, a computed one its size until libzmq
+            has handed it to the kernel. A request that would go over it is
+            refused with a ``ServerBusyError`` reply. At least
+            ``REPLY_WORK_FACTOR`` (4) times ``max_reply_bytes``.
+        server_reply_budget: The same, summed over every client.
+        inline_reply_bytes: Requests whose answer may exceed this many bytes
+            are served by a worker however small the request: a tiny request
+            with a huge answer must not hold up the I/O thread.
+        handshake_timeout: Seconds a new connection has to finish the ZeroMQ
+            handshake (greeting, CURVE authentication) before a server drops
+            it (libzmq's ``ZMQ_HANDSHAKE_IVL``).
         retries: How often :meth:`RpcClient.call` re-sends an idempotent
             request that timed out or could not be sent. ``0`` keeps every
             call within its single deadline.
@@ -108,13 +143,19 @@ class RpcConfig:
 
     timeout: float = 30.0
     connect_timeout: float = 10.0
-    max_message_bytes: int = 1 << 30
-    max_reply_bytes: int = 1 << 30
+    max_message_bytes: int = 64 << 20
+    max_reply_bytes: int = 64 << 20
     reply_hwm: int = 2048
     max_in_flight: int = 1024
     workers: int = 4
     inline_bytes: int = 16 << 10
     max_queued: int = 4096
+    client_receive_budget: int = 128 << 20
+    server_receive_budget: int = 256 << 20
+    client_reply_budget: int = 256 << 20
+    server_reply_budget: int = 384 << 20
+    inline_reply_bytes: int = 1 << 20
+    handshake_timeout: float = 10.0
     retries: int = 0
     retry_backoff: float = 0.05
     retry_backoff_max: float = 1.0
@@ -128,16 +169,33 @@ class RpcConfig:
     def __post_init__(self) -> None:
         positive = ("timeout", "connect_timeout", "max_message_bytes", "max_reply_bytes",
                     "reply_hwm",
-                    "max_in_flight", "max_queued")
+                    "max_in_flight", "max_queued", "client_receive_budget",
+                    "server_receive_budget", "client_reply_budget", "server_reply_budget",
+                    "handshake_timeout")
         for name in positive:
             if not getattr(self, name) > 0:
                 raise RpcError(f"RpcConfig.{name} must be > 0, got "
                                f"{getattr(self, name)!r}")
         for name in ("retries", "retry_backoff", "retry_backoff_max", "workers",
-                     "inline_bytes", "shared_memory_bytes"):
+                     "inline_bytes", "shared_memory_bytes", "inline_reply_bytes"):
             if getattr(self, name) < 0:
                 raise RpcError(f"RpcConfig.{name} must be >= 0, got "
                                f"{getattr(self, name)!r}")
+        self._check_budgets()
+
+    def _check_budgets(self) -> None:
+        """A budget below the limit it must hold could refuse valid traffic."""
+        pairs = (("client_receive_budget", "max_message_bytes", 1),
+                 ("server_receive_budget", "client_receive_budget", 1),
+                 ("client_reply_budget", "max_reply_bytes", REPLY_WORK_FACTOR),
+                 ("server_reply_budget", "client_reply_budget", 1))
+        for budget, limit, factor in pairs:
+            if getattr(self, budget) < factor * getattr(self, limit):
+                times = f"{factor} x " if factor > 1 else ""
+                raise RpcError(
+                    f"RpcConfig.{budget} ({getattr(self, budget)}) must be at least "
+                    f"{times}{limit} ({getattr(self, limit)}), or valid requests could "
+                    f"be refused; raise {ENV_VARS[budget]} or lower {ENV_VARS[limit]}")
 
     @property
     def curve_server(self) -> bool:

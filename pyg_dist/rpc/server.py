@@ -9,13 +9,20 @@ one owner)::
                        +--(I/O thread)-- PULL <==inproc== PUSH ---+
 
 The I/O thread owns the ROUTER and the PULL socket. A request of at most
-``RpcConfig.inline_bytes`` (all frames together) is decoded, validated and
+``RpcConfig.inline_bytes`` (all frames together) whose answer the operation
+estimates at most ``RpcConfig.inline_reply_bytes`` is decoded, validated and
 served right there on the I/O thread: no queue, no worker wake-up, no inproc
-hop, which is most of the cost of a small call. Every bigger request goes to a
-bounded :class:`~pyg_dist.rpc.work_queue.WorkQueue`, which wakes the worker
-that went idle last (its caches are the warm ones); when that queue is full
-the I/O thread stops reading the ROUTER, so TCP pushes back instead of memory
-growing. Workers
+hop, which is most of the cost of a small call. Every bigger request, and
+every small one with a big answer, goes to a bounded
+:class:`~pyg_dist.rpc.work_queue.WorkQueue`, which wakes the worker that went
+idle last (its caches are the warm ones); when that queue is full (in
+requests or in bytes) the I/O thread stops reading the ROUTER, so TCP pushes
+back instead of memory growing.
+
+Byte budgets against hostile peers live in
+:class:`~pyg_dist.rpc.admission.Admission`: connections for which libzmq
+holds too much are cut, requests whose answers would take the reply bytes
+held for a client, or for all, over budget are refused. Workers
 decode and validate a request (:func:`~pyg_dist.rpc.protocol.decode_request`)
 before the handler sees it, run the handler (torch releases the GIL, so
 workers run in parallel), and push the reply frames back over their own
@@ -32,6 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Optional
 
@@ -41,6 +49,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from pyg_dist.errors import ProtocolError, PygDistError, TransportError
 from pyg_dist.rpc import protocol
+from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.containment import FATAL, FailureLog
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
@@ -52,6 +61,8 @@ _failure_log = FailureLog(logger)
 
 Handler = Callable[[dict[str, Any], list[Tensor]], tuple[dict[str, Any], Sequence[Tensor]]]
 """``handler(args, tensors) -> (result, tensors)``."""
+
+__all__ = ["Estimator", "Handler", "RpcServer"]
 
 # Errors a handler raises on purpose to refuse bad input: logged quietly.
 _EXPECTED = (PygDistError, ValueError, TypeError, KeyError, IndexError)
@@ -79,13 +90,19 @@ class RpcServer:
             the request: ones whose cost does not follow the request's size
             (dumping a whole part's edges), which would otherwise hold up the
             I/O thread and every client behind it.
+        estimators: Operation name -> :data:`Estimator` of its answer's
+            size. A request whose estimate exceeds
+            ``config.inline_reply_bytes`` goes to a worker, and the estimate
+            is charged to the client's reply budget before the handler runs.
+            Operations without one are charged nothing.
     """
 
     def __init__(self, handlers: Mapping[str, Handler], bind: str = "tcp://127.0.0.1:0",
                  config: Optional[RpcConfig] = None, name: str = "pyg-dist",
-                 worker_ops: Collection[str] = ()) -> None:
+                 worker_ops: Collection[str] = (),
+                 estimators: Optional[Mapping[str, Estimator]] = None) -> None:
         self._config = config or default_config()
-        self._worker_ops = frozenset(worker_ops)
+        self._admission = Admission(self._config, estimators or {}, worker_ops, name)
         self._handlers: dict[str, Handler] = {"ping": self._ping, **handlers}
         self._bind = bind
         self._name = name
@@ -193,6 +210,11 @@ class RpcServer:
         self._ctx.term()
         logger.info("%s on %s stopped", self._name, self._endpoint)
 
+    def budget_usage(self) -> dict[str, int]:
+        """What the byte budgets see now (for monitoring and tests); see
+        :meth:`Admission.usage <pyg_dist.rpc.admission.Admission.usage>`."""
+        return self._admission.usage()
+
     def _start_authenticator(self) -> None:
         """With CURVE and an authorised-keys directory, admits only those
         clients (ZAP handler in its own thread, on this server's context)."""
@@ -229,10 +251,14 @@ class RpcServer:
     def _open_router(self) -> zmq.Socket:
         router = self._context.socket(zmq.ROUTER)
         router.linger = 0
-        # libzmq drops the connection of a peer sending a frame this large
-        # before buffering it; anything between the two limits gets a clear
-        # error reply from decode_request instead.
-        router.setsockopt(zmq.MAXMSGSIZE, 2 * self._config.max_message_bytes)
+        # libzmq drops the connection of a peer announcing a frame larger
+        # than this before buffering it (handshake commands included); a
+        # request whose frames together exceed it gets an error reply from
+        # decode_request, and one that never ends is the ReceiveGuard's.
+        router.setsockopt(zmq.MAXMSGSIZE, self._config.max_message_bytes)
+        # A peer that connects and never finishes the greeting or the CURVE
+        # handshake is dropped after this long (libzmq's default is 30 s).
+        router.setsockopt(zmq.HANDSHAKE_IVL, int(self._config.handshake_timeout * 1000))
         # Incoming: at most max_queued requests wait in libzmq per client
         # besides the inbox; beyond that libzmq stops reading that client's
         # TCP connection, so a busy server pushes back instead of buffering.
@@ -245,9 +271,11 @@ class RpcServer:
             router.curve_server = True
             router.curve_secretkey = self._config.server_secret_key.encode()
             router.curve_publickey = (self._config.server_public_key or "").encode()
+        self._admission.watch(router)  # before the first connection is accepted
         try:
             router.bind(self._bind)
         except zmq.ZMQError:
+            self._admission.close()
             router.close()  # an open socket would block Context.term()
             raise
         return router
@@ -262,6 +290,7 @@ class RpcServer:
             self._endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
         except zmq.ZMQError as exc:
             self._error = exc
+            self._admission.close()
             for sock in (router, replies):
                 if sock is not None:
                     sock.close()
@@ -276,45 +305,73 @@ class RpcServer:
             self._failure = exc
             self._stopped.set()
         finally:
+            self._admission.close()
             router.close()
             replies.close()
 
     def _io_loop(self, router: zmq.Socket, replies: zmq.Socket) -> None:
+        admission = self._admission
+        monitor = admission.guard.monitor
         both, only_replies = zmq.Poller(), zmq.Poller()
         both.register(router, zmq.POLLIN)
         both.register(replies, zmq.POLLIN)
+        both.register(monitor, zmq.POLLIN)
         only_replies.register(replies, zmq.POLLIN)
-        inline_bytes = self._config.inline_bytes if self._config.workers else -1
-        inbox, stopped = self._inbox, self._stopped
+        only_replies.register(monitor, zmq.POLLIN)
+        stopped = self._stopped
         while True:
-            full = inbox.full()
-            events = dict((only_replies if full else both).poll(_POLL_FULL_MS if full else None))
+            full = self._inbox_full()
+            timeout = admission.guard.timeout_ms(time.monotonic())
+            if full:
+                timeout = _POLL_FULL_MS if timeout is None else min(timeout, _POLL_FULL_MS)
+            events = dict((only_replies if full else both).poll(timeout))
             if replies in events and self._forward_replies(router, replies):
                 return
+            admission.account(monitor in events)
             if router not in events:
                 continue
             for _ in range(_BATCH):
-                if inbox.full() or stopped.is_set():
+                if self._inbox_full() or stopped.is_set():
                     break
                 try:
                     msg = router.recv_multipart(NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                if inline_bytes >= 0 and sum(map(len, msg)) - len(msg[0]) > inline_bytes:
-                    inbox.put_nowait(msg)  # only this thread puts: never full here
+                admission.guard.took(msg)
+                answer = self._take(msg)
+                if answer is None:  # queued for a worker
                     continue
-                # _decode and _serve turn whatever a message causes into an
-                # error reply: no request can end this loop (see containment).
-                decoded = self._decode(msg[1:])  # inline: no hand-off
-                if isinstance(decoded, protocol.Request) and inline_bytes >= 0 \
-                        and decoded.op in self._worker_ops:
-                    inbox.put_nowait((msg[0], decoded))  # slow however small: a worker
-                    continue
-                reply = self._serve(decoded) if isinstance(decoded, protocol.Request) \
-                    else decoded
                 if stopped.is_set():  # as a worker's reply: dropped
                     return
-                self._send_reply(router, [msg[0], *reply])
+                self._admission.send(router, [msg[0], *answer[1]], answer[0])
+
+    def _inbox_full(self) -> bool:
+        return self._inbox.full() or self._admission.inbox_full()
+
+    def _queue(self, item: tuple[int, Any, Any, Any]) -> None:
+        self._admission.queued(item[0])
+        self._inbox.put_nowait(item)  # only the I/O thread puts: never full here
+
+    def _take(self, msg: list[Any]) -> Optional[tuple[int, list[Any]]]:
+        """Serves a request inline, or queues it for a worker (``None``).
+
+        Returns:
+            ``(charge, reply frames)`` of a request served here.
+        """
+        inline_bytes = self._config.inline_bytes if self._config.workers else -1
+        size = sum(map(len, msg)) - len(msg[0])
+        if inline_bytes >= 0 and size > inline_bytes:
+            self._queue((size, msg[0], msg[1:], None))
+            return None
+        decoded = self._decode(msg[1:])  # inline: no hand-off
+        if not isinstance(decoded, protocol.Request):
+            return 0, decoded
+        admission = self._admission
+        estimate = admission.estimate(decoded)
+        if inline_bytes >= 0 and admission.for_worker(decoded, estimate):
+            self._queue((size, msg[0], decoded, estimate))  # slow however small
+            return None
+        return admission.answer(msg[0].bytes, decoded, estimate, self._serve)
 
     def _forward_replies(self, router: zmq.Socket, replies: zmq.Socket) -> bool:
         """Sends the workers' finished replies; returns whether to stop."""
@@ -325,27 +382,7 @@ class RpcServer:
                 return False
             if len(msg) == 1:  # the stop poke
                 return True
-            self._send_reply(router, msg)
-
-    def _send_reply(self, router: zmq.Socket, msg: list[Any]) -> None:
-        try:
-            try:
-                send_frames(router, msg)
-            except zmq.Again:
-                # libzmq learns that a client read its replies from commands
-                # it processes only now and then; reading ZMQ_EVENTS processes
-                # them at once, so a client that does read is not refused
-                # for stale accounting (an inline reply can be that quick).
-                router.getsockopt(zmq.EVENTS)
-                send_frames(router, msg)
-        except zmq.Again:
-            logger.warning("%s: dropping a reply to a client that does not read its "
-                           "replies (%d queued already); its call will time out",
-                           self._name, self._config.reply_hwm)
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            logger.debug("%s: client gone before its reply was sent", self._name)
+            self._admission.send(router, msg[1:], int.from_bytes(msg[0].bytes, "little"))
 
     # Workers #################################################################
 
@@ -360,11 +397,9 @@ class RpcServer:
                 msg = self._inbox.get()
                 if msg is None:
                     return
-                # Neither raises but for FATAL (below): a request fails alone.
-                if isinstance(msg, tuple):  # (identity, request decoded by the I/O thread)
-                    reply = [msg[0], *self._serve(msg[1])]
-                else:
-                    reply = [msg[0], *self.handle(msg[1:])]
+                # _decode and _serve never raise but for FATAL (below): a
+                # request fails alone.
+                reply = self._work(msg)
                 try:
                     # The PULL end has no bound on its queue, so the only
                     # refusal is a closed one: the server is stopping.
@@ -382,6 +417,29 @@ class RpcServer:
         finally:
             if push is not None:
                 push.close()
+
+    def _work(self, item: tuple[int, Any, Any, Any]) -> list[Any]:
+        """A worker's reply to a queued request: ``[charge, identity, *frames]``.
+
+        Args:
+            item: ``(size, identity, frames, None)`` of a request still to be
+                decoded, or ``(size, identity, request, estimate)`` of one the
+                I/O thread decoded.
+        """
+        size, identity, body, estimate = item
+        admission = self._admission
+        try:
+            if estimate is None:
+                body = self._decode(body)
+                if isinstance(body, protocol.Request):
+                    estimate = admission.estimate(body)
+            if isinstance(body, protocol.Request):
+                charge, frames = admission.answer(identity.bytes, body, estimate, self._serve)
+            else:
+                charge, frames = 0, body
+        finally:
+            admission.unqueued(size)
+        return [charge.to_bytes(8, "little"), identity, *frames]
 
     def handle(self, frames: Sequence[Any]) -> list[Any]:
         """Decodes, validates and serves one request; returns reply frames.

@@ -26,7 +26,7 @@ from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
-from pyg_dist.rpc.server import Handler
+from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.local import PartitionFeatureStore, local_rows
 
@@ -34,6 +34,19 @@ Result = tuple[dict[str, Any], list[Tensor]]
 
 _SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed takes
 
+
+# A ``sample`` whose cheap bound (k per seed) stays under this is charged the
+# bound; above it the exact count is worth its gather.
+_EXACT_ABOVE = 1 << 20
+# Memory a sampling kernel needs besides its answer, from reading
+# pyg_dist/kernels/neighbor_sample.py: with replacement or all neighbours,
+# two to three times the answer again in int64/float64 temporaries
+# (measured: RSS +770 MiB for a 256 MiB answer, +283 MiB for a 64 MiB one);
+# without replacement, the sort over every
+# candidate entry costs about 48 bytes per candidate (keys, order,
+# positions, segments), the dense and Floyd kernels less.
+_SAMPLE_WORK_FACTOR = 4
+_SAMPLE_CANDIDATE_BYTES = 48
 
 # Global -> local lookups use a dense table (4 bytes per node of the whole
 # graph) up to this many nodes: one gather instead of a binary search per id,
@@ -171,6 +184,13 @@ class PartitionOps:
         return {"meta": self.meta, "sample": self.sample, "get": self.get,
                 "sizes": self.sizes, "edge_index": self.edge_index, "release": self.release}
 
+    def estimators(self) -> dict[str, Estimator]:
+        """Operation name -> size of the answer it would allocate, for
+        :class:`~pyg_dist.rpc.RpcServer` (routing by cost, reply budgets).
+        ``meta`` and ``sizes`` answer with views or a few bytes: none."""
+        return {"sample": self.sample_bytes, "get": self.get_bytes,
+                "edge_index": self.edge_index_bytes}
+
     def close(self) -> None:
         """Unmaps every client segment still mapped."""
         self.segments.close()
@@ -237,8 +257,53 @@ class PartitionOps:
             "format_version": meta.get("format_version"),
             "partitioner": meta.get("partitioner"),
             "host": self._host,
+            "max_reply_bytes": self.max_reply_bytes,
         }
         return result, [self._book]
+
+    @staticmethod
+    def _fan_out(args: dict[str, Any]) -> tuple[int, bool]:
+        k = _int_arg(args, "num_neighbors", None, -1, 1 << 31)
+        if k is None:
+            raise ProtocolError("argument 'num_neighbors' is required")
+        replace = args.get("replace", False)
+        if not isinstance(replace, bool):
+            raise ProtocolError(f"argument 'replace' must be a bool, got {describe(replace)}")
+        return k, replace
+
+    @staticmethod
+    def _sampled(deg: Tensor, k: int, replace: bool) -> int:
+        """Exact number of neighbours ``sample`` returns for these degrees."""
+        if k == -1:
+            return int(deg.sum())
+        if replace:
+            return k * int((deg > 0).sum())
+        return int(deg.clamp(max=k).sum())
+
+    def sample_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """Memory ``sample`` needs while it runs: its answer and the kernel's
+        temporaries. From the bound of ``k`` per seed when that is small and
+        draws with replacement, else from the seeds' degrees (one gather).
+
+        Raises:
+            ProtocolError: if the answer would exceed the reply limit, or
+                the request is malformed.
+            StoreError: if a seed is not owned by this part.
+        """
+        csc = self._csc_of(args)
+        k, replace = self._fan_out(args)
+        if replace and len(tensors) == 1 and k >= 0:
+            bound = 8 * tensors[0].numel() * (1 + 2 * k) * _SAMPLE_WORK_FACTOR
+            if bound <= _EXACT_ABOVE:
+                return bound
+        rows = self._ids(tensors, csc.dst)
+        deg = csc.deg.index_select(0, rows)
+        answer = 8 * (rows.numel() + 2 * self._sampled(deg, k, replace))
+        self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
+        work = _SAMPLE_WORK_FACTOR * answer
+        if not replace and k != -1 and rows.numel() and k < int(deg.max()):
+            work += _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
+        return work
 
     def sample(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """One hop for owned seeds: tensors ``counts``, ``neighbours``, ``edge_ids``.
@@ -247,12 +312,7 @@ class PartitionOps:
         (int or nil: same seed, same answer), ``edge_type`` (nil).
         """
         csc = self._csc_of(args)
-        k = _int_arg(args, "num_neighbors", None, -1, 1 << 31)
-        if k is None:
-            raise ProtocolError("argument 'num_neighbors' is required")
-        replace = args.get("replace", False)
-        if not isinstance(replace, bool):
-            raise ProtocolError(f"argument 'replace' must be a bool, got {describe(replace)}")
+        k, replace = self._fan_out(args)
         seed = _int_arg(args, "seed", None, *_SEED_RANGE)
         rows = self._ids(tensors, csc.dst)
         start = csc.colptr.index_select(0, rows)
@@ -260,14 +320,8 @@ class PartitionOps:
         # k per seed bounds the answer; the exact count costs ops that only
         # a request near the limit needs.
         if k == -1 or 8 * rows.numel() * (1 + 2 * k) > self.max_reply_bytes:
-            if k == -1:
-                total = int(deg.sum())
-            elif replace:
-                total = k * int((deg > 0).sum())
-            else:
-                total = int(deg.clamp(max=k).sum())
-            self._check_reply(8 * (rows.numel() + 2 * total), "sample",
-                              "use a smaller fan-out or fewer seeds per request")
+            self._check_reply(8 * (rows.numel() + 2 * self._sampled(deg, k, replace)),
+                              "sample", "use a smaller fan-out or fewer seeds per request")
         generator = torch.Generator()
         if seed is None:
             generator.seed()
@@ -277,14 +331,9 @@ class PartitionOps:
         return {}, [counts, csc.row.index_select(0, positions),
                     csc.edge_ids.index_select(0, positions)]
 
-    def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
-
-        With ``shm`` (a segment of a client on this host, see
-        :mod:`pyg_dist.rpc.shared_memory`) the rows are written into the
-        segment, one region per attribute at the offsets the result's
-        ``shm_offsets`` lists, and the reply carries no tensors.
-        """
+    def _get_plan(self, args: dict[str, Any]) -> tuple[Optional[str], list[str],
+                                                      dict[str, dict[str, Any]], int]:
+        """Checks ``get``'s arguments: ``(group, attrs, specs, bytes per row)``."""
         group = _group(args.get("group"))
         attrs = args.get("attrs")
         if not isinstance(attrs, list) or not attrs or \
@@ -297,9 +346,41 @@ class PartitionOps:
             raise StoreError(f"unknown feature(s) {describe(unknown)} of node type "
                              f"{describe(group)}; this "
                              f"graph has {sorted(specs)}")
-        rows = self._ids(tensors, self._index(group))
         row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
                         for a in attrs)
+        return group, attrs, specs, row_bytes
+
+    def get_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """Bytes of ``get``'s answer (rows times the attributes' row bytes),
+        written into shared memory or sent.
+
+        Raises:
+            ProtocolError: if the answer would exceed the reply limit, or
+                the arguments are malformed.
+            StoreError: on features this part does not hold.
+        """
+        if len(tensors) != 1:
+            return 0  # refused by get itself
+        answer = tensors[0].numel() * self._get_plan(args)[3]
+        self._check_reply(answer, "get", "ask for fewer ids per request")
+        return answer
+
+    def edge_index_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """Bytes of ``edge_index``'s answer (three int64 per edge)."""
+        answer = 24 * self._csc_of(args).row.numel()
+        self._check_reply(answer, "edge_index", "raise the limit on the server for this graph")
+        return answer
+
+    def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
+
+        With ``shm`` (a segment of a client on this host, see
+        :mod:`pyg_dist.rpc.shared_memory`) the rows are written into the
+        segment, one region per attribute at the offsets the result's
+        ``shm_offsets`` lists, and the reply carries no tensors.
+        """
+        group, attrs, specs, row_bytes = self._get_plan(args)
+        rows = self._ids(tensors, self._index(group))
         self._check_reply(rows.numel() * row_bytes, "get", "ask for fewer ids per request")
         if "shm" in args:
             return self._get_into_segment(args["shm"], group, attrs, specs, rows)

@@ -65,7 +65,8 @@ class PartitionServer:
         self.config = config or default_config()
         self.ops = PartitionOps(self.reader, part, fs, gs, self.config.max_reply_bytes)
         self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}",
-                              worker_ops=PartitionOps.WORKER_OPS)
+                              worker_ops=PartitionOps.WORKER_OPS,
+                              estimators=self.ops.estimators())
         logger.info("loaded part %d of %s (%s feature store, %s graph store)", part, root,
                     feature_store, graph_store)
 

@@ -50,6 +50,8 @@ class ServerMeta:
         book: The partition book tensor, if the server sent one.
         host: The server's host identity for shared memory
             (:func:`pyg_dist.rpc.shared_memory.host_id`), if it sent one.
+        max_reply_bytes: The server's reply limit, if it sent one; the
+            feature store splits bigger ``get`` answers into several calls.
     """
 
     address: str
@@ -61,6 +63,7 @@ class ServerMeta:
     graph: Any
     book: Optional[Tensor]
     host: Optional[str] = None
+    max_reply_bytes: Optional[int] = None
 
 
 def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = None, *,
@@ -122,7 +125,8 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     router = Router(by_part, book, first.num_nodes, config=config, client=client)
     logger.info("connected to %d servers of a graph with %d nodes, %d edges",
                 len(by_part), first.num_nodes, first.num_edges)
-    return (RemoteFeatureStore(router, first.features, [metas[i].host for i in order]),
+    return (RemoteFeatureStore(router, first.features, [metas[i].host for i in order],
+                               [metas[i].max_reply_bytes for i in order]),
             RemoteGraphStore(router, first.num_edges))
 
 
@@ -163,8 +167,10 @@ def _parse_meta(address: str, reply: Any) -> ServerMeta:
     graph = result.get("graph", result.get("checksum"))
     book = reply.tensors[0] if reply.tensors else None
     host = result.get("host")
+    limit = result.get("max_reply_bytes")
     return ServerMeta(address, part, num_parts, num_nodes, num_edges, features, graph, book,
-                      host if isinstance(host, str) else None)
+                      host if isinstance(host, str) else None,
+                      limit if isinstance(limit, int) and limit > 0 else None)
 
 
 def _check_cluster(metas: list[ServerMeta]) -> list[int]:

@@ -119,15 +119,20 @@ class RemoteFeatureStore(FeatureStore):
         server_hosts: Each part's server's host identity as its ``meta``
             reported it (:func:`pyg_dist.rpc.shared_memory.host_id`); servers
             on this host get shared memory for big replies. ``None``: none.
+        reply_limits: Each part's server's ``max_reply_bytes`` as its
+            ``meta`` reported it; a share of a ``get`` whose answer would be
+            bigger is asked for in several calls. ``None``: no limit known.
     """
 
     def __init__(self, router: Router, features: dict[tuple[Optional[str], str], FeatureInfo],
-                 server_hosts: Optional[Sequence[Optional[str]]] = None) -> None:
+                 server_hosts: Optional[Sequence[Optional[str]]] = None,
+                 reply_limits: Optional[Sequence[Optional[int]]] = None) -> None:
         super().__init__()
         self.router = router
         self.num_nodes = router.num_nodes
         self.features = dict(features)
         self._server_hosts = list(server_hosts or [None] * router.num_parts)
+        self._reply_limits = list(reply_limits or [None] * router.num_parts)
         self._segments: Optional[ClientSegments] = None
         self._segments_lock = threading.Lock()
         self._segments_pid = os.getpid()
@@ -248,7 +253,8 @@ class RemoteFeatureStore(FeatureStore):
                 for info in infos]
         if ids.numel() == 0:
             return outs
-        shares = self.router.split(ids)
+        row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
+        shares = self._within_reply_limits(self.router.split(ids), row_bytes)
         # A server that lost a segment (it restarted) costs one more try; a
         # server that cannot map one at all gets no more (its pool is off).
         # What still fails goes over the socket, with the config's retries.
@@ -260,6 +266,21 @@ class RemoteFeatureStore(FeatureStore):
                 break
         self._fetch_shares(shares, group, names, outs, lend=False)
         return outs
+
+    def _within_reply_limits(self, shares: list[tuple[int, Tensor, Tensor]], row_bytes: int
+                             ) -> list[tuple[int, Tensor, Tensor]]:
+        """Splits every share whose answer would exceed its server's reply
+        limit into shares that fit (they fly together like the others)."""
+        out = []
+        for part, positions, part_ids in shares:
+            limit = self._reply_limits[part]
+            if limit is None or positions.numel() * row_bytes <= limit:
+                out.append((part, positions, part_ids))
+                continue
+            step = max(1, limit // max(1, row_bytes))
+            out += [(part, positions[i:i + step], part_ids[i:i + step])
+                    for i in range(0, positions.numel(), step)]
+        return out
 
     def _fetch_shares(self, shares: list[tuple[int, Tensor, Tensor]], group: Optional[str],
                       names: list[str], outs: list[Tensor], lend: bool = True

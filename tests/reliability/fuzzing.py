@@ -4,11 +4,13 @@ Every message is built from a valid request (``get``, ``sample``, ``meta``,
 ...) and then damaged in one of several ways: bit flips in the header or in a
 tensor frame, random frame counts, wrong or unknown dtypes, shapes that lie
 about the byte count, huge declared sizes, truncated headers, headers whose
-fields have the wrong types, and plain random bytes. A separate family
-(:meth:`RequestFuzzer.nested`) nests one field of the header up to and past
-msgpack's 1,024 levels, served inline or by a worker. No frame is larger than
-the server's request limit plus a margin below ZeroMQ's ``MAXMSGSIZE``, so
-every message reaches the server and gets exactly one reply.
+fields have the wrong types, and plain random bytes. Separate families nest
+one field of the header up to and past msgpack's 1,024 levels
+(:meth:`RequestFuzzer.nested`, served inline or by a worker), send complete
+messages of far too many frames (:class:`ManyFrameFuzzer`) and tiny requests
+with huge answers (:class:`HugeAnswerFuzzer`). No frame is larger than the
+server's request limit (ZeroMQ's ``MAXMSGSIZE``, which drops the connection
+instead), so every message reaches the server and gets exactly one reply.
 """
 
 from __future__ import annotations
@@ -128,8 +130,10 @@ class RequestFuzzer:
         if choice == 2:  # a huge id / op string / args
             return self._edit_header(frames, lambda h: h.update(
                 id=1 << 63, op="x" * 10_000, args={"k" * 100: list(range(1000))}))
-        # A real frame just over the request limit (refused by its size).
-        return [frames[0], bytes(self.limit + 8)]
+        # Real frames just over the request limit together (refused by its
+        # size); each stays within ZeroMQ's MAXMSGSIZE (the limit), beyond
+        # which libzmq drops the connection instead of the server replying.
+        return [frames[0], bytes(self.limit // 2 + 8), bytes(self.limit // 2 + 8)]
 
     def truncate_header(self, frames: Frames) -> Frames:
         head = frames[0]
@@ -198,3 +202,69 @@ def deep_args(args: dict, deep: Raw) -> bytes:
     for key, value in args.items():
         out += msgpack.packb(key) + msgpack.packb(value, use_bin_type=True)
     return bytes(out + msgpack.packb("deep") + deep.data)
+
+
+# Families beyond one damaged request ########################################
+
+
+class ManyFrameFuzzer:
+    """Complete messages with far more frames than a request may have.
+
+    libzmq keeps 64 bytes per frame besides its payload, and the protocol
+    allows at most 64 tensor frames: these messages (65 to 5,000 frames of
+    0 to 16 bytes, with headers declaring none, some or all of them) must
+    each get one error reply, at a bounded cost.
+
+    Args:
+        valid: Makes a valid request for an id (e.g. :meth:`RequestFuzzer.valid`).
+        seed: Seed of the random generator.
+    """
+
+    COUNTS = (65, 66, 100, 257, 1000, 5000)
+
+    def __init__(self, valid: Callable[[int], Frames], seed: int = 0) -> None:
+        self.valid = valid
+        self.rng = random.Random(seed)
+
+    def message(self, req_id: int) -> Frames:
+        """A valid request's header followed by many small frames."""
+        rng = self.rng
+        count = rng.choice(self.COUNTS)
+        frames = [rng.randbytes(rng.randint(0, 16)) for _ in range(count)]
+        head = msgpack.unpackb(self.valid(req_id)[0], raw=False)
+        declared = rng.choice([0, 1, 64, count])
+        head["tensors"] = [["uint8", [len(f)]] for f in frames[:declared]]
+        return [msgpack.packb(head, use_bin_type=True), *frames]
+
+
+class HugeAnswerFuzzer:
+    """Tiny requests with huge answers: ``sample`` with replacement and fan-outs
+    from 2**10 to 2**31 on one to four seeds (answers of 16 KiB up to past the
+    reply limit), and ``get`` of up to 2,000 rows.
+
+    Args:
+        seeds: Owned ids with at least one neighbour (replacement then
+            really draws ``k`` neighbours each).
+        seed: Seed of the random generator.
+    """
+
+    FAN_OUTS = (1 << 10, 1 << 14, 1 << 18, 1 << 24, 1 << 31)
+
+    def __init__(self, seeds: torch.Tensor, seed: int = 0) -> None:
+        self.seeds = seeds
+        self.rng = random.Random(seed)
+
+    def request(self, req_id: int) -> Frames:
+        """One encoded request (its reply may be an answer or a refusal)."""
+        rng = self.rng
+        pick = torch.tensor([rng.randrange(self.seeds.numel())
+                             for _ in range(rng.randint(1, 4))])
+        ids = self.seeds[pick]
+        if rng.random() < 0.25:
+            rows = self.seeds[torch.arange(rng.choice([1, 100, 2000])) % self.seeds.numel()]
+            frames = protocol.encode_request(req_id, "get", {"attrs": ["x"]}, [rows])
+        else:
+            args = {"num_neighbors": rng.choice(self.FAN_OUTS), "replace": True,
+                    "seed": rng.randint(0, 1 << 20)}
+            frames = protocol.encode_request(req_id, "sample", args, [ids])
+        return [bytes(f) for f in frames]

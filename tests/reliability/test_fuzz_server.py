@@ -3,8 +3,10 @@ process from a bare DEALER socket, many in flight at once.
 
 Every request gets exactly one reply (an error for the damaged ones), the
 process stays up, its memory does not grow without bound, and a valid
-request afterwards is answered correctly. Figures (requests, rate, RSS) are
-printed; run with ``-s`` to see them.
+request afterwards is answered correctly. Two more families run on their
+own: complete messages of far too many frames, and tiny requests with huge
+answers (big fan-outs with replacement, big ``get``s). Figures (requests,
+rate, RSS) are printed; run with ``-s`` to see them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import msgpack
 import psutil
 import pytest
 import torch
-from fuzzing import RequestFuzzer
+from fuzzing import HugeAnswerFuzzer, ManyFrameFuzzer, RequestFuzzer
 from reliability_checks import LIMIT
 from support.rawzmq import RawDealer
 
@@ -121,3 +123,45 @@ def test_nested_header_family_leaves_the_server_serving(part0_server, part0, cor
     assert proc.poll() is None
     assert after - before < MAX_RSS_GROWTH
     _check_serves_correctly(endpoint, cora_data, owned)
+
+def _fuzz_family(proc, endpoint: str, messages, name: str,
+                 max_growth: int = MAX_RSS_GROWTH) -> dict[str, int]:
+    """Pumps one family's messages, printing its figures."""
+    with RawDealer(endpoint, timeout=60) as dealer:
+        before = _rss(proc.pid)
+        start = time.monotonic()
+        counts = _pump(dealer, messages, WINDOW)
+        seconds = time.monotonic() - start
+        after = _rss(proc.pid)
+    print(f"\nfuzz {name}: {counts['sent']} messages in {seconds:.1f}s, {counts['received']} "
+          f"replies, {counts['ok']} 'ok'; server RSS {before / 2**20:.1f} MiB before, "
+          f"{after / 2**20:.1f} MiB after")
+    assert counts["received"] == counts["sent"]  # one reply each, none lost
+    assert proc.poll() is None
+    assert after - before < max_growth
+    return counts
+
+
+@pytest.mark.timeout(240)
+def test_messages_of_many_frames_each_get_one_reply(part0_server, part0, cora_data):
+    proc, endpoint = part0_server
+    fuzzer = ManyFrameFuzzer(RequestFuzzer(part0.node_ids, LIMIT, seed=7).valid, seed=2026)
+    counts = _fuzz_family(proc, endpoint, (fuzzer.message(i) for i in range(600)),
+                          "many frames (65 to 5,000 per message)")
+    assert counts["ok"] == 0  # no request may have that many frames
+    _check_serves_correctly(endpoint, cora_data, part0.node_ids)
+
+
+@pytest.mark.timeout(240)
+def test_tiny_requests_with_huge_answers_leave_the_server_serving(part0_server, part0,
+                                                                 cora_data):
+    proc, endpoint = part0_server
+    degree = part0.indptr[1:] - part0.indptr[:-1]
+    fuzzer = HugeAnswerFuzzer(part0.node_ids[degree > 0], seed=2026)
+    # Answers of up to 16 MiB, 8 in flight, may stay in the allocator; the
+    # bound is what the server may hold for one client's replies.
+    counts = _fuzz_family(proc, endpoint, (fuzzer.request(i) for i in range(300)),
+                          "huge answers (fan-outs up to 2**31, gets of 2,000 rows)",
+                          max_growth=RpcConfig().client_reply_budget + (64 << 20))
+    assert 0 < counts["ok"] < counts["sent"]  # answered up to the limit, refused past it
+    _check_serves_correctly(endpoint, cora_data, part0.node_ids)

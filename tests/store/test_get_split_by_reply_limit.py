@@ -1,0 +1,43 @@
+"""A ``get`` whose answer is over a server's reply limit is split by the
+trainer's feature store into calls within it (servers report the limit in
+``meta``), over the socket and through shared memory alike."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import TensorAttr
+
+from pyg_dist.partitioning.writer import partition
+from pyg_dist.rpc import RpcConfig
+from pyg_dist.server import PartitionServer
+from pyg_dist.store.connect import connect
+
+ROW_BYTES = 1433 * 4 + 8  # Cora's x (float32) and y (int64)
+
+
+@pytest.fixture(scope="module")
+def small_limit_servers(data, tmp_path_factory):
+    """Cora in 2 parts, each served in-process with a reply limit of 100 rows."""
+    root = str(tmp_path_factory.mktemp("cora2-split") / "parts")
+    partition(data, 2, root, partitioner="random")
+    config = RpcConfig(workers=1, max_reply_bytes=100 * ROW_BYTES)
+    servers = [PartitionServer(root, part, config=config) for part in range(2)]
+    try:
+        yield [server.start() for server in servers]
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.mark.parametrize("shared_memory", [0, 256 << 20], ids=["socket", "shared-memory"])
+def test_a_get_over_the_reply_limit_is_split_and_correct(data, small_limit_servers,
+                                                         shared_memory):
+    ids = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))[:1500]
+    fs, _ = connect(small_limit_servers, RpcConfig(shared_memory_bytes=shared_memory))
+    with fs:
+        x, y = fs.multi_get_tensor([TensorAttr(None, "x", ids), TensorAttr(None, "y", ids)])
+    # ~750 rows per server, 100 per call: before, one call per server and
+    # a 'reply limit' error.
+    assert torch.equal(x, data.x[ids])
+    assert torch.equal(y, data.y[ids])

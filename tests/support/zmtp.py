@@ -1,0 +1,104 @@
+"""A raw TCP peer speaking just enough ZMTP 3 to misbehave.
+
+A real ZeroMQ socket never puts an unfinished multipart message on the wire
+(libzmq flushes only complete messages) and always finishes its handshake;
+a hostile peer does neither. :class:`RawPeer` writes the greeting, the NULL
+handshake and single frames by hand, so tests can send frames with the
+more-flag set and never the last one, or announce a huge CURVE handshake
+command and never finish it.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from urllib.parse import urlsplit
+
+GREETING_BYTES = 64
+
+
+def greeting(mechanism: bytes = b"NULL") -> bytes:
+    """The 64-byte ZMTP 3.0 greeting of a client using ``mechanism``."""
+    return (b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + mechanism.ljust(20, b"\0")
+            + b"\0" + bytes(31))
+
+
+def frame_header(size: int, more: bool = False, command: bool = False) -> bytes:
+    """The flags and size of one frame (short form up to 255 bytes)."""
+    flags = (1 if more else 0) | (4 if command else 0)
+    if size <= 255:
+        return bytes([flags, size])
+    return bytes([flags | 2]) + struct.pack(">Q", size)
+
+
+def ready_command(socket_type: bytes = b"DEALER") -> bytes:
+    """The NULL mechanism's READY command announcing ``socket_type``."""
+    name = b"Socket-Type"
+    body = (b"\x05READY" + bytes([len(name)]) + name + struct.pack(">I", len(socket_type))
+            + socket_type)
+    return frame_header(len(body), command=True) + body
+
+
+class RawPeer:
+    """One TCP connection to a ZeroMQ endpoint, written to byte by byte.
+
+    Args:
+        endpoint: ``tcp://host:port`` of the server.
+        mechanism: ``b"NULL"`` (the greeting and READY are sent at once) or
+            ``b"CURVE"`` (only the greeting: the handshake is the test's).
+        timeout: Seconds a send may block before it raises.
+    """
+
+    def __init__(self, endpoint: str, mechanism: bytes = b"NULL",
+                 timeout: float = 10.0) -> None:
+        url = urlsplit(endpoint)
+        self.sock = socket.create_connection((url.hostname, url.port), timeout=timeout)
+        self.sent = 0
+        self.send(greeting(mechanism))
+        if mechanism == b"NULL":
+            self.send(ready_command())
+
+    def send(self, data: bytes) -> None:
+        """Sends ``data`` as is.
+
+        Raises:
+            OSError: once the server has cut the connection (broken pipe,
+                reset) or the send blocked past the timeout.
+        """
+        self.sock.sendall(data)
+        self.sent += len(data)
+
+    def frames(self, size: int, count: int, more: bool = True) -> int:
+        """Sends ``count`` frames of ``size`` zero bytes, each with the
+        more-flag (so the message never ends); stops when the server cuts
+        the connection. Returns how many frames went out."""
+        chunk = frame_header(size, more) + bytes(size)
+        for i in range(count):
+            try:
+                self.send(chunk)
+            except OSError:
+                return i
+        return count
+
+    def is_cut(self, wait: float = 5.0) -> bool:
+        """Whether the server closed the connection (EOF or reset) within
+        ``wait`` seconds; bytes the server sent (its greeting) are skipped."""
+        self.sock.settimeout(wait)
+        try:
+            while True:
+                if not self.sock.recv(1 << 16):
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        """Closes the connection."""
+        self.sock.close()
+
+    def __enter__(self) -> RawPeer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
