@@ -181,9 +181,10 @@ def test_host_and_port_without_a_scheme_mean_tcp(served):
 
 
 def _nested_id_reply(depth: int) -> bytes:
-    """A reply header ``{"id": [[[...nil...]]], "status": "ok"}`` (msgpack)."""
-    return (b"\x82\xa2id" + b"\x91" * depth + b"\xc0"
-            + b"\xa6status\xa2ok")
+    """A reply header ``{"version": PROTOCOL_VERSION, "id": [[[...nil...]]],
+    "status": "ok"}`` in msgpack, the id nested ``depth`` deep."""
+    return (b"\x83\xa7version" + bytes([protocol.PROTOCOL_VERSION]) + b"\xa2id"
+            + b"\x91" * depth + b"\xc0" + b"\xa6status\xa2ok")
 
 
 def test_a_reply_that_breaks_the_decoder_does_not_stop_the_client():
