@@ -11,7 +11,8 @@ its calls early. Calls sent to it and awaiting a reply fail at once with
 :class:`~pyg_dist.errors.ServerUnavailableError` (idempotent ones with
 retries left are sent again instead). Calls issued while it is down are
 queued by libzmq and go out when it reconnects; if it has not come back
-within ``reconnect_grace`` they fail the same way (or are sent again).
+within ``reconnect_grace`` they fail the same way (the client passes an
+infinite grace when retries are configured: the deadline decides then).
 Either way a call never waits past its own deadline.
 """
 

@@ -93,7 +93,10 @@ class RpcClient:
         # so done-callbacks that run under it may call again.
         self._io_lock = threading.Lock()
         self._sockets: list[zmq.Socket] = []  # open while the I/O thread runs
-        self._state = IoState(PeerStates(len(self._endpoints)), self._config.reconnect_grace)
+        # A deployment that asked for retries wants to ride out a restart
+        # (retries x timeout): there a call to a lost server keeps its deadline.
+        grace = self._config.reconnect_grace if not self._config.retries else float("inf")
+        self._state = IoState(PeerStates(len(self._endpoints)), grace)
         self._io_wakes_at = 0.0  # when the I/O thread next wakes by itself
         self._wake_pending = False
         self._closed = False

@@ -129,7 +129,10 @@ class RpcConfig:
         reconnect_grace: How long a call to a server whose connection was
             lost waits for the client to reconnect (libzmq retries every
             second at most) before it fails with ``ServerUnavailableError``;
-            a server restarted on the same address within the grace serves it.
+            a server restarted on the same address within the grace serves
+            it. Only with ``retries=0``: with retries, such a call keeps its
+            whole deadline, so that ``retries * timeout`` still covers a
+            restart.
     """
 
     timeout: float = 30.0

@@ -27,8 +27,9 @@ from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.store.connect import connect
 
 # Each attempt's deadline, and enough attempts to cover a server restart
-# (seconds on a busy machine).
-RETRY_CONFIG = RpcConfig(timeout=3.0, retries=8, retry_backoff=0.1, retry_backoff_max=1.0,
+# (seconds on a busy machine, up to half a minute at a load of 10 on two
+# cores; the lost attempt ends at the kill, not at its deadline).
+RETRY_CONFIG = RpcConfig(timeout=3.0, retries=12, retry_backoff=0.1, retry_backoff_max=1.0,
                          connect_timeout=30.0)
 
 

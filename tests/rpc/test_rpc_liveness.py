@@ -121,6 +121,22 @@ def test_a_call_to_a_server_that_stays_down_fails_after_the_grace():
     assert err.address == endpoint and "reconnect_grace" in str(err)
 
 
+def test_with_retries_configured_a_lost_server_is_waited_for_past_the_grace():
+    # A deployment that asked for retries rides out restarts: the deadline
+    # decides, not the reconnect grace.
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    config = FAST.replace(retries=1, reconnect_grace=0.3)
+    with RpcClient([endpoint], config) as client:
+        with RpcServer(HANDLERS, endpoint, FAST):
+            client.call(0, "echo")
+        time.sleep(0.3)
+        future = client.call_async(0, "echo", {"n": 2})
+        time.sleep(1.0)  # three graces
+        assert not future.done()
+        with RpcServer(HANDLERS, endpoint, FAST):
+            assert future.result(timeout=DEADLINE).result == {"args": {"n": 2}}
+
+
 def test_a_server_never_reached_keeps_the_deadline_and_times_out():
     # Nothing was ever connected, so nothing was lost: the deadline decides.
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
