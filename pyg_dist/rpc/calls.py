@@ -1,13 +1,25 @@
 """Bookkeeping of an :class:`~pyg_dist.rpc.client.RpcClient`'s calls.
 
 Used only under the client's I/O lock (it does no locking of its own): calls
-sent and awaiting a reply, their deadlines in a heap, and calls libzmq
-refused for now.
+sent and awaiting a reply, their deadlines in a heap, calls libzmq refused
+for now, and the replies and connection events that complete them. A reply
+or event that cannot be handled is logged and dropped (its call then fails
+at its deadline): it must never stop the thread reading it.
+
+A server's lost connection (:mod:`pyg_dist.rpc.liveness`) ends the wait of
+its calls early. Calls sent to it and awaiting a reply fail at once with
+:class:`~pyg_dist.errors.ServerUnavailableError` (idempotent ones with
+retries left are sent again instead). Calls issued while it is down are
+queued by libzmq and go out when it reconnects; if it has not come back
+within ``reconnect_grace`` they fail the same way (the client passes an
+infinite grace when retries are configured: the deadline decides then).
+Either way a call never waits past its own deadline.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from collections.abc import Sequence
 from concurrent import futures
@@ -16,8 +28,19 @@ from typing import Any, Optional
 
 import zmq
 
-from pyg_dist.errors import RpcTimeoutError
-from pyg_dist.rpc.sockets import send_frames
+from pyg_dist.errors import (
+    ProtocolError,
+    RemoteError,
+    RpcTimeoutError,
+    ServerUnavailableError,
+)
+from pyg_dist.rpc import protocol
+from pyg_dist.rpc.liveness import DOWN, PeerStates
+from pyg_dist.rpc.protocol import ErrorReply
+from pyg_dist.rpc.sockets import NOBLOCK, POLLIN, send_frames
+from pyg_dist.rpc.wire_values import error_text
+
+logger = logging.getLogger(__name__)
 
 MAX_POLL_MS = 1000
 BACKLOG_POLL_MS = 10
@@ -40,25 +63,118 @@ class Call:
     backoff_max: float = 0.0
     attempts: int = 1
     sent: bool = False
+    # When the call gives up waiting for its lost server to come back.
+    unavailable_at: float = float("inf")
 
 
 class IoState:
     """Calls awaiting a reply, with their deadlines, and calls that could not
-    be sent yet (under the client's I/O lock only)."""
+    be sent yet (under the client's I/O lock only).
 
-    def __init__(self) -> None:
+    Args:
+        peers: The connection state of every server.
+        reconnect_grace: Seconds a call waits for a lost server to reconnect.
+    """
+
+    def __init__(self, peers: PeerStates, reconnect_grace: float) -> None:
+        self.peers = peers
+        self.reconnect_grace = reconnect_grace
         self.pending: dict[Optional[int], Call] = {}
         self._deadlines: list[tuple[float, int]] = []
         # Calls libzmq refused for now (no connection: a failed handshake, a
         # full queue); re-tried every loop until they go or their deadline
         # passes, so a call never fails earlier than its deadline.
         self._backlog: list[Call] = []
-        # (time, req_id) of idempotent calls to send again after a timeout.
+        # (time, req_id) of idempotent calls to send again after a timeout
+        # or a lost connection.
         self._resends: list[tuple[float, int]] = []
 
     def add(self, call: Call) -> None:
         self.pending[call.req_id] = call
         heapq.heappush(self._deadlines, (call.deadline, call.req_id))
+        if self.peers.is_down(call.server):
+            self._wait_for_reconnect(call, time.monotonic())
+
+    def _wait_for_reconnect(self, call: Call, now: float) -> None:
+        if call.unavailable_at == float("inf") and call.deadline > now + self.reconnect_grace:
+            call.unavailable_at = now + self.reconnect_grace
+            heapq.heappush(self._deadlines, (call.unavailable_at, call.req_id))
+
+    def read_events(self, server: int, monitor: zmq.Socket, sock: zmq.Socket,
+                    address: str) -> None:
+        """Takes in the connection events of ``server`` (socket ``sock`` at
+        ``address``) waiting on its ``monitor`` socket."""
+        try:
+            changes = self.peers.read(server, monitor)
+        except Exception:  # one bad event must not stop the I/O thread
+            logger.exception("dropping unreadable connection events of %s", address)
+            return
+        for change in changes:
+            logger.info("connection to %s %s", address, "lost" if change == DOWN else "up")
+            if change == DOWN:
+                # Replies that arrived before the connection ended answer
+                # their calls; only the others lost their server.
+                self.drain_replies(sock, address)
+                self.lost(server, address)
+
+    def drain_replies(self, sock: zmq.Socket, address: str) -> None:
+        """Completes the calls of every reply waiting on ``sock`` (from the
+        server at ``address``); once none is left the socket's descriptor
+        signals the next."""
+        # Asking for the socket's events re-arms its descriptor just as a
+        # refused read would, at half the cost of the zmq.Again exception.
+        while sock.getsockopt(zmq.EVENTS) & POLLIN:
+            try:
+                frames = sock.recv_multipart(NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                self._complete(frames, address)
+            except Exception:  # one bad reply must not stop the reading thread
+                logger.exception("dropping a reply from %s that could not be handled",
+                                 address)
+
+    def _complete(self, frames: list[zmq.Frame], address: str) -> None:
+        try:
+            req_id, content = protocol.decode_reply(frames)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # hostile or broken: fails its own call at most
+            text = error_text(exc, 500) if isinstance(exc, ProtocolError) \
+                else f"{type(exc).__name__}: {error_text(exc, 500)}"
+            call = self.pending.pop(protocol.peek_id(frames), None)
+            if call is None:
+                logger.warning("dropping malformed reply from %s: %s", address, text)
+            else:
+                fail(call.future, ProtocolError(
+                    f"malformed reply from {address} to {call.op!r}: {text}",
+                    address=address, op=call.op))
+            return
+        call = self.pending.pop(req_id, None)
+        if call is None:
+            logger.debug("late or unknown reply %s from %s", req_id, address)
+        elif isinstance(content, ErrorReply):
+            fail(call.future, RemoteError(content.message, address=address, op=call.op,
+                                           remote_type=content.type))
+        else:
+            call.future.set_result(content)
+
+    def lost(self, server: int, address: str) -> None:
+        """Server ``server`` lost its connection: its calls awaiting a reply
+        fail now (or are sent again), the others wait for a reconnect."""
+        now = time.monotonic()
+        for call in [c for c in self.pending.values() if c.server == server]:
+            if not call.sent:
+                self._wait_for_reconnect(call, now)
+            elif call.retries:
+                self._resend_later(call, now)
+            else:
+                del self.pending[call.req_id]
+                fail(call.future, ServerUnavailableError(
+                    f"lost the connection to {address} while {call.op!r} awaited its "
+                    f"reply: the server closed it (its process ended?) or stopped "
+                    f"answering heartbeats; is it running and reachable?",
+                    address=address, op=call.op))
 
     def send(self, sock: zmq.Socket, call: Call) -> bool:
         try:
@@ -98,30 +214,61 @@ class IoState:
         return max(0, min(limit, int(left * 1000) + 1))
 
     def expire(self, endpoints: Sequence[str]) -> None:
+        """Fails (or re-sends) the calls whose deadline or reconnect grace
+        passed."""
         now = time.monotonic()
         while self._deadlines and self._deadlines[0][0] <= now:
             _, req_id = heapq.heappop(self._deadlines)
             call = self.pending.get(req_id)
-            if call is None or call.deadline > now:  # answered, or an old deadline
+            if call is None:  # answered
                 continue
-            if call.retries:
-                # Idempotent: send it again after a pause, with a fresh
-                # deadline; a late reply to any attempt completes the call.
-                call.retries -= 1
-                resend_at = now + call.backoff
-                call.backoff = min(2 * call.backoff, call.backoff_max)
-                call.deadline = resend_at + call.timeout
-                heapq.heappush(self._resends, (resend_at, req_id))
-                heapq.heappush(self._deadlines, (call.deadline, req_id))
-                continue
-            del self.pending[req_id]
-            address = endpoints[call.server]
-            unsent = "" if call.sent else " (it could not even be sent: no connection)"
-            tries = f" in each of {call.attempts} attempts" if call.attempts > 1 else ""
-            fail(call.future, RpcTimeoutError(
-                f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s{tries}"
-                f"{unsent}; is the server running and reachable, and do the CURVE "
-                f"keys match?", address=address, op=call.op))
+            if call.deadline <= now:
+                self._timed_out(call, endpoints[call.server], now)
+            elif call.unavailable_at <= now:
+                call.unavailable_at = float("inf")
+                if self.peers.is_down(call.server):  # else it came back: wait on
+                    self._unavailable(call, endpoints[call.server], now)
+            # else an old deadline of a call sent again
+
+    def _timed_out(self, call: Call, address: str, now: float) -> None:
+        if call.retries:
+            self._resend_later(call, now)
+            return
+        del self.pending[call.req_id]
+        unsent = "" if call.sent else " (it could not even be sent: no connection)"
+        down = "" if not self.peers.is_down(call.server) else \
+            " (its connection is lost and has not come back)"
+        tries = f" in each of {call.attempts} attempts" if call.attempts > 1 else ""
+        fail(call.future, RpcTimeoutError(
+            f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s{tries}"
+            f"{unsent}{down}; is the server running and reachable, and do the CURVE "
+            f"keys match?", address=address, op=call.op))
+
+    def _unavailable(self, call: Call, address: str, now: float) -> None:
+        if call.retries:
+            self._resend_later(call, now)
+            return
+        del self.pending[call.req_id]
+        since = now - (self.peers.down_since(call.server) or now)
+        fail(call.future, ServerUnavailableError(
+            f"{call.op!r} to {address} got no reply: the connection to the server was "
+            f"lost {since:.3g}s ago and did not come back within "
+            f"{self.reconnect_grace:.3g}s (RpcConfig.reconnect_grace); is the server "
+            f"running and reachable?", address=address, op=call.op))
+
+    def _resend_later(self, call: Call, now: float) -> None:
+        # Idempotent: send it again after a pause, with a fresh deadline; a
+        # late reply to any attempt completes the call.
+        call.retries -= 1
+        resend_at = now + call.backoff
+        call.backoff = min(2 * call.backoff, call.backoff_max)
+        call.deadline = resend_at + call.timeout
+        call.sent = False  # a connection lost meanwhile does not cost another retry
+        call.unavailable_at = float("inf")
+        heapq.heappush(self._resends, (resend_at, call.req_id))
+        heapq.heappush(self._deadlines, (call.deadline, call.req_id))
+        if self.peers.is_down(call.server):
+            self._wait_for_reconnect(call, now)
 
 
 def fail(future: futures.Future, exc: BaseException) -> None:

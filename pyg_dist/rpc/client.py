@@ -17,6 +17,14 @@ A ZeroMQ socket's file descriptor only signals changes: an operation on the
 socket may take in the notice of a reply that arrived. So whoever sends on
 a socket then reads every reply waiting there before it lets go of the
 lock; the descriptor then signals the next one.
+
+A dead, frozen or unreachable server is noticed by its lost connection
+(:mod:`pyg_dist.rpc.liveness`: connection events and ZMTP heartbeats, read
+by the I/O thread from one monitor socket per server that no other thread
+touches), not at the deadline: its calls fail with
+:class:`~pyg_dist.errors.ServerUnavailableError` (see
+:mod:`pyg_dist.rpc.calls`). A reply or event the I/O thread cannot handle
+is logged and dropped; it never stops the thread.
 """
 
 from __future__ import annotations
@@ -34,19 +42,14 @@ from typing import Any, Literal, Optional
 import zmq
 from torch import Tensor
 
-from pyg_dist.errors import (
-    ProtocolError,
-    RemoteError,
-    RpcError,
-    RpcTimeoutError,
-    TransportError,
-)
+from pyg_dist.errors import ProtocolError, RpcError, RpcTimeoutError, TransportError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.calls import Call, IoState, fail
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.protocol import ErrorReply, Reply
-from pyg_dist.rpc.sockets import NOBLOCK, POLLIN
-from pyg_dist.rpc.wire_values import describe, error_text
+from pyg_dist.rpc.dealer import open_dealer
+from pyg_dist.rpc.endpoints import normalize_endpoint
+from pyg_dist.rpc.liveness import PeerStates, close_monitor
+from pyg_dist.rpc.protocol import Reply
 
 logger = logging.getLogger(__name__)
 
@@ -66,17 +69,22 @@ class RpcClient:
     for one.
 
     Args:
-        endpoints: The servers' ZeroMQ endpoints, e.g. ``tcp://host:port``;
-            calls name a server by its index in this list.
+        endpoints: The servers' addresses, ``tcp://host:port``, ``host:port``
+            (read as TCP) or ``ipc://path``; calls name a server by its index
+            in this list.
         config: Deadlines and limits; :func:`default_config` by default.
+
+    Raises:
+        RpcError: if ``endpoints`` is empty or an address does not parse
+            (before any socket or thread exists).
     """
 
     def __init__(self, endpoints: Sequence[str], config: Optional[RpcConfig] = None) -> None:
         if isinstance(endpoints, str) or not endpoints:
-            raise RpcError("endpoints must be a non-empty list of ZeroMQ endpoints, "
-                           f"got {endpoints!r}")
+            raise RpcError("endpoints must be a non-empty list of server addresses like "
+                           "tcp://host:port")
+        self._endpoints = tuple(normalize_endpoint(e) for e in endpoints)
         self._config = config or default_config()
-        self._endpoints = tuple(endpoints)
         self._ctx = zmq.Context()
         self._commands: collections.deque[Call] = collections.deque()
         self._lock = threading.Lock()  # the command deque and the closed flag
@@ -85,7 +93,10 @@ class RpcClient:
         # so done-callbacks that run under it may call again.
         self._io_lock = threading.Lock()
         self._sockets: list[zmq.Socket] = []  # open while the I/O thread runs
-        self._state = IoState()
+        # A deployment that asked for retries wants to ride out a restart
+        # (retries x timeout): there a call to a lost server keeps its deadline.
+        grace = self._config.reconnect_grace if not self._config.retries else float("inf")
+        self._state = IoState(PeerStates(len(self._endpoints)), grace)
         self._io_wakes_at = 0.0  # when the I/O thread next wakes by itself
         self._wake_pending = False
         self._closed = False
@@ -102,7 +113,7 @@ class RpcClient:
 
     @property
     def endpoints(self) -> tuple[str, ...]:
-        """The server endpoints, in the order calls index them."""
+        """The server endpoints (normalised), in the order calls index them."""
         return self._endpoints
 
     @property
@@ -119,7 +130,11 @@ class RpcClient:
 
         The future fails with :class:`RemoteError` (the server's error
         message intact), :class:`RpcTimeoutError` (no reply within the
-        deadline; names the address and op) or another :class:`RpcError`.
+        deadline; names the address and op),
+        :class:`~pyg_dist.errors.ServerUnavailableError` (the connection to
+        the server was lost while the call awaited its reply, or did not
+        come back within ``config.reconnect_grace``; names the address and
+        op) or another :class:`RpcError`.
 
         Args:
             server: Index of the server in :attr:`endpoints`.
@@ -130,7 +145,8 @@ class RpcClient:
             timeout: Deadline in seconds; ``config.timeout`` by default (of
                 each attempt, when retried).
             idempotent: Whether the request may be sent again when no reply
-                came within the deadline: up to ``config.retries`` more
+                came within the deadline or the connection was lost: up to
+                ``config.retries`` more
                 attempts, after a pause of ``config.retry_backoff`` doubling
                 up to ``config.retry_backoff_max``. Only for reads.
 
@@ -197,8 +213,9 @@ class RpcClient:
             state, sock = self._state, self._sockets[call.server]
             state.add(call)
             sent = state.send(sock, call)
-            self._drain_replies(call.server, sock, state)
-            return "sent" if sent and call.deadline >= self._io_wakes_at else "wake"
+            state.drain_replies(sock, self._endpoints[call.server])
+            due = min(call.deadline, call.unavailable_at)
+            return "sent" if sent and due >= self._io_wakes_at else "wake"
         finally:
             self._io_lock.release()
 
@@ -272,37 +289,20 @@ class RpcClient:
 
     # I/O thread ##############################################################
 
-    def _open(self, endpoint: str) -> zmq.Socket:
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.linger = 0
-        # Queue rather than refuse while a server (re)starts; deadlines bound
-        # how long a call can wait there.
-        sock.sndhwm = self._config.max_in_flight + 16
-        sock.rcvhwm = 0
-        sock.setsockopt(zmq.RECONNECT_IVL, 100)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
-        if self._config.curve_client:
-            public, secret = self._config.client_public_key, self._config.client_secret_key
-            if public is None or secret is None:
-                public_b, secret_b = zmq.curve_keypair()
-            else:
-                public_b, secret_b = public.encode(), secret.encode()
-            sock.curve_serverkey = self._config.server_public_key.encode()
-            sock.curve_publickey = public_b
-            sock.curve_secretkey = secret_b
-        sock.connect(endpoint)
-        return sock
-
     def _io_main(self) -> None:
         state = self._state
         failure: Optional[BaseException] = None
+        monitors: list[zmq.Socket] = []
         try:
             with self._io_lock:
                 for endpoint in self._endpoints:
-                    self._sockets.append(self._open(endpoint))
+                    sock, monitor = open_dealer(self._ctx, endpoint, self._config,
+                                                state.peers)
+                    self._sockets.append(sock)
+                    monitors.append(monitor)
                 fds = [sock.getsockopt(zmq.FD) for sock in self._sockets]
             self._started.set()
-            self._io_loop(fds, state)
+            self._io_loop(fds, monitors, state)
         except BaseException as exc:
             logger.exception("RPC client I/O thread failed")
             failure = exc
@@ -321,15 +321,20 @@ class RpcClient:
                 fail(call.future, TransportError(
                     f"call {call.op!r} to {self._endpoints[call.server]} aborted: {reason}",
                     address=self._endpoints[call.server], op=call.op))
+            for sock, monitor in zip(sockets, monitors):
+                close_monitor(sock, monitor)
             for sock in sockets:
                 sock.close()
 
-    def _io_loop(self, fds: list[int], state: IoState) -> None:
+    def _io_loop(self, fds: list[int], monitors: list[zmq.Socket], state: IoState) -> None:
         # The sockets' descriptors, not the sockets: polling a socket itself
-        # would use it, and callers may be sending on it meanwhile.
+        # would use it, and callers may be sending on it meanwhile. The
+        # monitor sockets are this thread's alone: polled as sockets.
         poller = zmq.Poller()
         for fd in fds:
             poller.register(fd, zmq.POLLIN)
+        for monitor in monitors:
+            poller.register(monitor, zmq.POLLIN)
         wake = self._wake_r.fileno()
         poller.register(wake, zmq.POLLIN)
         sockets = self._sockets
@@ -346,7 +351,11 @@ class RpcClient:
                 # signalled: cheap (one look at its events each), and no
                 # reply can wait unnoticed.
                 for index, sock in enumerate(sockets):
-                    self._drain_replies(index, sock, state)
+                    state.drain_replies(sock, self._endpoints[index])
+                for index, monitor in enumerate(monitors):
+                    if monitor in events:
+                        state.read_events(index, monitor, sockets[index],
+                                          self._endpoints[index])
                 state.expire(self._endpoints)
                 timeout = state.poll_ms()
                 self._io_wakes_at = time.monotonic() + timeout / 1000
@@ -368,41 +377,6 @@ class RpcClient:
             state.add(call)
             state.send(sockets[call.server], call)
         return closing
-
-    def _drain_replies(self, index: int, sock: zmq.Socket, state: IoState) -> None:
-        """Completes the calls of every reply waiting on ``sock`` (I/O lock
-        held); once none is left the socket's descriptor signals the next."""
-        address = self._endpoints[index]
-        # Asking for the socket's events re-arms its descriptor just as a
-        # refused read would, at half the cost of the zmq.Again exception.
-        while sock.getsockopt(zmq.EVENTS) & POLLIN:
-            try:
-                frames = sock.recv_multipart(NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            try:
-                req_id, content = protocol.decode_reply(frames)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:  # hostile or broken: fails its own call at most
-                text = f"{type(exc).__name__}: {error_text(exc, 500)}" \
-                    if not isinstance(exc, ProtocolError) else error_text(exc, 500)
-                call = state.pending.pop(protocol.peek_id(frames), None)
-                if call is None:
-                    logger.warning("dropping malformed reply from %s: %s", address, text)
-                else:
-                    fail(call.future, ProtocolError(
-                        f"malformed reply from {address} to {call.op!r}: {text}",
-                        address=address, op=call.op))
-                continue
-            call = state.pending.pop(req_id, None)
-            if call is None:
-                logger.debug("late or unknown reply %r from %s", req_id, address)
-            elif isinstance(content, ErrorReply):
-                fail(call.future, RemoteError(content.message, address=address, op=call.op,
-                                               remote_type=content.type))
-            else:
-                call.future.set_result(content)
 
 
 def _result(future: futures.Future, wait: float, address: str, op: str) -> Reply:

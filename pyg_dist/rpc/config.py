@@ -49,7 +49,14 @@ ENV_VARS = {
     "client_public_key": "PYG_DIST_CLIENT_PUBLIC_KEY",
     "authorized_keys_dir": "PYG_DIST_AUTHORIZED_KEYS_DIR",
     "shared_memory_bytes": "PYG_DIST_SHARED_MEMORY_BYTES",
+    # Dead-peer detection.
+    "heartbeat_interval": "PYG_DIST_HEARTBEAT_INTERVAL",
+    "heartbeat_timeout": "PYG_DIST_HEARTBEAT_TIMEOUT",
+    "reconnect_grace": "PYG_DIST_RECONNECT_GRACE",
 }
+
+# The largest time-to-live a ZMTP PING can carry (0xFFFF tenths of a second).
+MAX_HEARTBEAT_TIMEOUT = 6553.5
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,28 @@ class RpcConfig:
             server for feature replies, which the server then writes straight
             into instead of sending them over the socket. ``0`` sends every
             reply over the socket. See :mod:`pyg_dist.rpc.shared_memory`.
+        heartbeat_interval: Seconds between the ZMTP heartbeats (PING) that
+            clients and servers send on every connection; libzmq answers
+            them on its own I/O thread, so a peer busy in Python still
+            answers. ``0`` turns heartbeats off: a frozen or unreachable
+            peer is then noticed only at the calls' deadlines (a dead one
+            still at once, by its closed connection).
+        heartbeat_timeout: A connection whose peer sent nothing (not even a
+            PONG) for this long after a PING is dropped: the calls awaiting
+            a reply on it fail with
+            :class:`~pyg_dist.errors.ServerUnavailableError`. It is also the
+            time-to-live a client asks its servers to keep it for. A frozen
+            server or a broken link is noticed within ``heartbeat_interval +
+            heartbeat_timeout``. Keep it above the time one frame of
+            ``max_reply_bytes`` takes on the slowest link: libzmq queues the
+            PONG behind a frame being sent.
+        reconnect_grace: How long a call to a server whose connection was
+            lost waits for the client to reconnect (libzmq retries every
+            second at most) before it fails with ``ServerUnavailableError``;
+            a server restarted on the same address within the grace serves
+            it. Only with ``retries=0``: with retries, such a call keeps its
+            whole deadline, so that ``retries * timeout`` still covers a
+            restart.
     """
 
     timeout: float = 30.0
@@ -165,6 +194,9 @@ class RpcConfig:
     client_public_key: Optional[str] = None
     authorized_keys_dir: Optional[str] = None
     shared_memory_bytes: int = 256 << 20
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 5.0
+    reconnect_grace: float = 2.0
 
     def __post_init__(self) -> None:
         positive = ("timeout", "connect_timeout", "max_message_bytes", "max_reply_bytes",
@@ -177,10 +209,15 @@ class RpcConfig:
                 raise RpcError(f"RpcConfig.{name} must be > 0, got "
                                f"{getattr(self, name)!r}")
         for name in ("retries", "retry_backoff", "retry_backoff_max", "workers",
-                     "inline_bytes", "shared_memory_bytes", "inline_reply_bytes"):
+                     "inline_bytes", "shared_memory_bytes", "inline_reply_bytes",
+                     "heartbeat_interval", "reconnect_grace"):
             if getattr(self, name) < 0:
                 raise RpcError(f"RpcConfig.{name} must be >= 0, got "
                                f"{getattr(self, name)!r}")
+        # ZMTP carries the time-to-live in a 16-bit count of 0.1 s.
+        if not 0 < self.heartbeat_timeout <= MAX_HEARTBEAT_TIMEOUT:
+            raise RpcError(f"RpcConfig.heartbeat_timeout must be in (0, "
+                           f"{MAX_HEARTBEAT_TIMEOUT}] seconds, got {self.heartbeat_timeout!r}")
         self._check_budgets()
 
     def _check_budgets(self) -> None:

@@ -10,10 +10,11 @@ group's order, so later calls go straight to a live one. A remote error
 (the server answered, with a refusal) is never retried: another replica
 would refuse the same way.
 
-Each attempt has the full deadline, so a call whose preferred replica just
-died waits one deadline before it is answered by the next replica; a call
-fails only after every replica of its group failed (at most ``replicas x
-timeout``).
+Each attempt has the full deadline; a replica that died, froze or became
+unreachable fails its calls before it (``ServerUnavailableError``, see
+:mod:`pyg_dist.rpc.liveness`), so they move on to the next replica within
+seconds, while a slow one is waited for. A call fails only after every
+replica of its group failed (at most ``replicas x timeout``).
 """
 
 from __future__ import annotations

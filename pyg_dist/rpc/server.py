@@ -52,6 +52,7 @@ from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.containment import FATAL, FailureLog
+from pyg_dist.rpc.liveness import set_heartbeats
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.rpc.work_queue import WorkQueue
@@ -267,6 +268,9 @@ class RpcServer:
         router.rcvhwm = self._config.max_queued
         router.sndhwm = self._config.reply_hwm
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # Drop the connection (and queued replies) of a client that froze or
+        # became unreachable; libzmq answers clients' PINGs by itself.
+        set_heartbeats(router, self._config)
         if self._config.curve_server:
             router.curve_server = True
             router.curve_secretkey = self._config.server_secret_key.encode()

@@ -22,9 +22,10 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.errors import ProtocolError, RpcError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc
 from pyg_dist.partitioning.book import PartitionBook
+from pyg_dist.rpc.endpoints import normalize_endpoint
 from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 from pyg_dist.store.routing import Router
@@ -71,8 +72,9 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     """Connects to the partition servers of one graph.
 
     Args:
-        addresses: Server endpoints (any order), a comma-separated string, or
-            ``None`` to read ``PYG_DIST_SERVERS``.
+        addresses: Server endpoints (any order): ``tcp://host:port``,
+            ``host:port`` (read as TCP) or ``ipc://path``, as a list or a
+            comma-separated string, or ``None`` to read ``PYG_DIST_SERVERS``.
         config: An :class:`~pyg_dist.rpc.config.RpcConfig`; ``None`` uses the
             defaults and the environment.
         timeout: Deadline of the ``meta`` calls; ``None`` uses the config's
@@ -92,8 +94,9 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
         close the connections of both.
 
     Raises:
-        StoreError: if no address is given, or the servers do not serve each
-            part of one graph exactly once.
+        StoreError: if no address is given, an address does not parse
+            (checked before anything connects), or the servers do not serve
+            each part of one graph exactly once.
         RpcError: if a server cannot be reached within the deadline.
     """
     from pyg_dist.rpc.client import RpcClient
@@ -131,19 +134,27 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
 
 
 def _resolve(addresses: Union[Sequence[str], str, None]) -> list[str]:
+    """The endpoints to connect to, normalised (``host:port`` becomes
+    ``tcp://host:port``), before any socket or thread exists."""
+    source = "pyg_dist.connect()"
     if addresses is None:
-        addresses = os.environ.get(SERVERS_ENV, "")
+        addresses, source = os.environ.get(SERVERS_ENV, ""), SERVERS_ENV
         if not addresses.strip():
             raise StoreError(f"no server addresses: pass them to pyg_dist.connect([...]) or "
                              f"set {SERVERS_ENV} (pyg-dist launch does)")
     if isinstance(addresses, str):
         addresses = [a.strip() for a in addresses.split(",") if a.strip()]
-    addresses = [str(a) for a in addresses]
     if not addresses:
         raise StoreError("pyg_dist.connect() needs at least one server address")
-    if len(set(addresses)) != len(addresses):
-        raise StoreError(f"server addresses repeat: {addresses}")
-    return addresses
+    endpoints = []
+    for address in addresses:
+        try:
+            endpoints.append(normalize_endpoint(address))
+        except RpcError as exc:
+            raise StoreError(f"{exc} (from {source})") from exc
+    if len(set(endpoints)) != len(endpoints):
+        raise StoreError(f"server addresses repeat: {endpoints}")
+    return endpoints
 
 
 def _parse_meta(address: str, reply: Any) -> ServerMeta:

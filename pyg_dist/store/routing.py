@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import RpcTimeoutError, StoreError, TransportError
+from pyg_dist.errors import RpcError, RpcTimeoutError, StoreError, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -277,11 +277,17 @@ class Router:
     def _wait(self, future: Any, part: int, op: str, deadline: float) -> Any:
         try:
             return future.result(timeout=deadline + _WAIT_GRACE_S)
+        except RpcError:
+            # The client's own error names the deadline it kept; an
+            # RpcTimeoutError is a TimeoutError, so it must not reach the
+            # clause below and be re-worded.
+            raise
         except concurrent.futures.TimeoutError as exc:
             raise RpcTimeoutError(
-                f"no reply to {op!r} from {self.endpoints[part]} within "
-                f"{deadline + _WAIT_GRACE_S:.1f}s", address=self.endpoints[part],
-                op=op) from exc
+                f"no reply to {op!r} from {self.endpoints[part]} within its {deadline:.3g}s "
+                f"deadline, and the RPC client did not fail the call either within "
+                f"{_WAIT_GRACE_S:.3g}s more (its I/O thread is stuck)",
+                address=self.endpoints[part], op=op) from exc
 
     def route(self, ids: Tensor, op: str, args: dict, *, extra_args: Optional[dict] = None,
               timeout: Optional[float] = None) -> list[Routed]:

@@ -1,11 +1,13 @@
-"""A partition server killed in the middle of an epoch (SIGKILL): the
-training loop gets a typed error naming that server within the deadline
-(plus one second), nothing hangs and no process or thread is left behind.
-The same server restarted on the same address serves the next epoch of the
-same loader, without restarting the trainer, and its batches are correct.
+"""A partition server killed in the middle of an epoch (SIGKILL): with the
+default 30 s deadline the training loop gets a typed error naming that
+server within 3 s (its closed connection is noticed, not waited out),
+nothing hangs and no process or thread is left behind. The same server
+restarted on the same address serves the next epoch of the same loader,
+without restarting the trainer, and its batches are correct.
 
 Time to error is printed (``-s`` shows it); the only timed assertion is the
-bound the issue asks for: deadline + 1 s.
+bound the issue asks for: 3 s. SIGSTOP and a cut link are in
+``test_dead_servers.py``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import pytest
 from reliability_checks import assert_batch_matches_graph
 from support.servers import serve_part, serve_parts
 
-from pyg_dist.errors import RpcError, RpcTimeoutError
+from pyg_dist.errors import RpcError, ServerUnavailableError
 from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 from pyg_dist.rpc import RpcConfig
 from pyg_dist.store.connect import connect
 
-DEADLINE = 2.0  # RpcConfig.timeout of the trainer in these tests
+DETECTED_WITHIN = 3.0  # seconds from SIGKILL to the typed error
 KILL_AFTER = 3  # batches taken before the kill
 
 
@@ -40,8 +42,8 @@ def _serve_children() -> list[psutil.Process]:
     return found
 
 
-class DeadlineMissed(AssertionError):
-    """The typed error came later than the deadline plus one second."""
+class DetectionTooSlow(AssertionError):
+    """The typed error came later than DETECTED_WITHIN after the kill."""
 
 
 def _prefetch_threads() -> list[str]:
@@ -52,7 +54,8 @@ def _prefetch_threads() -> list[str]:
                          ids=["prefetch0", "prefetch4"])
 def test_sigkill_mid_epoch_raises_typed_error_then_restart_serves_next_epoch(
         cora2_root, cora_data, edge_keys, prefetch):
-    config = RpcConfig(timeout=DEADLINE, connect_timeout=30.0)
+    config = RpcConfig(connect_timeout=30.0)  # the default 30 s deadline
+    assert config.timeout == 30.0
     # Servers of session fixtures may be running; only this test's count.
     others = {p.pid for p in _serve_children()}
     with serve_parts(cora2_root) as cluster:
@@ -71,8 +74,8 @@ def test_sigkill_mid_epoch_raises_typed_error_then_restart_serves_next_epoch(
                     pass
             elapsed = time.monotonic() - killed_at
             print(f"\nprefetch={prefetch}: typed error {type(info.value).__name__} "
-                  f"{elapsed:.3f}s after SIGKILL (deadline {DEADLINE}s)")
-            assert isinstance(info.value, RpcTimeoutError)
+                  f"{elapsed:.3f}s after SIGKILL (deadline {config.timeout}s)")
+            assert isinstance(info.value, ServerUnavailableError)
             assert info.value.address == address and address in str(info.value)
             assert victim.wait(timeout=10) == -signal.SIGKILL
             assert not psutil.pid_exists(victim.pid)
@@ -90,6 +93,6 @@ def test_sigkill_mid_epoch_raises_typed_error_then_restart_serves_next_epoch(
             fs.close()
     assert [p.pid for p in _serve_children() if p.pid not in others] == []
     assert _prefetch_threads() == []
-    if elapsed > DEADLINE + 1.0:
-        raise DeadlineMissed(f"typed error {elapsed:.3f}s after the kill; the deadline "
-                             f"is {DEADLINE}s (+1s allowed)")
+    if elapsed > DETECTED_WITHIN:
+        raise DetectionTooSlow(f"typed error {elapsed:.3f}s after the kill; a dead server "
+                               f"must be detected within {DETECTED_WITHIN}s")
