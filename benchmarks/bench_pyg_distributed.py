@@ -48,8 +48,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from pyg_dist_bench.pyg_distributed_baseline import run_pyg_distributed_baseline
     from pyg_dist.datasets import fake
+    from pyg_dist_bench.pyg_distributed_baseline import run_pyg_distributed_baseline
 
     data = fake(num_nodes=args.num_nodes, avg_degree=args.avg_degree,
                 num_channels=args.channels, seed=args.seed)

@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
+from pyg_dist.malloc_tuning import tune_malloc
 from pyg_dist_bench.pyg_baseline_ops import (
     STANDIN_LABEL,
     install_pyg_lib_standins,
     patch_pyg_distributed_warn,
 )
-from pyg_dist.malloc_tuning import tune_malloc
 
 logger = logging.getLogger(__name__)
 

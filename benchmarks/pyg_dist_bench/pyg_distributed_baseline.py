@@ -35,8 +35,8 @@ import sys
 import time
 from typing import Any, Optional
 
-from pyg_dist_bench.pyg_baseline_ops import STANDIN_LABEL
 from pyg_dist.errors import InvalidPartitionArgumentError
+from pyg_dist_bench.pyg_baseline_ops import STANDIN_LABEL
 
 logger = logging.getLogger(__name__)
 
