@@ -5,13 +5,14 @@
 
 Builds the FakeDataset-style graph of ``benchmarks/bench_loader.py``
 (``pyg_dist.datasets.fake``), then runs
-:func:`pyg_dist.bench.pyg_distributed_baseline.run_pyg_distributed_baseline`:
+:func:`pyg_dist_bench.pyg_distributed_baseline.run_pyg_distributed_baseline`:
 PyG's ``Partitioner`` into ``--parts`` parts, one process per part (PyG's
 ``LocalFeatureStore`` / ``LocalGraphStore``, torch RPC on loopback), each
 iterating PyG's ``DistNeighborLoader`` over the seeds its part owns. pyg-lib's
 ``dist_neighbor_sample`` and its two companions are pure-torch stand-ins (the
 printed note says exactly what was stood in or patched). Figures, not
-assertions: a hang prints ``hung after N s``.
+assertions: a hang prints ``hung after N s``. Needs the benchmarks package
+installed (``pip install -e benchmarks/``): its worker processes import it.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from pyg_dist.bench.pyg_distributed_baseline import run_pyg_distributed_baseline
     from pyg_dist.datasets import fake
+    from pyg_dist_bench.pyg_distributed_baseline import run_pyg_distributed_baseline
 
     data = fake(num_nodes=args.num_nodes, avg_degree=args.avg_degree,
                 num_channels=args.channels, seed=args.seed)

@@ -3,8 +3,7 @@
 :class:`LocalCluster` is what ``pyg-dist launch`` and ``pyg-dist bench`` use
 (and the end-to-end tests): it runs ``python -m pyg_dist serve ROOT --part K``
 for every part, binding port 0 on loopback, reads each server's
-``ready <endpoint>`` line within a deadline, and optionally puts a link-delay
-proxy process in front of them. Leaving the ``with`` block, an exception or
+``ready <endpoint>`` line within a deadline. Leaving the ``with`` block, an exception or
 Ctrl-C stops every process it started: SIGTERM first, SIGKILL after a grace
 period, so nothing is orphaned.
 """
@@ -75,8 +74,6 @@ class LocalCluster:
         root: The partitioned dataset (a directory with ``meta.json``).
         parts: Which parts to serve; all of them if ``None``.
         host: Address to bind; loopback by default.
-        link_delay_ms: If set, every server is reached through a forwarding
-            proxy that holds each message this many ms each way.
         serve_args: Extra arguments for ``pyg-dist serve`` (e.g.
             ``["--feature-store", "mmap"]``).
         startup_timeout: Seconds to wait for every ``ready`` line.
@@ -90,7 +87,6 @@ class LocalCluster:
         *,
         parts: Optional[Sequence[int]] = None,
         host: str = "127.0.0.1",
-        link_delay_ms: Optional[float] = None,
         serve_args: Sequence[str] = (),
         startup_timeout: float = 60.0,
         stop_grace: float = 5.0,
@@ -99,7 +95,6 @@ class LocalCluster:
         self.root = str(root)
         self.parts = list(parts) if parts is not None else list(range(num_parts_of(root)))
         self.host = host
-        self.link_delay_ms = link_delay_ms
         self.serve_args = list(serve_args)
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
@@ -109,8 +104,8 @@ class LocalCluster:
         self.endpoints: list[str] = []
 
     def start(self) -> list[str]:
-        """Starts every server (and proxy) and returns the endpoints clients
-        should use, ordered by part."""
+        """Starts every server and returns the endpoints clients should use,
+        ordered by part."""
         try:
             deadline = time.monotonic() + self.startup_timeout
             servers = [self._spawn(self._serve_cmd(k), f"server for part {k}")
@@ -118,12 +113,6 @@ class LocalCluster:
             for k, proc in zip(self.parts, servers):
                 self.server_endpoints += _read_ready(proc, f"server for part {k}", deadline)
             self.endpoints = list(self.server_endpoints)
-            if self.link_delay_ms is not None:
-                cmd = [sys.executable, "-m", "pyg_dist.bench.link_proxy",
-                       "--delay-ms", str(self.link_delay_ms), "--host", self.host,
-                       *self.server_endpoints]
-                proxy = self._spawn(cmd, "link-delay proxy")
-                self.endpoints = _read_ready(proxy, "link-delay proxy", deadline)
             logger.info("cluster ready: %s", ", ".join(self.endpoints))
             return self.endpoints
         except BaseException:

@@ -1,8 +1,10 @@
-"""Benchmarks of pyg-dist against the systems users would otherwise run.
+"""``pyg-dist bench``: pyg-dist's own rows, measured with the library alone.
 
-``pyg-dist bench`` measures seeds/s and sampled edges/s of pyg-dist and of the
-baselines on the same graph and partitions. Baselines live in their own
-modules (for example :mod:`pyg_dist.bench.pyg_distributed_baseline`, PyG's
-deprecated ``torch_geometric.distributed``) and are never imported by the core
-package.
+:mod:`~pyg_dist.bench.runner` builds the graph, starts the servers and
+measures; :mod:`~pyg_dist.bench.timing` times one loader pass or epoch as a
+row; :mod:`~pyg_dist.bench.report` prints the table and ratios;
+:mod:`~pyg_dist.bench.trainer_worker` is one process of the multi-trainer
+row. Baselines (PyG's ``torch_geometric.distributed``) and the link-delay
+proxy are harness code: they live in the separately installable benchmarks
+package, which :mod:`~pyg_dist.bench.harness` imports when asked for.
 """

@@ -1,9 +1,15 @@
-"""``pyg-dist bench``: measure pyg-dist against PyG's loaders on this machine."""
+"""``pyg-dist bench``: measure pyg-dist against PyG's loaders on this machine.
+
+The baseline and link-delay rows need the separately installed benchmarks
+package (:mod:`pyg_dist.bench.harness`); without it those options stop before
+any work and name the command that installs it.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from pyg_dist.bench.harness import INSTALL, load_harness
 from pyg_dist.errors import PygDistError
 
 
@@ -30,10 +36,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Builds a synthetic graph, partitions it, starts one server per part on "
             "loopback and measures, in one run: PyG's NeighborLoader in one process "
-            "(the no-network ceiling), DistNeighborLoader with prefetch 0 and K, PyG's "
-            "deprecated torch_geometric.distributed loader, and one GraphSAGE epoch "
-            "(compute only, loader only, both). Prints a table and, with --json, "
-            "writes the figures to a file."),
+            "(the no-network ceiling), DistNeighborLoader with prefetch 0 and K, and one "
+            "GraphSAGE epoch (compute only, loader only, both); with --baseline also "
+            "PyG's deprecated torch_geometric.distributed loader. Prints a table and, "
+            "with --json, writes the figures to a file. --baseline and --link-delay-ms "
+            f"need pyg-dist's benchmarks package: {INSTALL} in a pyg-dist checkout."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--num-nodes", type=int, default=100_000, help="nodes of the graph")
     p.add_argument("--avg-degree", type=float, default=10.0,
@@ -47,9 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-batches", type=int, default=20, help="batches per measured epoch")
     p.add_argument("--prefetch", type=int, default=4, help="prefetch depth K")
     p.add_argument("--link-delay-ms", type=_float_list, default=[],
-                   help="repeat the epoch behind a proxy adding D ms each way, e.g. 1,5")
-    p.add_argument("--no-baseline", action="store_true",
-                   help="skip PyG's torch_geometric.distributed row")
+                   help="repeat the epoch behind a proxy adding D ms each way, e.g. 1,5 "
+                        "(benchmarks package)")
+    p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=False,
+                   help="also run PyG's torch_geometric.distributed rows (benchmarks package)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--trainers", type=int, default=None,
                    help="trainer processes of the multi-trainer row, each on its share of "
@@ -66,8 +74,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs the benchmark and prints the table."""
-    from pyg_dist.bench.runner import BenchConfig, format_table, run_bench, write_json
+    """Runs the benchmark and prints the table.
+
+    Args:
+        args: The parsed ``pyg-dist bench`` arguments.
+
+    Returns:
+        The exit code (0).
+
+    Raises:
+        PygDistError: for a device this machine lacks, or ``--baseline`` /
+            ``--link-delay-ms`` without the benchmarks package.
+    """
+    # Before torch is even imported: a missing package is named at once.
+    if args.baseline or args.link_delay_ms:
+        load_harness("--baseline" if args.baseline else "--link-delay-ms")
+    from pyg_dist.bench.report import format_table, write_json
+    from pyg_dist.bench.runner import BenchConfig, run_bench
     from pyg_dist.malloc_tuning import tune_malloc
 
     _check_device(args.device)
@@ -77,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         num_parts=args.num_parts, partitioner=args.partitioner,
         num_neighbors=args.num_neighbors, batch_size=args.batch_size,
         num_batches=args.num_batches, prefetch=args.prefetch,
-        link_delays_ms=args.link_delay_ms, baseline=not args.no_baseline, seed=args.seed,
+        link_delays_ms=args.link_delay_ms, baseline=args.baseline, seed=args.seed,
         device=args.device, threads=args.threads, trainers=args.trainers)
     result = run_bench(cfg)
     print(format_table(result))

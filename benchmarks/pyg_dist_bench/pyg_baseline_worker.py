@@ -1,14 +1,14 @@
 """One process of the ``torch_geometric.distributed`` baseline (one partition).
 
-Run as ``python -m pyg_dist.bench.pyg_baseline_worker CONFIG.json`` by
-:func:`pyg_dist.bench.pyg_distributed_baseline.run_pyg_distributed_baseline`.
+Run as ``python -m pyg_dist_bench.pyg_baseline_worker CONFIG.json`` by
+:func:`pyg_dist_bench.pyg_distributed_baseline.run_pyg_distributed_baseline`.
 It does what PyG's ``examples/distributed/pyg/node_ogb_cpu.py`` does for one
 node: load its partition into ``LocalGraphStore`` / ``LocalFeatureStore``, set
 the labels, build a ``DistContext`` and a ``DistNeighborLoader`` (which starts
 torch RPC over loopback), then iterate ``num_batches`` batches and write the
 measured figures to a JSON file. Before importing PyG's loader it installs the
 pure-torch stand-ins for pyg-lib's operators and the ``warn`` fix
-(:mod:`pyg_dist.bench.pyg_baseline_ops`), in this process only.
+(:mod:`pyg_dist_bench.pyg_baseline_ops`), in this process only.
 
 Everything this process writes is JSON or safetensors; PyG's own partition
 files are ``torch.save`` files and are read by PyG's own loaders.
@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from pyg_dist.bench.pyg_baseline_ops import (
+from pyg_dist.malloc_tuning import tune_malloc
+from pyg_dist_bench.pyg_baseline_ops import (
     STANDIN_LABEL,
     install_pyg_lib_standins,
     patch_pyg_distributed_warn,
 )
-from pyg_dist.malloc_tuning import tune_malloc
 
 logger = logging.getLogger(__name__)
 

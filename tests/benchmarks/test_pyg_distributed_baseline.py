@@ -16,12 +16,12 @@ import torch
 from safetensors.torch import load_file
 from torch_geometric.datasets import FakeDataset
 
-from pyg_dist.bench.pyg_baseline_ops import (
+from pyg_dist_bench.pyg_baseline_ops import (
     dist_neighbor_sample,
     merge_sampler_outputs,
     relabel_neighborhood,
 )
-from pyg_dist.bench.pyg_distributed_baseline import run_pyg_distributed_baseline
+from pyg_dist_bench.pyg_distributed_baseline import run_pyg_distributed_baseline
 
 FANOUT = [5, 3]
 BATCH = 32

@@ -2,7 +2,8 @@
 
 Loopback hides the latency of a real cluster network, and ``tc netem`` is not
 available everywhere, so ``pyg-dist bench --link-delay-ms D`` puts one of
-these in front of every partition server: each message is held ``D`` ms on
+these in front of every partition server (:func:`delayed_link`: one proxy
+process, one thread per server): each message is held ``D`` ms on
 its way to the server and ``D`` ms on its way back, so a round trip costs
 ``2 * D`` ms more, as over a link with ``D`` ms one-way latency.
 
@@ -14,7 +15,7 @@ wakes it over ``inproc://``.
 
 Run one as a process (one thread per upstream)::
 
-    python -m pyg_dist.bench.link_proxy --delay-ms 5 tcp://127.0.0.1:5555
+    python -m pyg_dist_bench.link_proxy --delay-ms 5 tcp://127.0.0.1:5555
 
 prints ``ready <endpoint> ...`` (one endpoint per upstream, in order) once
 it forwards, and stops on SIGTERM / SIGINT.
@@ -23,14 +24,18 @@ it forwards, and stops on SIGTERM / SIGINT.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import itertools
 import logging
+import select
 import signal
+import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from typing import Optional
 
 import zmq
@@ -158,10 +163,57 @@ class DelayProxy:
                 s.close()
 
 
+@contextlib.contextmanager
+def delayed_link(endpoints: Sequence[str], delay_ms: float, host: str = "127.0.0.1", *,
+                 startup_timeout: float = 60.0, stop_grace: float = 5.0) -> Iterator[list[str]]:
+    """One proxy process in front of ``endpoints``, for the ``with`` block.
+
+    A process of its own, so that forwarding does not compete with the
+    trainer for its interpreter lock, as a network link would not.
+
+    Args:
+        endpoints: The servers' endpoints.
+        delay_ms: One-way delay added to every message, in milliseconds.
+        host: Address the proxy binds (port 0 per server).
+        startup_timeout: Seconds to wait for the proxy's ``ready`` line.
+        stop_grace: Seconds between SIGTERM and SIGKILL when the block ends.
+
+    Yields:
+        The endpoints clients connect to, in the order of ``endpoints``.
+
+    Raises:
+        RuntimeError: if the proxy does not report ready in time.
+    """
+    cmd = [sys.executable, "-m", "pyg_dist_bench.link_proxy", "--delay-ms", str(delay_ms),
+           "--host", host, *endpoints]
+    # Own session: Ctrl-C reaches the bench, which stops the proxy in order.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None  # stdout=PIPE
+        # select: a proxy that never prints must not hang the bench.
+        ready, _, _ = select.select([proc.stdout], [], [], startup_timeout)
+        line = proc.stdout.readline().split() if ready else []
+        if line[:1] != ["ready"] or len(line) != len(endpoints) + 1:
+            raise RuntimeError(f"link-delay proxy did not report ready within "
+                               f"{startup_timeout:g} s (exit code {proc.poll()}); run it by "
+                               f"hand to see its error: {' '.join(cmd)}")
+        yield line[1:]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(stop_grace)
+        except subprocess.TimeoutExpired:
+            logger.warning("link-delay proxy %d did not stop on SIGTERM; killing it", proc.pid)
+            proc.kill()
+            proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Runs one proxy per upstream in this process until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(
-        prog="python -m pyg_dist.bench.link_proxy",
+        prog="python -m pyg_dist_bench.link_proxy",
         description="Forward ZeroMQ traffic to servers, holding every message D ms each way.")
     parser.add_argument("upstream", nargs="+", help="server endpoints, e.g. tcp://127.0.0.1:5555")
     parser.add_argument("--delay-ms", type=float, required=True, help="one-way delay in ms")

@@ -12,7 +12,7 @@ import time
 import pytest
 import zmq
 
-from pyg_dist.bench.link_proxy import DelayProxy
+from pyg_dist_bench.link_proxy import DelayProxy
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_round_trip_costs_at_least_twice_the_delay(echo_server):
 
 def test_runs_as_a_process_and_stops_on_sigterm(echo_server):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyg_dist.bench.link_proxy", "--delay-ms", "1", echo_server],
+        [sys.executable, "-m", "pyg_dist_bench.link_proxy", "--delay-ms", "1", echo_server],
         stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline().split()

@@ -5,7 +5,7 @@ leave, run on the same graph and the same kind of work as pyg-dist:
 
 1. partition the graph with PyG's own ``Partitioner`` (METIS);
 2. start one process per partition (``python -m
-   pyg_dist.bench.pyg_baseline_worker``), each holding PyG's
+   pyg_dist_bench.pyg_baseline_worker``), each holding PyG's
    ``LocalFeatureStore`` / ``LocalGraphStore`` for its partition, a
    ``DistContext`` and torch RPC on loopback, exactly as PyG's
    ``examples/distributed/pyg/node_ogb_cpu.py``;
@@ -18,7 +18,7 @@ leave, run on the same graph and the same kind of work as pyg-dist:
 pyg-lib (which ``DistNeighborSampler`` calls for every hop) has no wheel on the
 reachable index. The worker registers a **pure-torch stand-in for pyg-lib's
 dist_neighbor_sample** (and its two companions) under ``torch.ops.pyg``; see
-:mod:`pyg_dist.bench.pyg_baseline_ops`. The result's ``note`` lists every
+:mod:`pyg_dist_bench.pyg_baseline_ops`. The result's ``note`` lists every
 stand-in and patch so that a table built from it says what was measured.
 """
 
@@ -35,8 +35,8 @@ import sys
 import time
 from typing import Any, Optional
 
-from pyg_dist.bench.pyg_baseline_ops import STANDIN_LABEL
 from pyg_dist.errors import InvalidPartitionArgumentError
+from pyg_dist_bench.pyg_baseline_ops import STANDIN_LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def _launch(cfgs: list[dict[str, Any]], workdir: str, env: dict[str, str],
             # Own session: the whole process group (with any DataLoader
             # worker it forks) can be stopped by its id.
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pyg_dist.bench.pyg_baseline_worker", cfg_path],
+                [sys.executable, "-m", "pyg_dist_bench.pyg_baseline_worker", cfg_path],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
 
 
@@ -242,7 +242,7 @@ def run_pyg_distributed_baseline(
     try:
         import torch_geometric.distributed  # noqa: F401  (deprecated, may be removed)
 
-        from pyg_dist.bench.pyg_baseline_partition import partition_with_pyg
+        from pyg_dist_bench.pyg_baseline_partition import partition_with_pyg
         part = partition_with_pyg(data, num_parts, workdir, input_nodes)
     except Exception as exc:  # the baseline cannot even start: say exactly why
         reason = f"cannot run: {type(exc).__name__}: {exc}"

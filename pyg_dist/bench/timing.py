@@ -1,0 +1,143 @@
+"""Timing one pass of a loader or one training epoch, as a row of the table.
+
+Every row of ``pyg-dist bench`` (and of the baseline rows the benchmarks
+package adds) is a :class:`Row`: what was loaded over how long. The timers
+here only iterate and count; building loaders is the runner's business.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass
+class Row:
+    """One measured line of the table.
+
+    Args:
+        name: The row's label, e.g. ``pyg-dist K=4``.
+        seconds: Wall time of the timed loop.
+        batches: Batches loaded (or trained on) in that time.
+        seeds: Seed nodes in those batches.
+        edges: Sampled edges in those batches.
+        feature_bytes: Bytes of ``x`` and ``y`` in those batches (0 where a
+            row does not count them).
+        note: What the row measured beyond its name (shown shortened).
+    """
+
+    name: str
+    seconds: float
+    batches: int
+    seeds: int
+    edges: int
+    feature_bytes: int
+    note: str = ""
+
+    @property
+    def seeds_per_s(self) -> float:
+        return self.seeds / self.seconds if self.seconds else 0.0
+
+    @property
+    def edges_per_s(self) -> float:
+        return self.edges / self.seconds if self.seconds else 0.0
+
+    @property
+    def feature_mb_per_s(self) -> float:
+        return self.feature_bytes / 1e6 / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row and its rates, JSON-safe."""
+        out = asdict(self)
+        out.update(seeds_per_s=self.seeds_per_s, edges_per_s=self.edges_per_s,
+                   feature_mb_per_s=self.feature_mb_per_s)
+        return out
+
+
+def _batch_stats(batch: Any) -> tuple[int, int, int]:
+    feats = sum(t.numel() * t.element_size() for t in (batch.x, batch.y) if t is not None)
+    return int(batch.batch_size), int(batch.edge_index.size(1)), int(feats)
+
+
+def _on(batch: Any, device: Optional[torch.device]) -> Any:
+    """``batch`` on ``device`` (a copy only if it is not there yet)."""
+    if device is None or batch.x.device == device:
+        return batch
+    return batch.to(device)
+
+
+def _synchronize(device: Optional[torch.device]) -> None:
+    # CUDA work is asynchronous: a timer must not stop before it is done.
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_loader(name: str, loader: Iterable, max_batches: int, note: str = "",
+                device: Optional[torch.device] = None) -> Row:
+    """Iterates ``loader`` for at most ``max_batches`` batches, only putting
+    them on ``device``, and returns the throughput row."""
+    seeds = edges = feats = n = 0
+    start = time.perf_counter()
+    for batch in loader:
+        batch = _on(batch, device)
+        s, e, f = _batch_stats(batch)
+        seeds, edges, feats, n = seeds + s, edges + e, feats + f, n + 1
+        if n >= max_batches:
+            break
+    _synchronize(device)
+    return Row(name, time.perf_counter() - start, n, seeds, edges, feats, note)
+
+
+class SageTrainer:
+    """A two-layer GraphSAGE and its optimiser: the compute of one step.
+
+    Args:
+        in_channels: Feature columns of a batch's ``x``.
+        num_classes: Label classes (the model's output width).
+        seed: Seed of the model's initial weights.
+        device: Where the model lives and trains; the CPU if ``None``.
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, seed: int,
+                 device: Optional[torch.device] = None) -> None:
+        from torch_geometric.nn import GraphSAGE
+
+        torch.manual_seed(seed)
+        self.device = device
+        self.model = GraphSAGE(in_channels, 256, num_layers=2, out_channels=num_classes)
+        if device is not None:
+            self.model.to(device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=0.01)
+
+    def step(self, batch: Any) -> float:
+        """Trains one step on ``batch`` (moved to the model's device) and
+        returns its loss."""
+        batch = _on(batch, self.device)
+        self.model.train()
+        self.opt.zero_grad()
+        out = self.model(batch.x, batch.edge_index)[: batch.batch_size]
+        loss = torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size])
+        loss.backward()
+        self.opt.step()
+        return float(loss.detach())
+
+
+def time_epoch(name: str, trainer: SageTrainer, batches: Iterable, max_batches: int) -> Row:
+    """Trains one step per batch for at most ``max_batches`` batches and
+    returns the epoch's row."""
+    seeds = edges = feats = n = 0
+    start = time.perf_counter()
+    for batch in batches:
+        trainer.step(batch)
+        s, e, f = _batch_stats(batch)
+        seeds, edges, feats, n = seeds + s, edges + e, feats + f, n + 1
+        if n >= max_batches:
+            break
+    _synchronize(trainer.device)
+    return Row(name, time.perf_counter() - start, n, seeds, edges, feats)
+
+
