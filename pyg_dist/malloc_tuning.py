@@ -14,11 +14,13 @@ the tuning below.
 threshold to 2 GiB, so those buffers come from the heap and are reused. The
 price is that freed memory stays with the process (its high-water mark)
 instead of going back to the kernel. ``pyg-dist serve``, ``pyg-dist
-bench`` and :func:`pyg_dist.connect` (so every trainer, however launched)
-call it; ``pyg-dist launch`` also passes the same settings to the trainers
-through glibc's environment variables (:func:`malloc_environment`).
-``PYG_DIST_TUNE_MALLOC=0`` turns all of it off. Elsewhere than glibc it does
-nothing.
+bench`` and :func:`pyg_dist.connect` (so every trainer, however launched,
+unless it passes ``connect(tune_malloc=False)``) call it; ``pyg-dist
+launch`` also passes the same settings to the trainers through glibc's
+environment variables (:func:`malloc_environment`).
+``PYG_DIST_TUNE_MALLOC=0`` turns all of it off where no caller says
+otherwise (``connect(tune_malloc=True)`` tunes anyway). Elsewhere than
+glibc it does nothing.
 
 It also makes every thread allocate from one arena. glibc gives threads
 arenas of their own, built of heaps of at most 64 MiB, and unmaps a heap
@@ -47,6 +49,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from typing import Optional
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +68,20 @@ def _enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def tune_malloc() -> bool:
+def tune_malloc(enabled: Optional[bool] = None) -> bool:
     """Raises glibc's mmap and trim thresholds and makes new threads share
     one arena in this process (see the module's docstring).
 
+    Args:
+        enabled: ``True`` tunes, ``False`` leaves the allocator alone,
+            ``None`` (the default) tunes unless ``PYG_DIST_TUNE_MALLOC`` is
+            ``0``/``false``/``no``/``off``.
+
     Returns:
-        Whether the allocator was tuned (``False`` when switched off with
-        ``PYG_DIST_TUNE_MALLOC=0`` or when the C library has no ``mallopt``).
+        Whether the allocator was tuned (``False`` when switched off or when
+        the C library has no ``mallopt``).
     """
-    if not _enabled():
+    if not (_enabled() if enabled is None else enabled):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

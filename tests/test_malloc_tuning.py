@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -37,7 +38,9 @@ def test_child_environment_gets_the_same_settings_without_overriding_the_users(m
 
 _FREED_BACK = """
 import os, sys, psutil, torch, pyg_dist
-fs, gs = pyg_dist.connect(sys.argv[1].split(","))
+tune = {"default": None, "on": True, "off": False}[sys.argv[2]]
+kwargs = {} if tune is None else {"tune_malloc": tune}
+fs, gs = pyg_dist.connect(sys.argv[1].split(","), **kwargs)
 fs.close()
 proc = psutil.Process()
 x = torch.ones(64 << 18)  # 64 MiB, touched
@@ -47,26 +50,48 @@ print((before - proc.memory_info().rss) >> 20)  # MiB handed back to the kernel 
 """
 
 
-@glibc_only
-@pytest.mark.parametrize("switch", ["1", "0"], ids=["tuned", "switched-off"])
-def test_a_trainer_that_connects_keeps_freed_batch_buffers(tmp_path, monkeypatch, switch):
-    # What the tuning changes, seen from outside: a freed 64 MiB tensor stays
-    # in the heap for the next batch instead of going back to the kernel.
+@pytest.fixture(scope="module")
+def tiny_cluster(tmp_path_factory):
+    """A 200-node graph in 2 parts, served for this module's trainers."""
     from support.servers import serve_parts
 
     from pyg_dist.datasets import fake
     from pyg_dist.partitioning.writer import partition
 
-    root = tmp_path / "parts"
+    root = tmp_path_factory.mktemp("malloc") / "parts"
     partition(fake(num_nodes=200, num_channels=4), 2, root, partitioner="random", progress=False)
-    monkeypatch.setenv(malloc_tuning.ENV_SWITCH, switch)
     with serve_parts(root) as cluster:
-        out = subprocess.run([sys.executable, "-c", _FREED_BACK, ",".join(cluster.endpoints)],
-                             capture_output=True, text=True, timeout=120)
+        yield cluster
+
+
+@glibc_only
+@pytest.mark.parametrize("switch, option, tuned", [
+    ("1", "default", True),   # the documented default: connect() tunes
+    ("0", "default", False),  # PYG_DIST_TUNE_MALLOC=0 still opts out
+    ("1", "off", False),      # connect(tune_malloc=False) leaves malloc alone
+    ("0", "on", True),        # connect(tune_malloc=True) tunes whatever the variable says
+], ids=["env-on", "env-off", "arg-off", "arg-on"])
+def test_a_trainer_that_connects_keeps_freed_batch_buffers(tiny_cluster, monkeypatch, switch,
+                                                           option, tuned):
+    # What the tuning changes, seen from outside: a freed 64 MiB tensor stays
+    # in the heap for the next batch instead of going back to the kernel.
+    monkeypatch.setenv(malloc_tuning.ENV_SWITCH, switch)
+    out = subprocess.run([sys.executable, "-c", _FREED_BACK, ",".join(tiny_cluster.endpoints),
+                          option], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     returned = int(out.stdout.split()[-1])
-    assert returned < 8 if switch == "1" else returned > 56, returned
+    assert returned < 8 if tuned else returned > 56, returned
 
+
+@glibc_only
+@pytest.mark.parametrize("enabled, switch, applied", [(True, "0", True), (False, "1", False)])
+def test_an_explicit_choice_wins_over_the_environment(enabled, switch, applied):
+    code = (f"from pyg_dist.malloc_tuning import tune_malloc; "
+            f"print(tune_malloc({enabled}))")
+    env = {**os.environ, malloc_tuning.ENV_SWITCH: switch}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120, env=env)
+    assert out.stdout.strip() == str(applied)
 
 
 _ARENAS = """

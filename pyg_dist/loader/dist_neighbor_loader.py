@@ -13,7 +13,12 @@ the caller's thread by :meth:`~DistNeighborLoader._work_items`, and turned
 into batches by :meth:`~DistNeighborLoader._produce`, either one after the
 other (``prefetch=0``) or ``prefetch`` batches ahead on worker threads
 (:class:`~pyg_dist.loader.prefetch.PrefetchPipeline`). Either way a fixed
-``seed`` gives the same batches.
+``seed`` gives the same batches: the sampler is asked for its batches' seeds
+in order when it is a :class:`~pyg_dist.sampler.SeededSampler` (what the
+loader needs from a sampler beyond PyG's ``BaseSampler``; no class checks).
+With ``num_workers > 0`` the ``DataLoader``'s own worker processes are used.
+Which ``DataLoader`` arguments each path honours, and which it refuses, is
+decided in :mod:`pyg_dist.loader.arguments`.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ from torch_geometric.sampler import BaseSampler, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import LoaderError
+from pyg_dist.loader.arguments import check_dataloader_kwargs, check_sampler_args, pins_memory
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
+from pyg_dist.sampler.protocol import SeededSampler
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
@@ -55,50 +62,74 @@ class DistNeighborLoader(NodeLoader):
     tail is truncated. The per-epoch shuffle is the same on every rank
     (seeded by ``seed``, default 0, plus the epoch).
 
+    Every argument is honoured or refused: ``DataLoader`` and ``NodeLoader``
+    arguments that a path (``prefetch=0``, ``prefetch=K`` or
+    ``num_workers > 0``) cannot act on raise :class:`LoaderError` naming
+    them (the table is in ``docs/loader.md``).
+
     Args:
         data: The ``(feature_store, graph_store)`` pair from
             :func:`pyg_dist.connect`.
         num_neighbors: Neighbours to sample per node and hop; ``-1`` takes
-            all of them.
+            all of them. Required unless ``neighbor_sampler`` is given (then
+            ``None`` or the sampler's own list).
         input_nodes: Seed nodes: global ids, a boolean mask over all nodes,
-            or ``None`` for every node.
+            ``(None, ids_or_mask)``, or ``None`` for every node.
         input_time: Not supported (temporal sampling); must be ``None``.
         replace: Sample with replacement.
         subgraph_type: ``"directional"``, ``"bidirectional"`` or
             ``"induced"``.
         disjoint: Give every seed its own subgraph (adds ``batch``).
-        temporal_strategy: Accepted for compatibility; unused.
+        temporal_strategy: Only ``"uniform"`` (the others select temporal
+            sampling, not supported).
         time_attr: Not supported; must be ``None``.
         weight_attr: Not supported; must be ``None``.
         transform: Applied to every finished batch.
         transform_sampler_output: Applied to every ``SamplerOutput``.
-        is_sorted: Accepted for compatibility; unused (servers hold CSC).
-        filter_per_worker: As in PyG (only matters with ``num_workers``).
-        neighbor_sampler: A ready sampler to use instead of building one.
+        is_sorted: PyG's hint that a local ``edge_index`` is sorted by
+            destination, so that it need not sort it; the servers hold CSC
+            sorted at partition time, so either value gives the same batches.
+        filter_per_worker: As in PyG: with ``num_workers``, whether worker
+            processes (``True``, PyG's default for stores) or the main
+            process join features. Prefetch threads always join them
+            (``False`` is refused there).
+        custom_cls: A ``Data`` subclass to build batches of (PyG's
+            ``custom_cls``).
+        neighbor_sampler: A ready PyG ``BaseSampler`` to use instead of
+            building one; if it is a :class:`~pyg_dist.sampler.SeededSampler`
+            its batches are reproducible on every path. The sampler settings
+            (``replace``, ``subgraph_type``, ``disjoint``, ``directed``,
+            ``timeout``, ``seed`` outside DDP) are then refused.
         directed: Deprecated PyG flag; ``False`` means ``"induced"``.
         seed: Seeds the sampler's random generator (and the DDP shuffle), so
             that a fixed seed reproduces every batch.
         prefetch: Batches produced ahead on worker threads while the model
             trains; ``0`` produces each batch when it is asked for.
-        device: A device to put every batch on, e.g. ``"cuda"``. With
-            ``prefetch``, batches are pinned and copied on a side stream
-            (``non_blocking``) while the model trains; without, each batch
-            is copied when it is asked for.
+        device: A device to put every batch on, e.g. ``"cuda"``, on every
+            path. With ``prefetch``, batches are pinned and copied on a side
+            stream (``non_blocking``) while the model trains; otherwise each
+            batch is copied when it is asked for.
         rank: DDP rank; ``None`` asks ``torch.distributed``.
         world_size: DDP world size; ``None`` asks ``torch.distributed``.
         timeout: Deadline of every sampling RPC in seconds; ``None`` uses the
-            RPC configuration's (feature fetches always use it).
+            RPC configuration's (feature fetches always use it). This is not
+            ``DataLoader``'s ``timeout``: the RPC deadlines bound every batch
+            on every path, so that one stays 0.
         **kwargs: Arguments of :class:`torch.utils.data.DataLoader`:
-            ``batch_size``, ``shuffle``, ``drop_last``, ``num_workers``, ...
+            ``batch_size``, ``shuffle``, ``sampler``, ``batch_sampler``,
+            ``drop_last``, ``generator``, ``pin_memory``, ``in_order``,
+            ``num_workers`` and, with ``num_workers``, its worker-process
+            options.
 
     Raises:
-        LoaderError: on an unsupported or invalid configuration.
+        LoaderError: on an unsupported or invalid configuration, or an
+            argument that would have no effect on the chosen path.
     """
 
     def __init__(
         self,
         data: tuple[RemoteFeatureStore, RemoteGraphStore],
-        num_neighbors: list[int],
+        num_neighbors: Optional[list[int]] = None,
         input_nodes: Union[Tensor, list[int], None] = None,
         input_time: Optional[Tensor] = None,
         replace: bool = False,
@@ -114,6 +145,7 @@ class DistNeighborLoader(NodeLoader):
         neighbor_sampler: Optional[BaseSampler] = None,
         directed: bool = True,
         *,
+        custom_cls: Optional[type[Data]] = None,
         seed: Optional[int] = None,
         prefetch: int = 0,
         device: Optional[Union[str, torch.device]] = None,
@@ -130,11 +162,15 @@ class DistNeighborLoader(NodeLoader):
                                   f"(temporal and weighted sampling); leave it None")
         if not isinstance(prefetch, int) or prefetch < 0:
             raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if prefetch and kwargs.get("num_workers", 0):
-            raise LoaderError("prefetch (worker threads) and num_workers (worker processes) "
-                              "are alternatives; set one of them to 0")
-        if kwargs.get("batch_size", 1) is None:
-            raise LoaderError("batch_size=None is not supported; pass an int")
+        self.rank, self.world_size = ddp_layout(rank, world_size)
+        ddp = self.world_size > 1
+        check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
+                                filter_per_worker=filter_per_worker)
+        check_sampler_args(
+            neighbor_sampler, num_neighbors, ddp=ddp, temporal_strategy=temporal_strategy,
+            replace=(replace, False), disjoint=(disjoint, False), directed=(directed, True),
+            subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
+            seed=(seed, None), timeout=(timeout, None))
         if not directed:
             subgraph_type = SubgraphType.induced
         if neighbor_sampler is None:
@@ -144,17 +180,24 @@ class DistNeighborLoader(NodeLoader):
         nodes, input_id = _input_ids(input_nodes, gs.num_nodes)
         self.prefetch = prefetch
         self.device = device
-        self.rank, self.world_size = ddp_layout(rank, world_size)
         self._epoch = 0
         self._rank_sampler = None
-        if self.world_size > 1:
+        if ddp:
             self._rank_sampler = rank_sampler(
                 nodes.numel(), self.rank, self.world_size, kwargs,
                 seed=0 if seed is None else seed)
             kwargs["sampler"] = self._rank_sampler
-        super().__init__(data=(fs, gs), node_sampler=neighbor_sampler, input_nodes=nodes,
-                         transform=transform, transform_sampler_output=transform_sampler_output,
-                         filter_per_worker=filter_per_worker, input_id=input_id, **kwargs)
+        try:
+            super().__init__(data=(fs, gs), node_sampler=neighbor_sampler, input_nodes=nodes,
+                             transform=transform,
+                             transform_sampler_output=transform_sampler_output,
+                             filter_per_worker=filter_per_worker, custom_cls=custom_cls,
+                             input_id=input_id, **kwargs)
+        except ValueError as exc:
+            # torch's DataLoader checks combinations of its own arguments
+            # (batch_sampler with batch_size, ...); same error type as ours.
+            raise LoaderError(f"invalid DataLoader arguments: {exc}") from exc
+        self._seeded = isinstance(neighbor_sampler, SeededSampler)
 
     # Iteration: one seam ####################################################
 
@@ -165,36 +208,62 @@ class DistNeighborLoader(NodeLoader):
         self._epoch += 1
         if self.num_workers > 0:
             # DataLoader worker processes; each opens its own connections.
-            return super().__iter__()
+            return self._from_worker_processes()
         return self._iterate()
 
     def _iterate(self) -> Iterator[Data]:
         """Yields the epoch's batches (the seam a prefetch pipeline plugs into)."""
         items = self._work_items()
+        # Decided per epoch, as DataLoader decides it per iterator.
+        pin = pins_memory(self.pin_memory)
         if self.prefetch > 0:
             from pyg_dist.loader.prefetch import PrefetchPipeline
 
-            return PrefetchPipeline(self._produce, self.prefetch, device=self.device)(items)
+            return PrefetchPipeline(self._produce, self.prefetch, device=self.device,
+                                    pin_memory=pin)(items)
+        return (self._deliver(self._produce(item), pin, pinned=pin) for item in items)
+
+    def _from_worker_processes(self) -> Iterator[Data]:
+        """The ``DataLoader``'s own iteration, batches moved to ``device``.
+
+        Its pin-memory thread pins what the workers send; with
+        ``filter_per_worker=False`` that is the ``SamplerOutput``, and the
+        features are joined here, so they are pinned here.
+        """
+        batches = super().__iter__()  # warns as DataLoader does about pin_memory
+        pin = pins_memory(self.pin_memory, warn=False)
+        for batch in batches:
+            yield self._deliver(batch, pin and not self.filter_per_worker, pinned=pin)
+
+    def _deliver(self, batch: Data, pin: bool, *, pinned: bool) -> Data:
+        """Pins ``batch`` if ``pin`` and moves it to ``device``, if any.
+
+        ``pinned`` says the batch is pinned by now, so the copy can be
+        asynchronous (CUDA's host allocator keeps the memory until it is
+        done).
+        """
+        if pin:
+            batch = batch.pin_memory()
         if self.device is not None:
-            device = torch.device(self.device)
-            return (self._produce(item).to(device) for item in items)
-        return (self._produce(item) for item in items)
+            batch = batch.to(torch.device(self.device), non_blocking=pinned)
+        return batch
 
     def _work_items(self) -> Iterator[tuple[list[int], Optional[int]]]:
         """The epoch's batches of input positions, each with its random seed.
 
-        Drawn lazily, in order, on the consumer's thread.
+        Drawn lazily, in order, on the consumer's thread; a sampler that is
+        not a :class:`~pyg_dist.sampler.SeededSampler` gets ``None`` and
+        draws its own randomness.
         """
         sampler = self.node_sampler
         for index in self.batch_sampler:
-            seed = sampler.draw_seed() if isinstance(sampler, DistNeighborSampler) else None
-            yield index, seed
+            yield index, (sampler.draw_seed() if self._seeded else None)
 
     def _produce(self, item: tuple[list[int], Optional[int]]) -> Data:
         """Samples and fetches one batch (thread-safe)."""
         index, seed = item
         inputs = self.input_data[index]
-        if isinstance(self.node_sampler, DistNeighborSampler):
+        if self._seeded:
             out = self.node_sampler.sample_from_nodes(inputs, seed=seed)
         else:
             out = self.node_sampler.sample_from_nodes(inputs)
@@ -237,6 +306,13 @@ class DistNeighborLoader(NodeLoader):
         return (f"{self.__class__.__name__}(num_inputs={self.input_data.node.numel()}, "
                 f"batches={len(self)}, rank={self.rank}/{self.world_size}, "
                 f"prefetch={self.prefetch})")
+
+
+def _subgraph_type(value: Union[SubgraphType, str]) -> Union[SubgraphType, str]:
+    try:
+        return SubgraphType(value)
+    except ValueError:
+        return value  # the sampler names the valid values
 
 
 def _check_data(data: Any) -> tuple[RemoteFeatureStore, RemoteGraphStore]:

@@ -90,7 +90,10 @@ class PrefetchPipeline(Generic[T, R]):
         depth: How many items may be in flight beyond the one the consumer
             holds (``K``). Must be at least 1.
         device: If a CUDA device, finished batches are pinned and copied to
-            it on a side stream. ``None`` or a CPU device leaves them alone.
+            it on a side stream; another device gets them copied by the
+            worker. ``None`` or a CPU device leaves them where they are.
+        pin_memory: Pin every finished batch on the worker (a CUDA
+            ``device`` pins anyway).
         name: Prefix of the worker threads' names (shows up in stack dumps).
     """
 
@@ -100,6 +103,7 @@ class PrefetchPipeline(Generic[T, R]):
         depth: int,
         *,
         device: Optional[torch.device | str] = None,
+        pin_memory: bool = False,
         name: str = "pyg-dist-prefetch",
     ) -> None:
         if not isinstance(depth, int) or depth < 1:
@@ -111,6 +115,9 @@ class PrefetchPipeline(Generic[T, R]):
         self.name = name
         dev = torch.device(device) if device is not None else None
         self._mover = _CudaMover(dev) if dev is not None and dev.type == "cuda" else None
+        # Any other accelerator: a plain copy on the worker.
+        self._device = dev if dev is not None and dev.type not in ("cuda", "cpu") else None
+        self._pin = bool(pin_memory)
 
     def _work(self, item: T, failed: threading.Event) -> Any:
         # Once a batch of this epoch has failed, the consumer is about to see
@@ -122,7 +129,10 @@ class PrefetchPipeline(Generic[T, R]):
             if self._mover is not None:
                 with pinned_outputs():
                     return self._mover.to_device(self.produce(item))
-            return self.produce(item)
+            batch = self.produce(item)
+            if self._pin:
+                batch = batch.pin_memory()
+            return batch if self._device is None else batch.to(self._device)
         except BaseException:
             failed.set()
             raise

@@ -1,0 +1,40 @@
+"""PyG-conformant stores: in-server (one part) and trainer-side (remote).
+
+:func:`pyg_dist.connect` (defined in :mod:`pyg_dist.store.connect`; the
+submodule keeps that name here, so the function is not re-exported beside
+it) returns the trainer's ``(RemoteFeatureStore, RemoteGraphStore)`` pair,
+with :class:`ServerMeta` describing each server; :class:`PartitionFeatureStore` and
+:class:`PartitionGraphStore` serve one part inside ``pyg-dist serve``.
+Names are imported on first use, as in :mod:`pyg_dist`, so that a server,
+which needs only the local stores, does not load the trainer's.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ServerMeta": "pyg_dist.store.connect",
+    "RemoteFeatureStore": "pyg_dist.store.remote_feature_store",
+    "FeatureInfo": "pyg_dist.store.remote_feature_store",
+    "pinned_outputs": "pyg_dist.store.remote_feature_store",
+    "RemoteGraphStore": "pyg_dist.store.remote_graph_store",
+    "PartitionFeatureStore": "pyg_dist.store.local",
+    "PartitionGraphStore": "pyg_dist.store.local",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | set(globals()))

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, RpcError, StoreError
-from pyg_dist.malloc_tuning import tune_malloc
+from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.endpoints import normalize_endpoint
 from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
@@ -68,7 +68,8 @@ class ServerMeta:
 
 
 def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = None, *,
-            timeout: Optional[float] = None) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
+            timeout: Optional[float] = None, tune_malloc: Optional[bool] = None
+            ) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
     """Connects to the partition servers of one graph.
 
     Args:
@@ -79,13 +80,13 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
             defaults and the environment.
         timeout: Deadline of the ``meta`` calls; ``None`` uses the config's
             ``connect_timeout``.
-
-    It also tunes glibc's allocator in this process
-    (:func:`pyg_dist.malloc_tuning.tune_malloc`) so that the feature rows of
-    every batch reuse heap memory instead of fresh pages, and threads it
-    starts afterwards (the RPC client's, libzmq's) share one arena; freed
-    memory then stays with the process. ``PYG_DIST_TUNE_MALLOC=0`` leaves it
-    alone.
+        tune_malloc: Whether to tune glibc's allocator in this process
+            (:func:`pyg_dist.malloc_tuning.tune_malloc`): the feature rows of
+            every batch then reuse heap memory instead of fresh pages, and
+            threads started afterwards (the RPC client's, libzmq's) share one
+            arena; freed memory stays with the process. ``None`` (default)
+            tunes unless ``PYG_DIST_TUNE_MALLOC=0``; ``True`` or ``False``
+            decide whatever the variable says.
 
     Returns:
         ``(feature_store, graph_store)``, ready for
@@ -104,8 +105,9 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     endpoints = _resolve(addresses)
     # Every batch brings tens of MB of feature rows into fresh tensors; with
     # glibc's defaults each one is new pages from the kernel (about 15% of
-    # the loader's throughput on 2 cores). PYG_DIST_TUNE_MALLOC=0 opts out.
-    if tune_malloc():
+    # the loader's throughput on 2 cores). tune_malloc=False or
+    # PYG_DIST_TUNE_MALLOC=0 opts out.
+    if tune_process_malloc(tune_malloc):
         logger.debug("glibc malloc tuned for per-batch buffers")
     client = RpcClient(endpoints, config)
     try:

@@ -1,0 +1,186 @@
+"""Which ``DataLoader`` and ``NodeLoader`` arguments each loader path honours.
+
+:class:`~pyg_dist.loader.DistNeighborLoader` produces batches on one of
+three paths: synchronously on the caller's thread (``prefetch=0``,
+``num_workers=0``), on worker threads (``prefetch=K``), or in
+``DataLoader`` worker processes (``num_workers > 0``). An argument of
+:class:`torch.utils.data.DataLoader` or PyG's ``NodeLoader`` is either
+honoured on a path or refused here, before anything is built, with a
+:class:`~pyg_dist.errors.LoaderError` that names it and says what to do:
+nothing is accepted and then dropped. ``docs/loader.md`` has the table.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import warnings
+from typing import Any, Optional
+
+import torch
+
+from pyg_dist.errors import LoaderError
+
+logger = logging.getLogger(__name__)
+
+# DataLoader arguments that configure worker processes; without processes
+# (prefetch threads or the synchronous path) there is nothing they act on.
+_WORKER_PROCESS_ONLY = {
+    "worker_init_fn": "it runs at the start of each DataLoader worker process",
+    "multiprocessing_context": "it picks how DataLoader worker processes start",
+    "prefetch_factor": "it counts batches per DataLoader worker process (for worker "
+                       "threads use prefetch=K)",
+    "persistent_workers": "it keeps DataLoader worker processes alive between epochs",
+}
+
+# Arguments PyG's NodeLoader would take and then drop or overwrite.
+_BUILT_BY_THE_LOADER = {
+    "collate_fn": "sampling and fetching features is the loader's collate step; change "
+                  "batches with transform= (the finished Data) or transform_sampler_output= "
+                  "(the SamplerOutput)",
+    "dataset": "the loader's dataset is the positions of input_nodes; pass input_nodes=",
+    "input_id": "input_id is derived from input_nodes as in PyG; pass input_nodes=",
+}
+
+
+def check_dataloader_kwargs(kwargs: dict[str, Any], *, prefetch: int, ddp: bool,
+                            filter_per_worker: Optional[bool]) -> None:
+    """Refuses every ``DataLoader`` argument the chosen path would not honour.
+
+    Args:
+        kwargs: The loader's ``**kwargs`` (``DataLoader`` arguments).
+        prefetch: The loader's ``prefetch`` depth.
+        ddp: Whether the loader splits its inputs across DDP ranks itself.
+        filter_per_worker: PyG's ``filter_per_worker`` as passed.
+
+    Raises:
+        LoaderError: naming the first argument that would be ignored or
+            that contradicts the others, and what to do instead.
+    """
+    for name, why in _BUILT_BY_THE_LOADER.items():
+        if kwargs.get(name) is not None:
+            raise LoaderError(f"DistNeighborLoader does not take {name}=: {why}")
+    if "batch_size" in kwargs and kwargs["batch_size"] is None:
+        raise LoaderError("batch_size=None is not supported; pass an int")
+    num_workers = kwargs.get("num_workers", 0)
+    if prefetch and num_workers:
+        raise LoaderError("prefetch (worker threads) and num_workers (worker processes) "
+                          "are alternatives; set one of them to 0")
+    if not num_workers:
+        path = f"prefetch={prefetch}" if prefetch else "prefetch=0 and num_workers=0"
+        for name, why in _WORKER_PROCESS_ONLY.items():
+            if kwargs.get(name):
+                raise LoaderError(f"{name}= needs num_workers > 0 ({why}); with {path} there "
+                                  f"are no worker processes, so drop {name} or pass "
+                                  f"num_workers")
+        if kwargs.get("pin_memory_device"):
+            raise LoaderError("pin_memory_device= is deprecated by torch (it pins for the "
+                              "current accelerator); drop it, and pass device= to have "
+                              "batches copied to a device")
+    if num_workers:
+        method = _start_method(kwargs.get("multiprocessing_context"))
+        if method != "fork":
+            raise LoaderError(
+                f"num_workers > 0 needs worker processes started by 'fork', got {method!r} "
+                f"(multiprocessing_context, or this platform's default): the remote stores "
+                f"hold live connections and cannot be pickled into a fresh process; pass "
+                f"multiprocessing_context='fork' where the platform has it, or use "
+                f"prefetch=K (worker threads) instead of num_workers")
+    if prefetch and filter_per_worker is False:
+        raise LoaderError("filter_per_worker=False asks to join features on the main "
+                          "thread, but prefetch worker threads always fetch features (that "
+                          "is what overlaps with training); drop it, or use prefetch=0")
+    if ddp and kwargs.get("generator") is not None:
+        raise LoaderError("under torch.distributed the shuffle is the same on every rank, "
+                          "seeded by seed= (plus the epoch); pass seed= instead of "
+                          "generator= (or world_size=1 to opt out of the split)")
+
+
+def _start_method(context: Any) -> Optional[str]:
+    """The start method ``DataLoader`` worker processes will use."""
+    if context is None:
+        # The process's start method if one was set, else the platform's
+        # default (the first one listed); asking get_start_method() without
+        # allow_none would fix it for the whole process.
+        return multiprocessing.get_start_method(allow_none=True) \
+            or multiprocessing.get_all_start_methods()[0]
+    if isinstance(context, str):
+        return context
+    return context.get_start_method()
+
+
+def pins_memory(pin_memory: bool, *, warn: bool = True) -> bool:
+    """Whether batches are pinned, decided as ``DataLoader`` decides it.
+
+    ``pin_memory=True`` pins only when an accelerator is available; without
+    one, torch's own ``UserWarning`` is given and batches stay pageable
+    (what PyG's ``NeighborLoader`` does on a CPU-only machine).
+
+    Args:
+        pin_memory: The ``pin_memory`` argument.
+        warn: Give torch's warnings (``False`` where ``DataLoader`` itself
+            gives them).
+
+    Returns:
+        ``True`` if batches are to be pinned.
+    """
+    if not pin_memory:
+        return False
+    accelerator = getattr(torch, "accelerator", None)
+    available = accelerator.is_available() if accelerator is not None \
+        else torch.cuda.is_available()
+    if not available:
+        if warn:
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, "
+                          "then device pinned memory won't be used.", stacklevel=3)
+        return False
+    if accelerator is not None and getattr(accelerator.current_accelerator(), "type", "") \
+            == "mps":
+        # As torch's DataLoader: pinning fails on MPS (pytorch/pytorch#86060).
+        if warn:
+            warnings.warn("'pin_memory' argument is set as true but not supported on MPS "
+                          "now, device pinned memory won't be used.", stacklevel=3)
+        return False
+    return True
+
+
+def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
+                       temporal_strategy: str, **settings: Any) -> None:
+    """Refuses sampler settings that would not reach the sampler.
+
+    Args:
+        neighbor_sampler: The sampler passed to the loader, or ``None`` when
+            the loader builds one.
+        num_neighbors: The loader's ``num_neighbors``.
+        ddp: Whether the loader splits its inputs across DDP ranks (then
+            ``seed`` also seeds the split's shuffle).
+        temporal_strategy: PyG's ``temporal_strategy``.
+        **settings: The loader's other sampler settings, as
+            ``name=(value, default)`` (``replace``, ``subgraph_type``, ...).
+
+    Raises:
+        LoaderError: if ``temporal_strategy`` asks for temporal sampling, or
+            a setting is given together with ``neighbor_sampler``.
+    """
+    if temporal_strategy != "uniform":
+        raise LoaderError(f"temporal_strategy={temporal_strategy!r} applies to temporal "
+                          f"sampling, which DistNeighborLoader does not support yet; leave "
+                          f"it 'uniform'")
+    if neighbor_sampler is None:
+        if num_neighbors is None:
+            raise LoaderError("num_neighbors is required (a list of ints, -1 for all "
+                              "neighbours) unless you pass neighbor_sampler=")
+        return
+    own = getattr(neighbor_sampler, "num_neighbors", None)
+    own = getattr(own, "values", own)  # PyG's NumNeighbors holds its list in .values
+    if num_neighbors is not None and own is not None and list(num_neighbors) != own:
+        raise LoaderError(f"num_neighbors={list(num_neighbors)} differs from the "
+                          f"neighbor_sampler's {own}; the sampler's is used, so pass "
+                          f"num_neighbors=None or the same list")
+    for name, (value, default) in settings.items():
+        if name == "seed" and ddp:
+            continue  # it seeds the rank split's shuffle
+        if value != default:
+            raise LoaderError(f"{name}={value!r} configures the sampler the loader builds, "
+                              f"but neighbor_sampler= was given; configure that sampler "
+                              f"instead and drop {name}")
