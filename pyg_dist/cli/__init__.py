@@ -62,8 +62,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         return int(args.run(args) or 0)
-    except PygDistError as exc:
-        print(f"pyg-dist {args.command}: error: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except (PygDistError, OSError) as exc:
+        # Expected failures: a typed error, or the system refusing a file
+        # or socket operation. One line, no traceback.
+        _error(args.command, _one_line(exc))
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+        # A bug: still one line for the user, the traceback under -vv.
+        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
+        _error(args.command, f"unexpected {type(exc).__name__}: {_one_line(exc)} (this is "
+                             f"a bug in pyg-dist; run with -vv for the traceback and "
+                             f"report it)")
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception's message on one line, bounded in length."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+def _error(command: str, message: str) -> None:
+    print(f"pyg-dist {command}: error: {message}", file=sys.stderr, flush=True)

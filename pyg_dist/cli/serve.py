@@ -3,9 +3,69 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import sys
+from collections.abc import Callable
+
+# Byte limits a server takes from the command line: above 1 TiB no request
+# or reply fits in memory anyway, and libzmq's int64 options overflow near
+# 2**62 (MAXMSGSIZE is set to twice the request limit).
+MAX_BYTES_OPTION = 1 << 40
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_*")
+
+
+def bind_endpoint(text: str) -> str:
+    """Checks a ``--bind`` value and normalises it to ``tcp://HOST:PORT``.
+
+    Accepts ``tcp://HOST:PORT`` and ``HOST:PORT``; HOST is a name, an IPv4
+    address, ``*`` (every interface) or a bracketed IPv6 address, PORT an
+    integer in ``[0, 65535]`` (0: any free port).
+
+    Raises:
+        argparse.ArgumentTypeError: naming what is wrong (argparse prints a
+            usage error and exits with status 2).
+    """
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "tcp", text
+    if scheme != "tcp":
+        raise argparse.ArgumentTypeError(
+            f"only tcp:// endpoints are served; give tcp://HOST:PORT or HOST:PORT, "
+            f"not {scheme[:32]}://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError("expected HOST:PORT or tcp://HOST:PORT, e.g. "
+                                         "tcp://0.0.0.0:5555 (port 0: any free port)")
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"port must be an integer in [0, 65535] (0: any free port), got {port[:32]!r}")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{host[:64]!r} is not an IPv6 address") \
+                from exc
+    elif len(host) > 253 or not set(host) <= _HOST_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"host {host[:64]!r} is not a host name, an IPv4 address, * or [IPv6]")
+    return f"tcp://{host}:{int(port)}"
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in ``[low, high]``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:32]!r}") \
+                from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must lie in [{low}, {high}], got {value}")
+        return value
+    parse.__name__ = "integer"
+    return parse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,36 +81,43 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "reply buffers in the heap (glibc mallopt; PYG_DIST_TUNE_MALLOC=0 turns that "
             "off, see docs/performance.md)."))
     p.add_argument("root", help="the partitioned dataset (directory with meta.json)")
-    p.add_argument("--part", type=int, required=True, help="the part to serve")
-    p.add_argument("--bind", default="tcp://127.0.0.1:0",
-                   help="ZeroMQ endpoint to bind (default: %(default)s; port 0 = any free)")
+    p.add_argument("--part", type=int_in(0, (1 << 15) - 1), required=True,
+                   help="the part to serve")
+    p.add_argument("--bind", type=bind_endpoint, default="tcp://127.0.0.1:0",
+                   help="endpoint to bind, tcp://HOST:PORT or HOST:PORT, port in 0..65535 "
+                        "(default: %(default)s; port 0 = any free)")
     p.add_argument("--feature-store", default="memory",
                    help="feature-store plugin (default: %(default)s; see 'pyg-dist plugins')")
     p.add_argument("--graph-store", default="memory",
                    help="graph-store plugin (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=int_in(0, 1024), default=None,
                    help="worker threads serving requests; 0 serves inline on the I/O thread "
                         "(default: PYG_DIST_WORKERS or 4)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=int_in(1, 4096), default=None,
                    help="torch threads per operation (intra-op); default: PYG_DIST_THREADS, "
                         "else the cores divided by the workers, so that workers running at "
                         "once do not oversubscribe the cores (which slows every request down "
                         "many times over)")
-    p.add_argument("--max-message-bytes", type=int, default=None,
-                   help="largest request accepted, in bytes (default: 64 MiB)")
-    p.add_argument("--max-reply-bytes", type=int, default=None,
-                   help="largest reply an operation may produce, in bytes (default: 64 MiB)")
-    p.add_argument("--client-receive-budget", type=int, default=None, metavar="BYTES",
+    p.add_argument("--max-message-bytes", type=int_in(1, MAX_BYTES_OPTION), default=None,
+                   help="largest request accepted, in bytes, at most 2**40 (default: 64 MiB)")
+    p.add_argument("--max-reply-bytes", type=int_in(1, MAX_BYTES_OPTION), default=None,
+                   help="largest reply an operation may produce, in bytes, at most 2**40 "
+                        "(default: 64 MiB)")
+    p.add_argument("--client-receive-budget", type=int_in(1, MAX_BYTES_OPTION), default=None,
+                   metavar="BYTES",
                    help="bytes libzmq may hold for one connection (unfinished or untaken "
                         "requests, handshake); a connection over it is cut (default: 128 MiB)")
-    p.add_argument("--server-receive-budget", type=int, default=None, metavar="BYTES",
+    p.add_argument("--server-receive-budget", type=int_in(1, MAX_BYTES_OPTION), default=None,
+                   metavar="BYTES",
                    help="the same for all connections together plus the requests queued "
                         "for workers; the biggest connections are cut first (default: 256 MiB)")
-    p.add_argument("--client-reply-budget", type=int, default=None, metavar="BYTES",
+    p.add_argument("--client-reply-budget", type=int_in(1, MAX_BYTES_OPTION), default=None,
+                   metavar="BYTES",
                    help="bytes held for one client's replies (computed, or being computed "
                         "with their working memory) before its requests are refused with "
                         "ServerBusyError; at least 4 x --max-reply-bytes (default: 256 MiB)")
-    p.add_argument("--server-reply-budget", type=int, default=None, metavar="BYTES",
+    p.add_argument("--server-reply-budget", type=int_in(1, MAX_BYTES_OPTION), default=None,
+                   metavar="BYTES",
                    help="the same for all clients together (default: 384 MiB)")
     p.add_argument("--handshake-timeout", type=float, default=None, metavar="SECONDS",
                    help="drop a connection that has not finished the ZeroMQ handshake "
@@ -84,7 +151,7 @@ def _config(args: argparse.Namespace):  # -> RpcConfig, imported lazily
     if args.curve_authorized_keys and not args.curve_secret_key:
         raise RpcError("--curve-authorized-keys needs --curve-secret-key")
     if args.curve_secret_key:
-        from pyg_dist.auth import load_keys
+        from pyg_dist.rpc.auth import load_keys
 
         keys = load_keys(args.curve_secret_key, need_secret=True)
         overrides["server_secret_key"] = keys.secret.decode()

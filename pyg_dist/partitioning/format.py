@@ -26,6 +26,7 @@ import hashlib
 import json
 import mmap
 import os
+import stat
 import struct
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Union
@@ -57,6 +58,14 @@ _DTYPES = {
     "I32": torch.int32, "I64": torch.int64, "F16": torch.float16,
     "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
 }
+SAFETENSORS_DTYPES = {dtype: name for name, dtype in _DTYPES.items()}
+"""torch dtype -> its safetensors header name, e.g. ``torch.float32 -> "F32"``."""
+TORCH_DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in _DTYPES.values()}
+"""``meta.json`` dtype name -> torch dtype, e.g. ``"float32" -> torch.float32``."""
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_HEADER_TENSORS = 4096
+MAX_TENSOR_NDIM = 8
 
 
 def part_dir(part: int) -> str:
@@ -92,12 +101,17 @@ def safe_path(root: Path, name: str) -> Path:
     """Joins a file name from ``meta.json`` to ROOT, refusing escapes.
 
     Raises:
-        PartitionFormatError: if ``name`` is absolute, contains ``..`` or a
-            backslash, or is empty: a crafted ``meta.json`` must not make the
-            reader open files outside ROOT.
+        PartitionFormatError: if ``name`` is absolute, contains ``..``, a
+            backslash or a NUL, is empty or longer than 1024 characters: a
+            crafted ``meta.json`` must not make the reader open files outside
+            ROOT.
     """
-    pure = PurePosixPath(name) if isinstance(name, str) else None
-    if (pure is None or not name or "\\" in name or pure.is_absolute()
+    if not isinstance(name, str) or not 0 < len(name) <= 1024 or "\0" in name:
+        raise PartitionFormatError(
+            "meta.json names a file by an empty, overlong or non-string value; the "
+            "dataset is corrupt or crafted")
+    pure = PurePosixPath(name)
+    if ("\\" in name or pure.is_absolute()
             or any(p in ("..", "") for p in pure.parts) or name.startswith("/")):
         raise PartitionFormatError(
             f"meta.json names the file {name!r}, which is not a relative path "
@@ -121,28 +135,107 @@ def save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
 
 
-def read_header(path: Path) -> tuple[dict[str, Any], int]:
-    """Parses a safetensors header; returns it and the offset of the data.
+def checked_file(root: Path, name: str) -> Path:
+    """The path of a file named in ``meta.json``, checked on disk.
+
+    Every component below ``root`` must be a real directory or, at the end,
+    a regular file: a symbolic link anywhere inside the dataset is refused,
+    so is a path that resolves outside ``root``. (``root`` itself may be a
+    link: the user chose it.)
 
     Raises:
-        PartitionFormatError: if the file is too short or its header is not
-            valid JSON.
+        PartitionFormatError: if the name escapes, a component is a link,
+            or the file is missing or not a regular file.
+    """
+    path = safe_path(root, name)
+    current = root
+    parts = PurePosixPath(name).parts
+    for i, part in enumerate(parts):
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError as exc:
+            raise PartitionFormatError(f"{path} is missing; the dataset is incomplete, "
+                                       f"partition it again") from exc
+        except OSError as exc:
+            raise PartitionFormatError(f"cannot read {path}: {exc.strerror}") from exc
+        if stat.S_ISLNK(mode):
+            raise PartitionFormatError(
+                f"{current} is a symbolic link; links inside a dataset are refused (they "
+                f"could point outside it): copy the real file into the dataset")
+        last = i == len(parts) - 1
+        if (last and not stat.S_ISREG(mode)) or (not last and not stat.S_ISDIR(mode)):
+            raise PartitionFormatError(f"{current} is not a regular "
+                                       f"{'file' if last else 'directory'}")
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
+        raise PartitionFormatError(f"{path} resolves outside the dataset directory {root}")
+    return path
+
+
+def read_header(path: Path) -> tuple[dict[str, Any], int]:
+    """Parses and checks a safetensors header; returns it and the offset of the data.
+
+    The header must be a JSON object of at most :data:`MAX_HEADER_TENSORS`
+    tensors, each with a known dtype, a shape of non-negative sizes and data
+    offsets that span exactly its bytes inside the file.
+
+    Raises:
+        PartitionFormatError: if the file is too short, a link, or its header
+            is not valid JSON or breaks those rules.
     """
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            file_size = os.fstat(f.fileno()).st_size
             raw = f.read(8)
             if len(raw) != 8:
                 raise PartitionFormatError(f"{path} is not a safetensors file (too short)")
             (size,) = struct.unpack("<Q", raw)
-            if size > 100 * 1024 * 1024:
+            if size > min(MAX_HEADER_BYTES, file_size - 8):
                 raise PartitionFormatError(f"{path} has an implausible header size {size}")
             header = json.loads(f.read(size))
+    except RecursionError as exc:
+        raise PartitionFormatError(f"{path}: the safetensors header nests too deep") from exc
     except (OSError, ValueError) as exc:
-        raise PartitionFormatError(f"cannot read safetensors header of {path}: {exc}") from exc
-    if not isinstance(header, dict):
-        raise PartitionFormatError(f"{path}: safetensors header is not a JSON object")
-    header.pop("__metadata__", None)
+        raise PartitionFormatError(f"cannot read safetensors header of {path}: "
+                                   f"{str(exc)[:200]}") from exc
+    if not isinstance(header, dict) or len(header) > MAX_HEADER_TENSORS + 1:
+        raise PartitionFormatError(f"{path}: safetensors header is not a JSON object of at "
+                                   f"most {MAX_HEADER_TENSORS} tensors")
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None and not (isinstance(metadata, dict) and all(
+            isinstance(v, str) for v in metadata.values())):
+        raise PartitionFormatError(f"{path}: __metadata__ must map strings to strings")
+    for name, info in header.items():
+        _check_entry(path, name, info, file_size - 8 - size)
     return header, 8 + size
+
+
+def _check_entry(path: Path, name: str, info: Any, data_size: int) -> None:
+    """One tensor of a safetensors header: dtype, shape and offsets."""
+    def bad(what: str) -> PartitionFormatError:
+        shown = name if len(name) <= 256 else f"{name[:64]}..."
+        return PartitionFormatError(f"{path}: tensor {shown!r} has {what}; the file is "
+                                    f"damaged or crafted: partition the dataset again")
+
+    if not isinstance(info, dict):
+        raise bad("no header object")
+    dtype = _DTYPES.get(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
+    if dtype is None:
+        raise bad(f"a dtype outside {sorted(_DTYPES)}")
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not isinstance(shape, list) or len(shape) > MAX_TENSOR_NDIM or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 62
+            for s in shape):
+        raise bad("an invalid shape")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(
+            isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+        raise bad("invalid data offsets")
+    begin, end = offsets
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if not 0 <= begin <= end <= data_size or end - begin != _numel(shape) * itemsize:
+        raise bad("data offsets that do not match its shape or lie outside the file")
 
 
 def load_tensors(path: Path, names: Optional[list[str]] = None, *,
@@ -186,11 +279,8 @@ def _mmap_tensors(path: Path, header: dict[str, Any], start: int,
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
     out = {}
     for name in names:
-        info = header[name]
-        dtype = _DTYPES.get(info.get("dtype"))
-        if dtype is None:
-            raise PartitionFormatError(f"{path}: tensor {name!r} has unsupported dtype "
-                                       f"{info.get('dtype')!r}")
+        info = header[name]  # checked by read_header
+        dtype = _DTYPES[info["dtype"]]
         shape = [int(s) for s in info["shape"]]
         begin, end = (int(o) for o in info["data_offsets"])
         itemsize = torch.empty((), dtype=dtype).element_size()

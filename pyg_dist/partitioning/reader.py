@@ -1,19 +1,21 @@
 """Reading a partitioned dataset: :class:`PartitionReader` and :class:`PartData`.
 
-The reader checks ``meta.json`` (format name and version, file names that
-stay inside ROOT) when it opens, and each file's sha256 the first time it
-loads it (``verify=True``). Parts load copied into RAM or memory-mapped.
+The reader validates ``meta.json`` whole when it opens
+(:mod:`pyg_dist.partitioning.meta`) and checks every file's header against it
+(:mod:`pyg_dist.partitioning.consistency`); it checks each file's sha256 the
+first time it loads it (``verify=True``) and the loaded tensors and their ids
+every time. Anything wrong is a :class:`~pyg_dist.errors.PartitionFormatError`
+naming the file and field. Parts load copied into RAM or memory-mapped.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from torch import Tensor
 
@@ -22,23 +24,23 @@ from pyg_dist.errors import (
     InvalidPartitionArgumentError,
     PartitionFormatError,
 )
+from pyg_dist.partitioning import consistency
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.partitioning.format import (
     EDGE_IDS,
-    FORMAT_NAME,
-    FORMAT_VERSION,
     INDICES,
     INDPTR,
-    META_FILE,
     NODE_IDS,
     EdgeTypeKey,
     NodeTypeKey,
+    checked_file,
     load_tensors,
     read_header,
     safe_path,
     sha256_file,
     type_from_json,
 )
+from pyg_dist.partitioning.meta import read_meta
 
 logger = logging.getLogger(__name__)
 
@@ -149,16 +151,19 @@ class PartitionReader:
 
     Raises:
         PartitionFormatError: if ``meta.json`` is missing, malformed, of
-            another format or version, or names files outside ``root``.
+            another format or version, inconsistent, names files outside
+            ``root`` or through symbolic links, or a file's header disagrees
+            with it (the message names the file and field).
     """
 
     def __init__(self, root: Union[str, os.PathLike], verify: bool = True) -> None:
         self.root = Path(root)
         self.verify = verify
-        self.meta = _read_meta(self.root)
+        self.meta = read_meta(self.root)
+        consistency.check_headers(self.meta, self._file)
         self._verified: set[str] = set()
         self._lock = threading.Lock()
-        self._book: Optional[PartitionBook] = None
+        self._books: dict[NodeTypeKey, PartitionBook] = {}
 
     @property
     def num_parts(self) -> int:
@@ -196,23 +201,38 @@ class PartitionReader:
 
     @property
     def book(self) -> PartitionBook:
-        """The partition book (homogeneous graph), loaded once."""
-        if self._book is None:
-            entry = self.meta["books"][0]
+        """The partition book (homogeneous graph: the first listed), loaded once."""
+        return self.book_of(type_from_json(self.meta["books"][0]["type"]))
+
+    def book_of(self, node_type: NodeTypeKey) -> PartitionBook:
+        """The partition book of a node type, loaded and checked once.
+
+        Raises:
+            PartitionFormatError: if a part id is out of range or a part owns
+                another number of nodes than ``meta.json`` says.
+        """
+        book = self._books.get(node_type)
+        if book is None:
+            entry = next(b for b in self.meta["books"]
+                         if type_from_json(b["type"]) == node_type)
             path = self._checked(entry["file"])
-            tensor = load_tensors(path, [entry.get("key", "node_part")])
-            self._book = PartitionBook(next(iter(tensor.values())), self.num_parts)
-        return self._book
+            tensor = load_tensors(path, [entry["key"]])[entry["key"]]
+            counts = [next(t["num_nodes"] for t in part["node_types"]
+                           if type_from_json(t["type"]) == node_type)
+                      for part in self.meta["parts"]]
+            book = consistency.check_book(path, tensor, self.num_parts, counts)
+            self._books[node_type] = book
+        return book
 
     def path(self, name: str) -> Path:
         """The absolute path of a file named in ``meta.json``."""
         return safe_path(self.root, name)
 
+    def _file(self, name: str) -> Path:
+        return checked_file(self.root, name)
+
     def _checked(self, name: str) -> Path:
-        path = self.path(name)
-        if not path.is_file():
-            raise PartitionFormatError(f"{path} is missing; the dataset is incomplete, "
-                                       f"partition it again")
+        path = self._file(name)
         if self.verify:
             with self._lock:
                 if name not in self._verified:
@@ -259,71 +279,38 @@ class PartitionReader:
             raise InvalidPartitionArgumentError(
                 f"part must lie in [0, {self.num_parts}); got {part!r}")
         entry = self.meta["parts"][part]
+        node_counts = {type_from_json(t["type"]): t["num_nodes"]
+                       for t in self.meta["node_types"]}
         nodes = {}
         for node_entry in entry["node_types"]:
+            node_type = type_from_json(node_entry["type"])
             path = self._checked(node_entry["file"])
             names = None if features else [NODE_IDS]
             tensors = load_tensors(path, names, mmap_=mmap)
+            consistency.check_loaded(
+                path, tensors, consistency.expected_node_file(self.meta, part, node_type))
             ids = tensors.pop(NODE_IDS)
-            _expect(ids.numel() == node_entry["num_nodes"], path, "node count")
-            nodes[type_from_json(node_entry["type"])] = NodePart(ids, tensors)
+            consistency.check_node_part(path, ids, node_counts[node_type], part,
+                                        self.book_of(node_type))
+            nodes[node_type] = NodePart(ids, tensors)
+        edge_counts = {type_from_json(t["type"]): t["num_edges"]
+                       for t in self.meta["edge_types"]}
         edges = {}
         for edge_entry in entry["edge_types"] if topology else []:
+            edge_type = type_from_json(edge_entry["type"])
             path = self._checked(edge_entry["file"])
             names = None if features else [INDPTR, INDICES, EDGE_IDS]
             tensors = load_tensors(path, names, mmap_=mmap)
-            edge = EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES),
-                            tensors.pop(EDGE_IDS), tensors)
-            _expect(edge.indices.numel() == edge_entry["num_edges"], path, "edge count")
-            edges[type_from_json(edge_entry["type"])] = edge
+            consistency.check_loaded(
+                path, tensors, consistency.expected_edge_file(self.meta, part, edge_type))
+            src = None if edge_type is None else edge_type[0]
+            consistency.check_edge_part(path, tensors, node_counts[src],
+                                        edge_counts[edge_type])
+            edges[edge_type] = EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES),
+                                        tensors.pop(EDGE_IDS), tensors)
         return PartData(part, self.num_parts, nodes, edges)
 
     def tensor_names(self, part: int) -> list[str]:
         """Names of the tensors in a part's node file (header only)."""
-        header, _ = read_header(self.path(self.meta["parts"][part]["node_types"][0]["file"]))
+        header, _ = read_header(self._file(self.meta["parts"][part]["node_types"][0]["file"]))
         return sorted(header)
-
-
-def _expect(ok: bool, path: Path, what: str) -> None:
-    if not ok:
-        raise PartitionFormatError(f"{path}: {what} differs from meta.json")
-
-
-def _read_meta(root: Path) -> dict[str, Any]:
-    path = root / META_FILE
-    try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise PartitionFormatError(
-            f"{root} holds no {META_FILE}; is it a dataset written by "
-            f"'pyg-dist partition'?") from exc
-    except (OSError, ValueError) as exc:
-        raise PartitionFormatError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise PartitionFormatError(f"{path} is not a {FORMAT_NAME} meta.json")
-    version = meta.get("format_version")
-    if version != FORMAT_VERSION:
-        raise PartitionFormatError(
-            f"{path} has format version {version!r}; this pyg-dist reads version "
-            f"{FORMAT_VERSION}. Partition the dataset again with this version, or "
-            f"install the pyg-dist that wrote it")
-    try:
-        _validate_names(root, meta)
-    except (KeyError, TypeError) as exc:
-        raise PartitionFormatError(f"{path} lacks a required field: {exc}") from exc
-    return meta
-
-
-def _validate_names(root: Path, meta: dict[str, Any]) -> None:
-    for name in meta["files"]:
-        safe_path(root, name)
-    names = [b["file"] for b in meta["books"]]
-    if len(meta["parts"]) != int(meta["num_parts"]):
-        raise PartitionFormatError(f"meta.json lists {len(meta['parts'])} parts, "
-                                   f"num_parts says {meta['num_parts']}")
-    for entry in meta["parts"]:
-        names += [n["file"] for n in entry["node_types"] + entry["edge_types"]]
-    for name in names:
-        safe_path(root, name)
-        if name not in meta["files"]:
-            raise PartitionFormatError(f"meta.json lists no checksum for {name}")

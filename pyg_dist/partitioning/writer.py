@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import InvalidPartitionArgumentError, PygDistError
+from pyg_dist.errors import InvalidPartitionArgumentError, PartitionError, PygDistError
 from pyg_dist.partitioning.book import PartitionBook, book_dtype
 from pyg_dist.partitioning.format import (
     BOOK_FILE,
@@ -68,8 +68,11 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
 
     Raises:
         InvalidPartitionArgumentError: bad ``num_parts``, empty graph, bad
-            options, reserved attribute names, or ``root`` not empty.
+            options, reserved attribute names, ``root`` not empty, or
+            ``root`` cannot be created.
         PluginNotFoundError: no partitioner of that name is installed.
+        PartitionError: the system refused a write (disk full, ...); nothing
+            is left behind.
     """
     root = Path(root)
     graph = split_attributes(data)
@@ -80,24 +83,41 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
 
     from tqdm.auto import tqdm
 
-    with tqdm(total=num_parts + 2, desc="partition", unit="step", disable=not progress) as bar:
-        bar.set_postfix_str(f"{partitioner}: assigning {graph.num_nodes} nodes")
-        book = _assign(plugin, graph, num_parts)
-        bar.update(1)
-        tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
-        created = _first_missing(root.parent)
+    # The temporary directory comes first: an unwritable ROOT is refused
+    # before the partitioner runs (minutes for METIS on a big graph).
+    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
+    created = _first_missing(root.parent)
+    try:
         tmp.mkdir(parents=True)
-        try:
+    except OSError as exc:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise InvalidPartitionArgumentError(
+            f"cannot create the dataset directory {root}: {exc.strerror or exc}; choose a "
+            f"directory you can write") from exc
+    try:
+        with tqdm(total=num_parts + 2, desc="partition", unit="step",
+                  disable=not progress) as bar:
+            bar.set_postfix_str(f"{partitioner}: assigning {graph.num_nodes} nodes")
+            book = _assign(plugin, graph, num_parts)
+            bar.update(1)
             meta = _write_all(tmp, graph, book, bar)
             meta["graph_name"] = graph_name
             meta["partitioner"] = {"name": partitioner, "options": _json_safe(plugin.options()),
                                    "distribution": _distribution(registry, partitioner)}
             (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
             _replace(tmp, root)
-        except BaseException:
+            bar.update(1)
+    except OSError as exc:
+        if tmp.exists():  # else the dataset is in place: keep it
             shutil.rmtree(created or tmp, ignore_errors=True)
-            raise
-        bar.update(1)
+        raise PartitionError(f"writing the dataset {root} failed: {exc.strerror or exc}; "
+                             f"nothing was left behind. Free space or choose another "
+                             f"directory") from exc
+    except BaseException:
+        if tmp.exists():
+            shutil.rmtree(created or tmp, ignore_errors=True)
+        raise
     logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
     return PartitionReader(root, verify=False)
 

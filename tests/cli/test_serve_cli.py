@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from pyg_dist.cli import main
 
 
 def test_threads_must_be_positive(tmp_path, capsys):
-    assert main(["serve", str(tmp_path), "--part", "0", "--threads", "0"]) == 1
-    assert "--threads must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:  # a usage error, before anything loads
+        main(["serve", str(tmp_path), "--part", "0", "--threads", "0"])
+    assert info.value.code == 2
+    assert "--threads: must lie in [1, 4096], got 0" in capsys.readouterr().err
 
 
 def test_threads_default_to_the_cores_per_worker():

@@ -15,10 +15,10 @@ from reliability_checks import assert_batch_matches_graph
 from support.rawzmq import RawDealer
 from support.servers import serve_part
 
-from pyg_dist.auth import client_config, client_env, generate_keys
 from pyg_dist.errors import RpcTimeoutError
 from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 from pyg_dist.rpc import RpcClient, RpcConfig
+from pyg_dist.rpc.auth import client_config, client_env, generate_keys
 from pyg_dist.rpc.protocol import encode_request
 from pyg_dist.store.connect import connect
 

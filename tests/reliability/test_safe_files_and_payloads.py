@@ -4,6 +4,10 @@
   a message naming the file (``ChecksumMismatchError`` in process);
   ``--no-verify`` skips the check. Reader-level checksum and path-escape
   tests live in ``tests/partitioning/test_partition_errors.py``.
+* A crafted ``meta.json`` (a feature shape that understates the rows, so
+  replies would be sized too small) stops ``pyg-dist serve`` before it binds,
+  with one line naming the tensor; the table of every other corruption lives
+  in ``tests/partitioning/test_meta_validation.py``.
 * A pickle sent as a request (as the header, as a tensor frame, inside the
   args) is refused and never unpickled: a pickle whose unpickling would
   create a file leaves no file behind.
@@ -11,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -62,6 +67,26 @@ def test_no_verify_serves_the_tampered_part(tampered_root):
         with RpcClient([endpoint], RpcConfig(timeout=30)) as client:
             assert client.call(0, "meta").result["part"] == 1
         assert proc.poll() is None
+
+
+def test_a_crafted_feature_shape_is_refused_before_serving(cora2_root, tmp_path):
+    """Failed on the old code: meta.json saying ``x`` has shape ``[1]`` made
+    the server size a ``get`` at 4 bytes a row, so 100 rows of 1,433 floats
+    (573 KB) passed a 100 KB reply limit; the server started and served."""
+    root = tmp_path / "crafted"
+    shutil.copytree(cora2_root, root)
+    meta = json.loads((root / "meta.json").read_text())
+    meta["node_types"][0]["features"]["x"]["shape"] = [1]
+    (root / "meta.json").write_text(json.dumps(meta))
+    out = subprocess.run([sys.executable, "-m", "pyg_dist", "serve", str(root), "--part", "0",
+                          "--max-reply-bytes", "100000"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "ready" not in out.stdout
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("pyg-dist serve: error:") and "tensor 'x'" in lines[0]
+    assert "partition it again" in lines[0]
 
 
 class _CreatesFile:

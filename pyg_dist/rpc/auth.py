@@ -8,14 +8,18 @@ matching client secret keys. A client without the right keys gets nothing:
 the handshake fails and no request reaches the server.
 
 Keys are pyzmq's certificate files (``NAME.key`` public, ``NAME.key_secret``
-secret, the latter readable by its owner only), made by ``pyg-dist keys``.
+secret, the latter readable by its owner only from the moment it exists),
+made by ``pyg-dist keys``.
 CURVE is off by default on loopback; turn it on for any server that listens
 on a cluster network (see ``docs/reliability.md``).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -45,28 +49,123 @@ def generate_keys(directory: str | os.PathLike, name: str, *, overwrite: bool = 
                   ) -> tuple[Path, Path]:
     """Writes ``NAME.key`` and ``NAME.key_secret`` into ``directory``.
 
+    The secret never exists with more than owner permissions, not even for
+    an instant: each file is written under a fresh temporary name opened with
+    ``O_CREAT | O_EXCL`` and mode 0600 (the umask can only remove bits), then
+    linked or renamed onto its final name. A failure removes what this call
+    wrote; no partial or mismatched pair is left.
+
     Args:
-        directory: Where to write (created if missing).
+        directory: Where to write. Created with mode 0700 if missing; an
+            existing directory must not be writable by group or others (they
+            could swap the files).
         name: Base name of the two files, e.g. ``server`` or ``trainer``.
         overwrite: Replace existing files of that name.
 
     Returns:
         The public and the secret key file paths.
+
+    Raises:
+        KeyFileError: if CURVE is unavailable, the name is not a plain file
+            name, the directory cannot be created or written, is a file, is
+            writable by others, or the files exist and ``overwrite`` is off.
     """
     if not zmq.has("curve"):
         raise KeyFileError("this libzmq was built without CURVE support; install a pyzmq "
                            "wheel (it bundles libzmq with CURVE)")
-    if not name or "/" in name or name.startswith("."):
-        raise KeyFileError(f"invalid key name {name!r}: use a plain file name like 'server'")
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    if not _plain_name(name):
+        raise KeyFileError("invalid key name: use a plain file name like 'server' (letters, "
+                           "digits, '-', '_', '.', not starting with '.', at most 200)")
+    out = _key_directory(Path(directory))
     public, secret = out / f"{name}.key", out / f"{name}.key_secret"
     if not overwrite and (public.exists() or secret.exists()):
         raise KeyFileError(f"{public} or {secret} exists already; pass overwrite=True "
                            f"(--overwrite) to replace it, or choose another name")
-    zmq.auth.create_certificates(str(out), name)
-    secret.chmod(0o600)
+    public_key, secret_key = zmq.curve_keypair()
+    stamp = datetime.datetime.now().isoformat(timespec="seconds")
+    written: list[Path] = []
+    try:
+        # Secret first: a pair whose public half is missing is harmless, the
+        # other way round a trainer could trust a public key with no secret.
+        for path, text, mode in (
+                (secret, _key_text(stamp, public_key, secret_key), 0o600),
+                (public, _key_text(stamp, public_key, None), 0o644)):
+            _install(path, text, mode, overwrite)
+            written.append(path)
+    except OSError as exc:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise KeyFileError(f"cannot write CURVE key files into {out}: "
+                           f"{exc.strerror or exc}") from exc
     return public, secret
+
+
+def _plain_name(name: object) -> bool:
+    return (isinstance(name, str) and 0 < len(name) <= 200 and not name.startswith(".")
+            and all(c.isalnum() or c in "-_." for c in name))
+
+
+def _key_directory(out: Path) -> Path:
+    """Creates ``out`` with mode 0700, or checks that an existing one is a
+    directory that only its owner can write."""
+    try:
+        out.mkdir(mode=0o700, parents=True)
+        # mkdir's mode passes through the umask; set it exactly.
+        out.chmod(0o700)
+        return out
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise KeyFileError(f"cannot create the key directory {out}: "
+                           f"{exc.strerror or exc}") from exc
+    try:
+        info = out.stat()
+    except OSError as exc:
+        raise KeyFileError(f"cannot use {out} as key directory: {exc.strerror or exc}") \
+            from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise KeyFileError(f"{out} exists and is not a directory; give a directory to "
+                           f"write the key files into")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise KeyFileError(
+            f"{out} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}), "
+            f"who could replace the key files; use a directory only you can write "
+            f"(chmod 700 {out}) or a new one")
+    return out
+
+
+def _key_text(stamp: str, public_key: bytes, secret_key: Optional[bytes]) -> str:
+    """A certificate in pyzmq's format (``zmq.auth.load_certificate`` reads it)."""
+    kind = "Secret" if secret_key else "Public"
+    lines = [f"#   ****  Generated on {stamp} by pyg-dist  ****",
+             f"#   ZeroMQ CURVE {kind} Certificate", "", "metadata", "curve",
+             f'    public-key = "{public_key.decode()}"']
+    if secret_key:
+        lines.insert(2, "#   DO NOT PROVIDE THIS FILE TO OTHER USERS nor change its "
+                        "permissions.")
+        lines.append(f'    secret-key = "{secret_key.decode()}"')
+    return "\n".join(lines) + "\n"
+
+
+def _install(path: Path, text: str, mode: int, overwrite: bool) -> None:
+    """Writes ``text`` to a new 0600 temporary file beside ``path``, sets
+    ``mode`` and moves it onto ``path`` (without replacing unless asked)."""
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            # link() fails if the name exists: no check-then-write race.
+            os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_keys(path: str | os.PathLike, *, need_secret: bool = False) -> CurveKeyPair:
