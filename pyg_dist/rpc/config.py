@@ -55,6 +55,12 @@ ENV_VARS = {
     "reconnect_grace": "PYG_DIST_RECONNECT_GRACE",
 }
 
+# Byte sizes beyond this are typos, and overflow libzmq's int64 options.
+MAX_BYTES = 1 << 40
+_BYTE_FIELDS = ("max_message_bytes", "max_reply_bytes", "client_receive_budget",
+                "server_receive_budget", "client_reply_budget", "server_reply_budget",
+                "inline_bytes", "inline_reply_bytes", "shared_memory_bytes")
+
 # The largest time-to-live a ZMTP PING can carry (0xFFFF tenths of a second).
 MAX_HEARTBEAT_TIMEOUT = 6553.5
 
@@ -218,6 +224,10 @@ class RpcConfig:
         if not 0 < self.heartbeat_timeout <= MAX_HEARTBEAT_TIMEOUT:
             raise RpcError(f"RpcConfig.heartbeat_timeout must be in (0, "
                            f"{MAX_HEARTBEAT_TIMEOUT}] seconds, got {self.heartbeat_timeout!r}")
+        for name in _BYTE_FIELDS:
+            if getattr(self, name) > MAX_BYTES:
+                raise RpcError(f"RpcConfig.{name} must be at most 2**40 bytes, got "
+                               f"{getattr(self, name)!r}")
         self._check_budgets()
 
     def _check_budgets(self) -> None:

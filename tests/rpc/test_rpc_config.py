@@ -25,3 +25,12 @@ def test_unparseable_environment_variable_names_itself():
 def test_out_of_range_values_are_refused(field, value):
     with pytest.raises(RpcError, match=field):
         RpcConfig(**{field: value})
+
+
+@pytest.mark.parametrize("name", ["PYG_DIST_MAX_MESSAGE_BYTES", "PYG_DIST_MAX_REPLY_BYTES",
+                                  "PYG_DIST_CLIENT_REPLY_BUDGET"])
+def test_byte_sizes_past_2_to_the_40_are_refused_before_any_socket_sees_them(name):
+    # 2**62 in the environment once overflowed MAXMSGSIZE inside the server's
+    # I/O thread, which then failed to start with no useful message.
+    with pytest.raises(RpcError, match=r"at most 2\*\*40"):
+        RpcConfig.from_env({name: str(1 << 62)})
