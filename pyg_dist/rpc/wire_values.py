@@ -91,7 +91,8 @@ def unpack_header(raw: memoryview) -> Any:
         raw: The frame's bytes.
 
     Returns:
-        The decoded value (any msgpack type; the caller checks its shape).
+        The decoded value (any msgpack type; the caller checks its shape and
+        must not recurse into it unbounded: it may nest 1,024 levels).
 
     Raises:
         ProtocolError: if the frame is too big, not msgpack, nests deeper
@@ -143,6 +144,9 @@ def peek_id(raw: memoryview) -> Optional[int]:
 
     Args:
         raw: The header frame's bytes.
+
+    Returns:
+        The id, an int in ``[0, 2**63)``, or ``None``. Never raises.
     """
     unpacker = msgpack.Unpacker(max_buffer_size=PEEK_BYTES, **_LIMITS)
     try:
@@ -169,6 +173,9 @@ def describe(value: Any) -> str:
 
     Args:
         value: The value to describe.
+
+    Returns:
+        A string of a few KiB at most (escapes included).
     """
     kind = type(value)
     if _is_short_scalar(value):
@@ -181,8 +188,7 @@ def describe(value: Any) -> str:
         return f"{len(value)} bytes"
     if kind in (list, tuple):
         if len(value) <= _SHOW_ITEMS and all(_is_short_scalar(v) for v in value):
-            shown = ", ".join(repr(v) for v in value)
-            return f"({shown})" if kind is tuple else f"[{shown}]"
+            return repr(value)  # a few short scalars: bounded, flat
         return f"a {kind.__name__} of {_count(len(value), 'item')}"
     if kind is dict:
         return f"a map of {_count(len(value), 'entry', 'entries')}"
@@ -196,6 +202,10 @@ def error_text(exc: BaseException, limit: int = 16384) -> str:
     Args:
         exc: The exception.
         limit: Longest text returned; a longer one is cut and says so.
+
+    Returns:
+        The message, or a note naming the exception's type if it has none
+        that can be formatted.
     """
     try:
         text = str(exc)
