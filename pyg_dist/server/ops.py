@@ -109,6 +109,7 @@ class _Csc:
     row: Tensor
     edge_ids: Tensor
     dst: _LocalIndex  # owned global ids of the destination node type
+    max_deg: int  # bounds a request's answer and work without a gather
 
 
 def _edge_type(value: Any) -> Any:
@@ -169,8 +170,9 @@ class PartitionOps:
             row, colptr = graph_store.get_edge_index(edge_type=edge_type, layout="csc")
             dst = edge_type[-1] if isinstance(edge_type, tuple) else None
             colptr = colptr.long()
-            self._csc[edge_type] = _Csc(colptr, colptr.diff(), row,
-                                        graph_store.get_edge_ids(edge_type), self._index(dst))
+            deg = colptr.diff()
+            self._csc[edge_type] = _Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),
+                                        self._index(dst), int(deg.max()) if deg.numel() else 0)
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
@@ -289,8 +291,14 @@ class PartitionOps:
         """
         csc = self._csc_of(args)
         k, replace = self._fan_out(args)
-        if replace and len(tensors) == 1 and k >= 0:
-            bound = 8 * tensors[0].numel() * (1 + 2 * k) * _SAMPLE_WORK_FACTOR
+        if len(tensors) == 1:
+            # The bound from the graph's largest degree spares small
+            # requests (the inline ones) the gather.
+            n, top = tensors[0].numel(), csc.max_deg
+            per_seed = k if replace and k >= 0 else top if k == -1 else min(k, top)
+            bound = 8 * n * (1 + 2 * per_seed) * _SAMPLE_WORK_FACTOR
+            if not replace and 0 <= k < top:
+                bound += _SAMPLE_CANDIDATE_BYTES * n * top
             if bound <= _EXACT_ABOVE:
                 return bound
         rows = self._ids(tensors, csc.dst)
