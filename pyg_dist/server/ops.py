@@ -164,6 +164,9 @@ class PartitionOps:
         self.max_reply_bytes = int(max_reply_bytes)
         self._book = reader.book.to_tensor()
         self._csc: dict[Any, _Csc] = {}
+        # (group, *attrs) -> get's checked plan; filled by the estimate, used
+        # again by the handler.
+        self._plans: dict[tuple, tuple] = {}
         self._indexes: dict[Optional[str], _LocalIndex] = {}
         for attr in graph_store.get_all_edge_attrs():
             edge_type = attr.edge_type
@@ -345,6 +348,17 @@ class PartitionOps:
                 not all(isinstance(a, str) for a in attrs):
             raise ProtocolError(f"argument 'attrs' must be a non-empty list of feature "
                                 f"names, got {attrs!r}")
+        key = (group, *attrs)
+        plan = self._plans.get(key)
+        if plan is not None:  # the estimate checked these arguments just before
+            return plan
+        plan = self._new_get_plan(group, attrs)
+        if len(self._plans) < 256:  # clients choose attrs: keep the memo small
+            self._plans[key] = plan
+        return plan
+
+    def _new_get_plan(self, group: Optional[str], attrs: list[str]
+                      ) -> tuple[Optional[str], list[str], dict[str, dict[str, Any]], int]:
         specs = self._specs(group)
         unknown = [a for a in attrs if a not in specs]
         if unknown:
