@@ -100,6 +100,9 @@ class Admission:
         if guard.due(now):
             guard.check(now, self._queued)
             budget.poll()
+            if budget.total:
+                for client in guard.drained():
+                    budget.drained(client)
 
     def close(self) -> None:
         """Stops watching (closes the monitor and the duplicate descriptors)."""

@@ -101,6 +101,7 @@ class _Connection:
     delivered: int = 0  # wire bytes of the messages the server took from it
     held: int = 0  # at the last check, beyond the allowance
     unexplained: int = 0  # at the last check: read by libzmq, not taken, no allowance
+    outq: int = -1  # at the last check: bytes sent and not yet acknowledged by the peer
     cut: bool = False
     identities: set[bytes] = field(default_factory=set)
 
@@ -114,8 +115,9 @@ class _Connection:
         if len(info) < _TCP_INFO_MIN_LEN:
             raise OSError("TCP_INFO without tcpi_bytes_received (Linux < 4.1)")
         received = _UNPACK_U64(info, _TCP_INFO_BYTES_RECEIVED)[0]
-        queued = _UNPACK_INT(fcntl.ioctl(self.sock.fileno(), termios.FIONREAD,
-                                         _FIONREAD_BUF))[0]
+        fd = self.sock.fileno()
+        queued = _UNPACK_INT(fcntl.ioctl(fd, termios.FIONREAD, _FIONREAD_BUF))[0]
+        self.outq = _UNPACK_INT(fcntl.ioctl(fd, termios.TIOCOUTQ, _FIONREAD_BUF))[0]
         self.unexplained = received - queued - self.delivered
         allowance = SLACK_BYTES + int((now - self.since) * COMMAND_BYTES_PER_S)
         return max(0, self.unexplained - allowance)
@@ -286,6 +288,15 @@ class ReceiveGuard:
             conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # gone already: libzmq frees its buffers anyway
+
+    def drained(self) -> list[bytes]:
+        """Routing ids of the connections whose peer, at the last check, had
+        acknowledged every byte sent to it: libzmq writes a peer's queued
+        replies into the kernel as soon as there is room, so an empty send
+        queue means it holds no reply for that peer (give or take the one it
+        is writing)."""
+        return [identity for conn in self._conns.values() if conn.outq == 0 and not conn.cut
+                for identity in conn.identities]
 
     def usage(self) -> dict[str, int]:
         """Figures of the last check: ``connections``, ``held`` (beyond the

@@ -10,9 +10,13 @@ tracker also clears every reply sent to that client before it). A request
 whose answer would take its client or the whole server over budget is
 refused with a small error reply.
 
-Replies not tracked one by one (small ones, which pyzmq copies into libzmq)
-stay charged until a later tracked reply to the same client is done; one in
-every :data:`TRACK_EVERY` bytes of small replies is sent tracked for that.
+A tracker costs a round trip through pyzmq's garbage-collection thread (tens
+of microseconds on a busy host), so only replies of :data:`TRACK_MIN` bytes
+or more are tracked one by one. Smaller ones stay charged until a later
+tracked reply to the same client is done (one in every :data:`TRACK_EVERY`
+bytes is tracked for that), or until the client's connection has nothing
+left unacknowledged in the kernel (:meth:`drained`): then libzmq holds no
+reply for it either, and a client that went idle does not keep its charge.
 
 Thread use: :meth:`reserve` and :meth:`settle` run on whichever thread
 serves the request; :meth:`sent`, :meth:`poll` and :meth:`forget` on the
@@ -26,12 +30,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-# Replies at least this big are tracked one by one (pyzmq sends frames this
-# big without copying them; smaller ones it copies, and copies cannot be
-# tracked).
-TRACK_MIN = 64 << 10
+# Replies at least this big are tracked one by one.
+TRACK_MIN = 4 << 20
 # Untracked bytes a client may accumulate before its next reply is tracked.
-TRACK_EVERY = 1 << 20
+TRACK_EVERY = 8 << 20
 
 
 @dataclass
@@ -180,6 +182,20 @@ class ReplyBudget:
                     self._total -= entry.held
                     del self._clients[client]
         return released
+
+    def drained(self, client: bytes) -> None:
+        """Releases the untracked replies of a client whose connection has
+        nothing left to send (its tracked ones release themselves)."""
+        with self._lock:
+            entry = self._clients.get(client)
+            if entry is None or not entry.untracked:
+                return
+            entry.held -= entry.untracked
+            self._total -= entry.untracked
+            entry.untracked = 0
+            if entry.held <= 0 and not entry.pending:
+                self._total -= entry.held
+                del self._clients[client]
 
     def forget(self, client: bytes) -> None:
         """Drops the accounting of a client whose connection ended (libzmq

@@ -110,6 +110,7 @@ class _Csc:
     row: Tensor
     edge_ids: Tensor
     dst: _LocalIndex  # owned global ids of the destination node type
+    max_deg: int  # bounds a request's answer and work without a gather
 
 
 def _edge_type(value: Any) -> Any:
@@ -165,14 +166,18 @@ class PartitionOps:
         self.max_reply_bytes = int(max_reply_bytes)
         self._book = reader.book.to_tensor()
         self._csc: dict[Any, _Csc] = {}
+        # (group, *attrs) -> get's checked plan; filled by the estimate, used
+        # again by the handler.
+        self._plans: dict[tuple, tuple] = {}
         self._indexes: dict[Optional[str], _LocalIndex] = {}
         for attr in graph_store.get_all_edge_attrs():
             edge_type = attr.edge_type
             row, colptr = graph_store.get_edge_index(edge_type=edge_type, layout="csc")
             dst = edge_type[-1] if isinstance(edge_type, tuple) else None
             colptr = colptr.long()
-            self._csc[edge_type] = _Csc(colptr, colptr.diff(), row,
-                                        graph_store.get_edge_ids(edge_type), self._index(dst))
+            deg = colptr.diff()
+            self._csc[edge_type] = _Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),
+                                        self._index(dst), int(deg.max()) if deg.numel() else 0)
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
@@ -292,8 +297,14 @@ class PartitionOps:
         """
         csc = self._csc_of(args)
         k, replace = self._fan_out(args)
-        if replace and len(tensors) == 1 and k >= 0:
-            bound = 8 * tensors[0].numel() * (1 + 2 * k) * _SAMPLE_WORK_FACTOR
+        if len(tensors) == 1:
+            # The bound from the graph's largest degree spares small
+            # requests (the inline ones) the gather.
+            n, top = tensors[0].numel(), csc.max_deg
+            per_seed = k if replace and k >= 0 else top if k == -1 else min(k, top)
+            bound = 8 * n * (1 + 2 * per_seed) * _SAMPLE_WORK_FACTOR
+            if not replace and 0 <= k < top:
+                bound += _SAMPLE_CANDIDATE_BYTES * n * top
             if bound <= _EXACT_ABOVE:
                 return bound
         rows = self._ids(tensors, csc.dst)
@@ -340,6 +351,17 @@ class PartitionOps:
                 not all(isinstance(a, str) for a in attrs):
             raise ProtocolError(f"argument 'attrs' must be a non-empty list of feature "
                                 f"names, got {describe(attrs)}")
+        key = (group, *attrs)
+        plan = self._plans.get(key)
+        if plan is not None:  # the estimate checked these arguments just before
+            return plan
+        plan = self._new_get_plan(group, attrs)
+        if len(self._plans) < 256:  # clients choose attrs: keep the memo small
+            self._plans[key] = plan
+        return plan
+
+    def _new_get_plan(self, group: Optional[str], attrs: list[str]
+                      ) -> tuple[Optional[str], list[str], dict[str, dict[str, Any]], int]:
         specs = self._specs(group)
         unknown = [a for a in attrs if a not in specs]
         if unknown:

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+import msgpack
 import psutil
 import pytest
 import torch
@@ -192,13 +193,16 @@ def test_a_tiny_sample_with_a_huge_answer_does_not_stall_the_io_thread(budget_se
     assert proc.poll() is None
 
 
+# 11 MB replies are tracked one by one; 1.1 MB ones only now and then
+# (reply_budget.TRACK_MIN): both must stay within the budget.
+@pytest.mark.parametrize("rows,requests", [(2000, 60), (200, 600)], ids=["11MB", "1.1MB"])
 def test_pipelined_gets_never_read_are_bounded_by_the_reply_budget(budget_server, part0,
-                                                                    cora_data):
+                                                                    cora_data, rows, requests):
     proc, endpoint = budget_server
     owned = part0.node_ids
     _warm(endpoint, cora_data, owned)
-    ids = owned[torch.arange(2000) % owned.numel()]
-    requests, reply_bytes = 60, 2000 * (cora_data.x.size(1) * 4 + 8)  # 11 MB each
+    ids = owned[torch.arange(rows) % owned.numel()]
+    reply_bytes = rows * (cora_data.x.size(1) * 4 + 8)
     rss = PeakRss(proc).__enter__()
     ctx = zmq.Context()
     lazy = ctx.socket(zmq.DEALER)
@@ -217,6 +221,11 @@ def test_pipelined_gets_never_read_are_bounded_by_the_reply_budget(budget_server
             # The lazy peer holds its budget; another client is refused only
             # if the server budget is spent, which it is not.
             _check_get(endpoint, cora_data, owned)
+        # Now it reads: what it was refused came as ServerBusyError replies.
+        lazy.rcvtimeo = 30_000
+        kinds = [msgpack.unpackb(lazy.recv_multipart()[0], raw=False)
+                 for _ in range(requests)]
+        refused = sum(k.get("error", {}).get("type") == "ServerBusyError" for k in kinds)
     finally:
         rss.__exit__()
         lazy.close()
@@ -225,11 +234,13 @@ def test_pipelined_gets_never_read_are_bounded_by_the_reply_budget(budget_server
     print(f"\n{requests} pipelined gets of {reply_bytes / MiB:.1f} MiB never read "
           f"({requests * reply_bytes / MiB:.0f} MiB): server RSS {rss.before / MiB:.0f} -> "
           f"peak {rss.peak / MiB:.0f} MiB (+{rss.grown / MiB:.0f}, reply budget "
-          f"{CLIENT_REPLY / MiB:.0f} MiB per client); {_rss(proc) / MiB:.0f} MiB after the "
-          f"peer left")
+          f"{CLIENT_REPLY / MiB:.0f} MiB per client), {refused} refused; {_rss(proc) / MiB:.0f} "
+          f"MiB after the peer left")
     assert proc.poll() is None
-    # Before: ~690 MiB (every reply queued; reply_hwm counts replies).
+    # Before: ~660 MiB (every reply queued; reply_hwm counts replies), none
+    # refused.
     assert rss.grown < CLIENT_REPLY + SLACK
+    assert refused >= requests - (CLIENT_REPLY + 16 * MiB) // reply_bytes
     # Its charges went with it: the whole server budget is free again.
     for _ in range(SERVER_REPLY // (8 * reply_bytes) + 2):
         _check_get(endpoint, cora_data, owned)

@@ -34,3 +34,26 @@ def test_byte_sizes_past_2_to_the_40_are_refused_before_any_socket_sees_them(nam
     # I/O thread, which then failed to start with no useful message.
     with pytest.raises(RpcError, match=r"at most 2\*\*40"):
         RpcConfig.from_env({name: str(1 << 62)})
+
+
+def test_byte_budgets_come_from_the_environment():
+    env = {"PYG_DIST_CLIENT_RECEIVE_BUDGET": str(200 << 20),
+           "PYG_DIST_SERVER_REPLY_BUDGET": str(1 << 30), "PYG_DIST_HANDSHAKE_TIMEOUT": "2.5"}
+    config = RpcConfig.from_env(env)
+    assert config.client_receive_budget == 200 << 20
+    assert config.server_reply_budget == 1 << 30
+    assert config.handshake_timeout == 2.5
+
+
+@pytest.mark.parametrize("changes, names", [
+    ({"client_receive_budget": 1 << 20, "max_message_bytes": 2 << 20},
+     "client_receive_budget.*max_message_bytes"),
+    ({"server_receive_budget": 64 << 20, "client_receive_budget": 128 << 20},
+     "server_receive_budget.*client_receive_budget"),
+    # A reply budget holds the largest answer with its working memory (4x).
+    ({"client_reply_budget": 200 << 20, "max_reply_bytes": 64 << 20},
+     "client_reply_budget.*4 x max_reply_bytes"),
+])
+def test_a_budget_below_the_limit_it_must_hold_is_refused(changes, names):
+    with pytest.raises(RpcError, match=names):
+        RpcConfig(**changes)
