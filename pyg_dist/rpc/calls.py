@@ -110,12 +110,15 @@ class IoState:
             logger.exception("dropping unreadable connection events of %s", address)
             return
         for change in changes:
-            logger.info("connection to %s %s", address, "lost" if change == DOWN else "up")
-            if change == DOWN:
-                # Replies that arrived before the connection ended answer
-                # their calls; only the others lost their server.
-                self.drain_replies(sock, address)
-                self.lost(server, address)
+            if change != DOWN:
+                logger.debug("connected to %s", address)
+                continue
+            logger.warning("lost the connection to %s; failing the calls awaiting its "
+                           "replies", address)
+            # Replies that arrived before the connection ended answer their
+            # calls; only the others lost their server.
+            self.drain_replies(sock, address)
+            self.lost(server, address)
 
     def drain_replies(self, sock: zmq.Socket, address: str) -> None:
         """Completes the calls of every reply waiting on ``sock`` (from the

@@ -158,15 +158,15 @@ class RpcConfig:
             answers. ``0`` turns heartbeats off: a frozen or unreachable
             peer is then noticed only at the calls' deadlines (a dead one
             still at once, by its closed connection).
-        heartbeat_timeout: A connection whose peer sent nothing (not even a
-            PONG) for this long after a PING is dropped: the calls awaiting
-            a reply on it fail with
-            :class:`~pyg_dist.errors.ServerUnavailableError`. It is also the
-            time-to-live a client asks its servers to keep it for. A frozen
-            server or a broken link is noticed within ``heartbeat_interval +
-            heartbeat_timeout``. Keep it above the time one frame of
-            ``max_reply_bytes`` takes on the slowest link: libzmq queues the
-            PONG behind a frame being sent.
+        heartbeat_timeout: A connection whose peer went silent (no reply,
+            not even a PONG: a frozen process, a broken link) is dropped
+            within this many seconds, and the calls awaiting a reply on it
+            fail with :class:`~pyg_dist.errors.ServerUnavailableError`. Must
+            exceed ``heartbeat_interval``: libzmq waits ``heartbeat_timeout -
+            heartbeat_interval`` after a PING. It is also the time-to-live
+            each side asks its peer to keep it for. Keep that wait above the
+            time one frame of ``max_reply_bytes`` takes on the slowest link:
+            libzmq queues a PONG behind a frame being sent.
         reconnect_grace: How long a call to a server whose connection was
             lost waits for the client to reconnect (libzmq retries every
             second at most) before it fails with ``ServerUnavailableError``;
@@ -221,9 +221,10 @@ class RpcConfig:
                 raise RpcError(f"RpcConfig.{name} must be >= 0, got "
                                f"{getattr(self, name)!r}")
         # ZMTP carries the time-to-live in a 16-bit count of 0.1 s.
-        if not 0 < self.heartbeat_timeout <= MAX_HEARTBEAT_TIMEOUT:
-            raise RpcError(f"RpcConfig.heartbeat_timeout must be in (0, "
-                           f"{MAX_HEARTBEAT_TIMEOUT}] seconds, got {self.heartbeat_timeout!r}")
+        if not self.heartbeat_interval < self.heartbeat_timeout <= MAX_HEARTBEAT_TIMEOUT:
+            raise RpcError(f"RpcConfig.heartbeat_timeout must exceed heartbeat_interval "
+                           f"({self.heartbeat_interval!r}) and be at most "
+                           f"{MAX_HEARTBEAT_TIMEOUT} seconds, got {self.heartbeat_timeout!r}")
         for name in _BYTE_FIELDS:
             if getattr(self, name) > MAX_BYTES:
                 raise RpcError(f"RpcConfig.{name} must be at most 2**40 bytes, got "

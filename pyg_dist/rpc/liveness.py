@@ -6,8 +6,11 @@ Two signals, both from libzmq:
   the server's ROUTER). Each side sends a PING every ``heartbeat_interval``;
   libzmq answers a PING with a PONG on its own I/O thread, so a server busy
   in a handler, or holding the GIL, still answers, while a frozen process
-  (SIGSTOP) or a dead link does not. A connection that stays silent for
-  ``heartbeat_timeout`` after a PING is closed by libzmq.
+  (SIGSTOP) or a dead link does not. libzmq closes a connection that stays
+  silent for ``ZMQ_HEARTBEAT_TIMEOUT`` after a PING; the silence may begin
+  just after a PONG, up to one interval before the next PING, so that
+  option is ``heartbeat_timeout - heartbeat_interval``: a silent peer is
+  noticed within ``heartbeat_timeout``.
 * **Connection events** (:class:`PeerStates`): a monitor socket per DEALER
   reports the ZMTP handshake completing (the server is *up*) and the
   connection ending (*down*): at once when the server process dies (the
@@ -54,14 +57,16 @@ def set_heartbeats(sock: zmq.Socket, config: RpcConfig) -> None:
     Args:
         sock: A DEALER or ROUTER socket, not yet connected or bound.
         config: ``heartbeat_interval`` (``0``: no heartbeats) and
-            ``heartbeat_timeout``, which is also the time-to-live the peer is
-            asked to keep this side's connection for without traffic.
+            ``heartbeat_timeout``, within which a silent peer's connection is
+            closed; it is also the time-to-live the peer is asked to keep
+            this side's connection for without traffic.
     """
     if config.heartbeat_interval <= 0:
         return
-    sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, round(config.heartbeat_interval * 1000)))
-    timeout_ms = max(1, round(config.heartbeat_timeout * 1000))
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout_ms)
+    interval_ms = max(1, round(config.heartbeat_interval * 1000))
+    timeout_ms = max(interval_ms + 1, round(config.heartbeat_timeout * 1000))
+    sock.setsockopt(zmq.HEARTBEAT_IVL, interval_ms)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout_ms - interval_ms)
     # Sent in whole tenths of a second: round up, never to zero.
     sock.setsockopt(zmq.HEARTBEAT_TTL, max(100, -(-timeout_ms // 100) * 100))
 

@@ -1,8 +1,8 @@
 """A frozen server (SIGSTOP) and a dead link mid-epoch, with the defaults.
 
 Neither closes a connection, so only heartbeats can tell: the training loop
-must get a typed error naming the server within ``heartbeat_interval +
-heartbeat_timeout`` (6 s with the defaults, where the deadline is 30 s),
+must get a typed error naming the server within ``heartbeat_timeout`` (5 s
+with the defaults, where the deadline is 30 s),
 with ``prefetch=0`` and ``prefetch=4``; no thread is left behind; and once
 the server runs again (SIGCONT) or the link is back, the next epoch of the
 same loader completes with correct batches.
@@ -32,7 +32,7 @@ from pyg_dist.rpc import RpcConfig
 from pyg_dist.store.connect import connect
 
 CONFIG = RpcConfig(connect_timeout=30.0)  # every other field at its default
-BOUND = CONFIG.heartbeat_interval + CONFIG.heartbeat_timeout + 1.0
+BOUND = CONFIG.heartbeat_timeout + 1.0  # 1 s for a busy machine
 TAKEN_BEFORE = 3  # batches taken before the server freezes or the link dies
 
 
