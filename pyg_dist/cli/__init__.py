@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0,
         help="more log output (-v: info, -vv: debug)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Not "command": launch has a positional of that name (the script).
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     for module in _available_commands():
         module.add_parser(sub)
     return parser
@@ -57,7 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    if not getattr(args, "command", None):
+    if not getattr(args, "subcommand", None):
         parser.print_help()
         return 2
     try:
@@ -67,12 +68,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (PygDistError, OSError) as exc:
         # Expected failures: a typed error, or the system refusing a file
         # or socket operation. One line, no traceback.
-        _error(args.command, _one_line(exc))
+        _error(args.subcommand, _one_line(exc))
         return 1
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
         # A bug: still one line for the user, the traceback under -vv.
         logging.getLogger(__name__).debug("unexpected error", exc_info=True)
-        _error(args.command, f"unexpected {type(exc).__name__}: {_one_line(exc)} (this is "
+        _error(args.subcommand, f"unexpected {type(exc).__name__}: {_one_line(exc)} (this is "
                              f"a bug in pyg-dist; run with -vv for the traceback and "
                              f"report it)")
         return 1

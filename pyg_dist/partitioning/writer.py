@@ -143,6 +143,8 @@ def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
 
 
 def _check_root(root: Path, overwrite: bool) -> None:
+    if "\0" in str(root):
+        raise InvalidPartitionArgumentError("the dataset directory's name holds a NUL byte")
     if root.exists() and not root.is_dir():
         raise InvalidPartitionArgumentError(f"{root} exists and is not a directory")
     if root.is_dir() and any(root.iterdir()) and not overwrite:

@@ -17,6 +17,7 @@ on a cluster network (see ``docs/reliability.md``).
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 import secrets
 import stat
@@ -162,10 +163,21 @@ def _install(path: Path, text: str, mode: int, overwrite: bool) -> None:
         if overwrite:
             os.replace(tmp, path)
         else:
-            # link() fails if the name exists: no check-then-write race.
-            os.link(tmp, path)
+            _link_new(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _link_new(tmp: Path, path: Path) -> None:
+    """Gives ``tmp`` the name ``path`` unless that name exists."""
+    try:
+        # link() fails if the name exists: no check-then-write race.
+        os.link(tmp, path)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP) or path.exists():
+            raise
+        # A file system without hard links: rename after a check instead.
+        os.rename(tmp, path)
 
 
 def load_keys(path: str | os.PathLike, *, need_secret: bool = False) -> CurveKeyPair:

@@ -176,3 +176,27 @@ def test_serve_with_a_secret_key_that_is_a_directory(tmp_path, cora2_root):
     line = _one_line_error(_cli("serve", str(cora2_root), "--part", "0",
                                 "--curve-secret-key", str(tmp_path)), "serve", 1)
     assert "key file" in line
+
+
+def test_serve_threads_beyond_an_int_is_a_usage_error(tmp_path):
+    """Was a traceback (torch.set_num_threads: 'Overflow when unpacking long')."""
+    line = _one_line_error(_cli("serve", str(tmp_path), "--part", "0",
+                                "--threads", "99999999999"), "serve", 2)
+    assert "--threads: must lie in [1, 4096]" in line
+
+
+def test_launch_errors_name_the_command_and_a_missing_script_is_an_error(cora2_root, capsys):
+    """The launcher's script positional is called ``command``: it overwrote the
+    sub-command's name, so errors read ``pyg-dist ['x.py']: error`` and a
+    launch without a script printed the top-level help."""
+    assert main(["launch", str(cora2_root), "--nproc", "0", "--", "x.py"]) == 1
+    assert capsys.readouterr().err.startswith("pyg-dist launch: error: --nproc must be >= 1")
+    assert main(["launch", str(cora2_root)]) == 1
+    assert capsys.readouterr().err.startswith("pyg-dist launch: error: no script given")
+
+
+def test_partition_root_with_a_nul_byte_is_a_typed_error(tmp_path):
+    from pyg_dist.errors import InvalidPartitionArgumentError
+
+    with pytest.raises(InvalidPartitionArgumentError, match="NUL"):
+        pyg_dist.partition(cora(), 2, str(tmp_path / "a\0b"), "random")

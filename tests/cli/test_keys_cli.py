@@ -141,45 +141,6 @@ def test_secret_never_exists_with_group_or_other_bits(tmp_path):
     assert not [p for p in os.listdir(directory) if ".tmp-" in p]
 
 
-# Another process polls the directory as a second local user would, while
-# this one writes keys as fast as it can.
-_POLLER = textwrap.dedent("""
-    import os, stat, sys
-
-    directory, stop = sys.argv[1], sys.argv[2]
-    scans = exposed = 0
-    while not os.path.exists(stop):
-        scans += 1
-        for entry in os.scandir(directory):
-            if "secret" in entry.name:
-                try:
-                    if stat.S_IMODE(os.lstat(entry.path).st_mode) & 0o077:
-                        exposed += 1
-                except FileNotFoundError:
-                    pass
-    print(scans, exposed)
-""")
-
-
-def test_a_concurrent_reader_never_sees_a_readable_secret(tmp_path):
-    from pyg_dist.rpc.auth import generate_keys
-
-    directory = tmp_path / "keys"
-    directory.mkdir(mode=0o700)
-    stop = tmp_path / "stop"
-    poller = subprocess.Popen([sys.executable, "-c", _POLLER, str(directory), str(stop)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        for i in range(300):
-            generate_keys(directory, f"k{i % 10}", overwrite=True)
-    finally:
-        stop.touch()
-        out, _ = poller.communicate(timeout=60)
-    scans, exposed = (int(v) for v in out.split())
-    assert scans > 0
-    assert exposed == 0
-
-
 def test_new_key_directory_is_private_and_a_shared_one_is_refused(tmp_path):
     nested = tmp_path / "a" / "keys"
     assert _keys(str(nested)).returncode == 0

@@ -80,7 +80,7 @@ def test_a_crafted_feature_shape_is_refused_before_serving(cora2_root, tmp_path)
     (root / "meta.json").write_text(json.dumps(meta))
     out = subprocess.run([sys.executable, "-m", "pyg_dist", "serve", str(root), "--part", "0",
                           "--max-reply-bytes", "100000"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=90)
     assert out.returncode == 1 and "ready" not in out.stdout
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
