@@ -77,7 +77,7 @@ def check_dataloader_kwargs(kwargs: dict[str, Any], *, prefetch: int, ddp: bool,
             raise LoaderError("pin_memory_device= is deprecated by torch (it pins for the "
                               "current accelerator); drop it, and pass device= to have "
                               "batches copied to a device")
-    if num_workers:
+    else:
         method = _start_method(kwargs.get("multiprocessing_context"))
         if method != "fork":
             raise LoaderError(
