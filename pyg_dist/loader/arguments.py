@@ -77,7 +77,7 @@ def check_dataloader_kwargs(kwargs: dict[str, Any], *, prefetch: int, ddp: bool,
             raise LoaderError("pin_memory_device= is deprecated by torch (it pins for the "
                               "current accelerator); drop it, and pass device= to have "
                               "batches copied to a device")
-    if num_workers:
+    else:
         method = _start_method(kwargs.get("multiprocessing_context"))
         if method != "fork":
             raise LoaderError(
@@ -171,12 +171,14 @@ def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
             raise LoaderError("num_neighbors is required (a list of ints, -1 for all "
                               "neighbours) unless you pass neighbor_sampler=")
         return
+    # PyG's NumNeighbors holds its list (or dict) in .values.
     own = getattr(neighbor_sampler, "num_neighbors", None)
-    own = getattr(own, "values", own)  # PyG's NumNeighbors holds its list in .values
-    if num_neighbors is not None and own is not None and list(num_neighbors) != own:
-        raise LoaderError(f"num_neighbors={list(num_neighbors)} differs from the "
-                          f"neighbor_sampler's {own}; the sampler's is used, so pass "
-                          f"num_neighbors=None or the same list")
+    own = getattr(own, "values", own)
+    given = getattr(num_neighbors, "values", num_neighbors)
+    if given is not None and own is not None and _as_list(given) != _as_list(own):
+        raise LoaderError(f"num_neighbors={given} differs from the neighbor_sampler's "
+                          f"{own}; the sampler's is used, so pass num_neighbors=None or "
+                          f"the same")
     for name, (value, default) in settings.items():
         if name == "seed" and ddp:
             continue  # it seeds the rank split's shuffle
@@ -184,3 +186,7 @@ def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
             raise LoaderError(f"{name}={value!r} configures the sampler the loader builds, "
                               f"but neighbor_sampler= was given; configure that sampler "
                               f"instead and drop {name}")
+
+
+def _as_list(values: Any) -> Any:
+    return values if isinstance(values, dict) else [int(v) for v in values]

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch_geometric.sampler import BaseSampler, NeighborSampler, NodeSamplerInput
 
+from pyg_dist.errors import LoaderError
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.sampler import DistNeighborSampler, SeededSampler
 
@@ -62,6 +63,9 @@ def test_a_seeded_sampler_of_another_class_gets_the_loaders_seeds(cora_stores3, 
 def test_an_unseeded_pyg_sampler_works_in_the_loader(cora_data, cora_stores3, prefetch):
     sampler = NeighborSampler(cora_stores3, num_neighbors=[3, 2])
     assert not isinstance(sampler, SeededSampler)
+    with pytest.raises(LoaderError, match="differs"):  # PyG keeps its list in NumNeighbors
+        DistNeighborLoader(cora_stores3, [1], neighbor_sampler=sampler)
+    DistNeighborLoader(cora_stores3, [3, 2], neighbor_sampler=sampler)
     loader = DistNeighborLoader(cora_stores3, neighbor_sampler=sampler,
                                 input_nodes=cora_data.val_mask, batch_size=100,
                                 prefetch=prefetch)
