@@ -50,6 +50,7 @@ from pyg_dist.rpc.dealer import open_dealer
 from pyg_dist.rpc.endpoints import normalize_endpoint
 from pyg_dist.rpc.liveness import PeerStates, close_monitor
 from pyg_dist.rpc.protocol import Reply
+from pyg_dist.rpc.wire_values import describe
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from support.rawzmq import RawDealer
 from support.servers import run_process_tree, serve_part
 from support.zmtp import RawPeer, frame_header
 
-from pyg_dist.rpc.auth import client_config, generate_keys
 from pyg_dist.rpc import RpcClient, RpcConfig
+from pyg_dist.rpc.auth import client_config, generate_keys
 from pyg_dist.rpc.protocol import ErrorReply, encode_request
 
 MiB = 1 << 20
