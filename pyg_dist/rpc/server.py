@@ -37,7 +37,6 @@ then the whole server stops with :attr:`RpcServer.failure` set.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -52,7 +51,7 @@ from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.containment import FATAL, FailureLog
-from pyg_dist.rpc.liveness import set_heartbeats
+from pyg_dist.rpc.router import router_socket, start_authenticator
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.rpc.work_queue import WorkQueue
@@ -150,7 +149,7 @@ class RpcServer:
         if self._threads:
             return self.endpoint
         self._ctx = zmq.Context()
-        self._start_authenticator()
+        self._auth = start_authenticator(self._ctx, self._config, self._bind)
         io = threading.Thread(target=self._io_main, name=f"{self._name}-io", daemon=True)
         self._threads.append(io)
         io.start()
@@ -216,20 +215,6 @@ class RpcServer:
         :meth:`Admission.usage <pyg_dist.rpc.admission.Admission.usage>`."""
         return self._admission.usage()
 
-    def _start_authenticator(self) -> None:
-        """With CURVE and an authorised-keys directory, admits only those
-        clients (ZAP handler in its own thread, on this server's context)."""
-        directory = self._config.authorized_keys_dir
-        if not self._config.curve_server or directory is None:
-            return
-        if not os.path.isdir(directory):
-            raise TransportError(f"authorised CURVE keys directory {directory} does not "
-                                 f"exist; create it and copy the clients' public .key "
-                                 f"files into it", address=self._bind)
-        self._auth = ThreadAuthenticator(self._ctx, log=logger)
-        self._auth.start()
-        self._auth.configure_curve(domain="*", location=directory)
-
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks until the server is stopped; returns whether it is."""
         return self._stopped.wait(timeout)
@@ -250,31 +235,7 @@ class RpcServer:
         return self._ctx
 
     def _open_router(self) -> zmq.Socket:
-        router = self._context.socket(zmq.ROUTER)
-        router.linger = 0
-        # libzmq drops the connection of a peer announcing a frame larger
-        # than this before buffering it (handshake commands included); a
-        # request whose frames together exceed it gets an error reply from
-        # decode_request, and one that never ends is the ReceiveGuard's.
-        router.setsockopt(zmq.MAXMSGSIZE, self._config.max_message_bytes)
-        # A peer that connects and never finishes the greeting or the CURVE
-        # handshake is dropped after this long (libzmq's default is 30 s).
-        router.setsockopt(zmq.HANDSHAKE_IVL, int(self._config.handshake_timeout * 1000))
-        # Incoming: at most max_queued requests wait in libzmq per client
-        # besides the inbox; beyond that libzmq stops reading that client's
-        # TCP connection, so a busy server pushes back instead of buffering.
-        # Outgoing: a bounded queue per client; ROUTER_MANDATORY makes a
-        # full one visible (zmq.Again) instead of a silent drop, to log it.
-        router.rcvhwm = self._config.max_queued
-        router.sndhwm = self._config.reply_hwm
-        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        # Drop the connection (and queued replies) of a client that froze or
-        # became unreachable; libzmq answers clients' PINGs by itself.
-        set_heartbeats(router, self._config)
-        if self._config.curve_server:
-            router.curve_server = True
-            router.curve_secretkey = self._config.server_secret_key.encode()
-            router.curve_publickey = (self._config.server_public_key or "").encode()
+        router = router_socket(self._context, self._config)
         self._admission.watch(router)  # before the first connection is accepted
         try:
             router.bind(self._bind)
