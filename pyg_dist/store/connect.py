@@ -26,6 +26,7 @@ from pyg_dist.errors import ProtocolError, RpcError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.endpoints import normalize_endpoint
+from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 from pyg_dist.store.routing import Router
@@ -171,7 +172,7 @@ def _parse_meta(address: str, reply: Any) -> ServerMeta:
         for name, spec in specs.items():
             dtype = getattr(torch, str(spec["dtype"]))
             if not isinstance(dtype, torch.dtype):
-                raise TypeError(f"not a dtype: {spec['dtype']!r}")
+                raise TypeError(f"not a dtype: {describe(spec['dtype'])}")
             features[(None, str(name))] = FeatureInfo(dtype, tuple(int(s) for s in spec["shape"]))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProtocolError(f"server {address} answered 'meta' without the expected fields "

@@ -33,6 +33,7 @@ from torch_geometric.typing import FeatureTensorType
 from pyg_dist.errors import RemoteError, RpcTimeoutError, StoreError, TransportError
 from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.shared_memory import ClientSegments, Segment
+from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.routing import Router
 
 logger = logging.getLogger(__name__)
@@ -348,7 +349,7 @@ class RemoteFeatureStore(FeatureStore):
             if not isinstance(offsets, list) or len(offsets) != len(names) \
                     or not all(isinstance(o, int) for o in offsets):
                 raise StoreError(f"server {address} answered 'get' into shared memory "
-                                 f"without one offset per attribute: {offsets!r}")
+                                 f"without one offset per attribute: got {describe(offsets)}")
             tensors = [shared_memory.view(segment.payload, offset, out.dtype,
                                           (positions.numel(), *out.shape[1:]))
                        for offset, out in zip(offsets, outs)]

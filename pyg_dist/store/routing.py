@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import RpcError, RpcTimeoutError, StoreError, TransportError
+from pyg_dist.errors import RemoteError, RpcError, RpcTimeoutError, StoreError, TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ class Router:
             if retry:
                 replies.append(self._wait_retrying(client, request, future, deadline))
             else:
-                replies.append(self._wait(future, request[0], request[1], deadline))
+                replies.append(self._wait_while_busy(client, request, future, deadline))
         return replies
 
     def _wait_retrying(self, client: Any, request: tuple[int, str, dict, list[Tensor]],
@@ -266,13 +266,41 @@ class Router:
                 backoff = min(2 * backoff, cfg.retry_backoff_max)
                 future = client.call_async(part, op, args, tensors, timeout=deadline)
             try:
-                return self._wait(future, part, op, deadline)
+                return self._wait_while_busy(client, request, future, deadline)
             except (RpcTimeoutError, TransportError) as exc:
                 if attempt == cfg.retries:
                     raise
                 logger.info("retrying %r on %s (attempt %d of %d) after: %s", op,
                             self.endpoints[part], attempt + 2, cfg.retries + 1, exc)
         raise RpcTimeoutError("unreachable", op=op)  # the loop returns or raises
+
+    def _wait_while_busy(self, client: Any, request: tuple[int, str, dict, list[Tensor]],
+                         future: Any, deadline: float) -> Any:
+        """Waits for ``future``; a server that refused it as busy (its reply
+        byte budget was spent by answers still in flight) is asked again
+        after a pause, until the call's deadline has passed.
+
+        A busy refusal comes before anything is computed (nothing was written
+        into memory the request lent), so asking again is always safe; it is
+        back-pressure, not a failure, and is not counted as a retry.
+        """
+        part, op, args, tensors = request
+        cfg = client.config
+        give_up = time.monotonic() + deadline
+        pause = cfg.retry_backoff or 0.01
+        while True:
+            try:
+                return self._wait(future, part, op, deadline)
+            except RemoteError as exc:
+                left = give_up - time.monotonic()
+                if exc.remote_type != "ServerBusyError" or left <= pause:
+                    raise
+                logger.debug("%s is busy with %r; asking again in %.3gs",
+                             self.endpoints[part], op, pause)
+            time.sleep(pause)
+            pause = min(2 * pause, max(cfg.retry_backoff_max, pause))
+            future = client.call_async(part, op, args, tensors,
+                                       timeout=max(give_up - time.monotonic(), 0.001))
 
     def _wait(self, future: Any, part: int, op: str, deadline: float) -> Any:
         try:

@@ -41,3 +41,35 @@ def test_a_get_over_the_reply_limit_is_split_and_correct(data, small_limit_serve
     # a 'reply limit' error.
     assert torch.equal(x, data.x[ids])
     assert torch.equal(y, data.y[ids])
+
+
+@pytest.fixture(scope="module")
+def tight_budget_servers(data, tmp_path_factory):
+    """The same, with each client's reply budget at its smallest allowed value
+    (4 x the reply limit): a split ``get`` sends more chunks at once than the
+    server will hold answers for."""
+    root = str(tmp_path_factory.mktemp("cora2-busy") / "parts")
+    partition(data, 2, root, partitioner="random")
+    limit = 100 * ROW_BYTES
+    config = RpcConfig(workers=2, max_reply_bytes=limit, client_reply_budget=4 * limit)
+    servers = [PartitionServer(root, part, config=config) for part in range(2)]
+    try:
+        yield [server.start() for server in servers]
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.mark.parametrize("shared_memory", [0, 256 << 20], ids=["socket", "shared-memory"])
+def test_a_busy_server_is_asked_again_not_failed(data, tight_budget_servers, shared_memory):
+    # ~1,350 rows per server in calls of 100: more answers at once than the
+    # budget holds, so some calls are refused with ServerBusyError before
+    # anything is computed. The store asks again after a pause (back-pressure)
+    # instead of failing the batch.
+    ids = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(1))
+    fs, _ = connect(tight_budget_servers, RpcConfig(shared_memory_bytes=shared_memory))
+    with fs:
+        for _ in range(3):
+            x, y = fs.multi_get_tensor([TensorAttr(None, "x", ids), TensorAttr(None, "y", ids)])
+            assert torch.equal(x, data.x[ids])
+            assert torch.equal(y, data.y[ids])
