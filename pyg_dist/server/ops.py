@@ -389,9 +389,18 @@ class PartitionOps:
 
     def edge_index_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Bytes of ``edge_index``'s answer (three int64 per edge)."""
-        answer = 24 * self._csc_of(args).row.numel()
-        self._check_reply(answer, "edge_index", "raise the limit on the server for this graph")
+        csc = self._csc_of(args)
+        start, stop = self._edge_page(args, csc.row.numel())
+        answer = 24 * (stop - start)
+        self._check_reply(answer, "edge_index", "ask for fewer edges per call ('count')")
         return answer
+
+    @staticmethod
+    def _edge_page(args: dict[str, Any], total: int) -> tuple[int, int]:
+        """``[start, stop)`` of the CSC positions ``edge_index`` asks for."""
+        start = _int_arg(args, "start", 0, 0, total)
+        count = _int_arg(args, "count", None, 0, 1 << 62)
+        return start, total if count is None else min(total, start + count)
 
     def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
@@ -448,10 +457,19 @@ class PartitionOps:
 
     def edge_index(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """The part's edges as tensors ``row`` (source), ``col`` (destination),
-        ``edge_ids``, all global, in CSC order."""
+        ``edge_ids``, all global, in CSC order; with ``start`` / ``count``
+        only those positions of it (pages within the reply limit). The
+        result's ``total`` is the part's edge count."""
         csc = self._csc_of(args)
-        self._check_reply(24 * csc.row.numel(), "edge_index",
-                          "raise the limit on the server for this graph")
-        col = torch.repeat_interleave(csc.dst.node_ids, csc.deg,
-                                      output_size=csc.row.numel())
-        return {}, [csc.row, col, csc.edge_ids]
+        total = csc.row.numel()
+        start, stop = self._edge_page(args, total)
+        self._check_reply(24 * (stop - start), "edge_index",
+                          "ask for fewer edges per call ('count')")
+        if start == 0 and stop == total:
+            col = torch.repeat_interleave(csc.dst.node_ids, csc.deg, output_size=total)
+            return {"total": total}, [csc.row, col, csc.edge_ids]
+        # The destination of CSC position e is the column whose range holds e.
+        positions = torch.arange(start, stop)
+        column = torch.searchsorted(csc.colptr, positions, right=True) - 1
+        return {"total": total}, [csc.row[start:stop], csc.dst.node_ids[column],
+                                  csc.edge_ids[start:stop]]

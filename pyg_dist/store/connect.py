@@ -133,7 +133,8 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
                 len(by_part), first.num_nodes, first.num_edges)
     return (RemoteFeatureStore(router, first.features, [metas[i].host for i in order],
                                [metas[i].max_reply_bytes for i in order]),
-            RemoteGraphStore(router, first.num_edges))
+            RemoteGraphStore(router, first.num_edges,
+                             [metas[i].max_reply_bytes for i in order]))
 
 
 def _resolve(addresses: Union[Sequence[str], str, None]) -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
@@ -46,13 +47,18 @@ class RemoteGraphStore(GraphStore):
         router: Routes requests to the owning servers (shared with the
             feature store).
         num_edges: Number of edges of the whole graph.
+        reply_limits: Each part's server's ``max_reply_bytes`` as its
+            ``meta`` reported it: a part's edges are fetched in pages within
+            it. ``None`` (an older server): in one call.
     """
 
-    def __init__(self, router: Router, num_edges: int) -> None:
+    def __init__(self, router: Router, num_edges: int,
+                 reply_limits: Optional[Sequence[Optional[int]]] = None) -> None:
         super().__init__()
         self.router = router
         self.num_nodes = router.num_nodes
         self.num_edges = int(num_edges)
+        self._reply_limits = list(reply_limits or [None] * router.num_parts)
         self._coo: Optional[tuple[Tensor, Tensor]] = None
         self._coo_lock = threading.Lock()
 
@@ -146,21 +152,28 @@ class RemoteGraphStore(GraphStore):
             return self._coo
 
     def _fetch_coo(self) -> tuple[Tensor, Tensor]:
-        requests = [(part, "edge_index", {"edge_type": None}, [])
-                    for part in range(self.router.num_parts)]
-        replies = self.router.call_all(requests)
         row = torch.full((self.num_edges,), -1, dtype=torch.long)
         col = torch.full((self.num_edges,), -1, dtype=torch.long)
-        for part, reply in enumerate(replies):
-            if len(reply.tensors) != 3:
-                raise StoreError(f"server {self.router.endpoints[part]} answered 'edge_index' "
-                                 f"with {len(reply.tensors)} tensors, expected 3")
-            src, dst, eid = (t.to(torch.long) for t in reply.tensors)
-            if eid.numel() and (int(eid.min()) < 0 or int(eid.max()) >= self.num_edges):
-                raise StoreError(f"server {self.router.endpoints[part]} sent edge ids outside "
-                                 f"[0, {self.num_edges}); its partition belongs to another "
-                                 f"graph")
-            row[eid], col[eid] = src, dst
+        # Every part's edges in pages that fit its server's reply limit
+        # (24 bytes an edge), all parts' next pages in flight at once.
+        pages = {part: 0 for part in range(self.router.num_parts)}
+        while pages:
+            requests = []
+            for part, start in pages.items():
+                args: dict[str, Any] = {"edge_type": None}
+                limit = self._reply_limits[part]
+                if limit is not None:
+                    args.update(start=start, count=max(1, limit // _EDGE_BYTES))
+                requests.append((part, "edge_index", args, []))
+            replies = self.router.call_all(requests)
+            following = {}
+            for (part, _, args, _), reply in zip(requests, replies):
+                taken = self._take_edges(part, reply, row, col)
+                total = reply.result.get("total")
+                if "count" in args and isinstance(total, int) \
+                        and args["start"] + taken < total and taken:
+                    following[part] = args["start"] + taken
+            pages = following
         if self.num_edges and bool((row < 0).any()):
             raise StoreError("the servers together hold fewer edges than meta.json records; "
                              "a partition is missing or stale")
@@ -168,9 +181,29 @@ class RemoteGraphStore(GraphStore):
                      self.num_edges, self.router.num_parts)
         return row, col
 
+    def _take_edges(self, part: int, reply: Any, row: Tensor, col: Tensor) -> int:
+        """Puts one ``edge_index`` answer in place; returns its edge count."""
+        if len(reply.tensors) != 3:
+            raise StoreError(f"server {self.router.endpoints[part]} answered 'edge_index' "
+                             f"with {len(reply.tensors)} tensors, expected 3")
+        src, dst, eid = (t.to(torch.long) for t in reply.tensors)
+        if not src.numel() == dst.numel() == eid.numel():
+            raise StoreError(f"server {self.router.endpoints[part]} answered 'edge_index' "
+                             f"with tensors of different lengths")
+        if eid.numel() and (int(eid.min()) < 0 or int(eid.max()) >= self.num_edges):
+            raise StoreError(f"server {self.router.endpoints[part]} sent edge ids outside "
+                             f"[0, {self.num_edges}); its partition belongs to another "
+                             f"graph")
+        row[eid], col[eid] = src, dst
+        return eid.numel()
+
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, "
                 f"num_edges={self.num_edges}, num_parts={self.router.num_parts})")
+
+
+# Bytes an edge takes in an ``edge_index`` answer: source, destination, id.
+_EDGE_BYTES = 24
 
 
 def _mix_seed(seed: int, part: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch_geometric.data import TensorAttr
+from torch_geometric.data import EdgeAttr, TensorAttr
 
 from pyg_dist.partitioning.writer import partition
 from pyg_dist.rpc import RpcConfig
@@ -73,3 +73,29 @@ def test_a_busy_server_is_asked_again_not_failed(data, tight_budget_servers, sha
             x, y = fs.multi_get_tensor([TensorAttr(None, "x", ids), TensorAttr(None, "y", ids)])
             assert torch.equal(x, data.x[ids])
             assert torch.equal(y, data.y[ids])
+
+
+def test_the_whole_edge_index_comes_in_pages_within_the_reply_limit(data, small_limit_servers):
+    # A limit of ~24k edges' worth: each part's ~5k edges take one page, so
+    # also with a limit of 1,000 edges (several pages per part), the COO the
+    # graph store assembles is Cora's, in global edge-id order.
+    fs, gs = connect(small_limit_servers)
+    with fs:
+        gs._reply_limits = [1000 * 24] * len(gs._reply_limits)
+        row, col = gs.get_edge_index(EdgeAttr(None, "coo"))
+    assert torch.equal(row, data.edge_index[0]) and torch.equal(col, data.edge_index[1])
+
+
+def test_an_edge_index_page_is_the_part_s_csc_slice(data, small_limit_servers):
+    from pyg_dist.rpc import RpcClient
+
+    with RpcClient(small_limit_servers[:1]) as client:
+        whole = client.call(0, "edge_index", {"edge_type": None, "start": 0, "count": 1 << 40})
+        total = whole.result["total"]
+        pages = [client.call(0, "edge_index", {"edge_type": None, "start": s, "count": 777})
+                 for s in range(0, total, 777)]
+        past = client.call(0, "edge_index", {"edge_type": None, "start": total, "count": 5})
+    for i in range(3):
+        assert torch.equal(torch.cat([p.tensors[i] for p in pages]), whole.tensors[i])
+    assert all(t.numel() == 0 for t in past.tensors)
+    assert whole.tensors[0].numel() == total
