@@ -11,8 +11,7 @@ the CLI starts fast; ``pyg_dist.X`` and ``from pyg_dist import X`` both work.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pyg_dist.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -35,15 +34,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pyg_dist' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ("__version__",))

@@ -8,8 +8,7 @@ ranks. Names are imported on first use, as in :mod:`pyg_dist`.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pyg_dist.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",
@@ -20,15 +19,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(__all__) | set(globals()))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
