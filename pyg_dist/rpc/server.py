@@ -57,7 +57,6 @@ from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.rpc.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
-_failure_log = FailureLog(logger)
 
 Handler = Callable[[dict[str, Any], list[Tensor]], tuple[dict[str, Any], Sequence[Tensor]]]
 """``handler(args, tensors) -> (result, tensors)``."""
@@ -103,6 +102,8 @@ class RpcServer:
                  estimators: Optional[Mapping[str, Estimator]] = None) -> None:
         self._config = config or default_config()
         self._admission = Admission(self._config, estimators or {}, worker_ops, name)
+        # Per server: one flooded server must not silence another's log.
+        self._failure_log = FailureLog(logger)
         self._handlers: dict[str, Handler] = {"ping": self._ping, **handlers}
         self._bind = bind
         self._name = name
@@ -428,7 +429,7 @@ class RpcServer:
         except FATAL:
             raise
         except BaseException as exc:  # a decoder bug must fail only this request
-            _failure_log(f"{self._name}: decoding a request", exc)
+            self._failure_log(f"{self._name}: decoding a request", exc)
             message = f"the server failed to decode this request ({type(exc).__name__})"
         return protocol.encode_error(protocol.peek_id(frames), "ProtocolError", message)
 
@@ -449,7 +450,7 @@ class RpcServer:
         except FATAL:
             raise
         except BaseException as exc:  # a handler's bug fails only its request
-            _failure_log(f"{self._name}: op {request.op!r}", exc)
+            self._failure_log(f"{self._name}: op {request.op!r}", exc)
             kind, message = type(exc).__name__, error_text(exc)
         return protocol.encode_error(request.id, kind, message)
 
