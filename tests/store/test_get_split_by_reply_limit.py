@@ -17,17 +17,27 @@ ROW_BYTES = 1433 * 4 + 8  # Cora's x (float32) and y (int64)
 
 
 @pytest.fixture(scope="module")
-def small_limit_servers(data, tmp_path_factory):
-    """Cora in 2 parts, each served in-process with a reply limit of 100 rows."""
+def cora2_root(data, tmp_path_factory):
+    """Cora in 2 parts (random partitioner)."""
     root = str(tmp_path_factory.mktemp("cora2-split") / "parts")
     partition(data, 2, root, partitioner="random")
-    config = RpcConfig(workers=1, max_reply_bytes=100 * ROW_BYTES)
+    return root
+
+
+def _serve(root: str, config: RpcConfig):
+    """Serves both parts in-process with ``config``; yields their endpoints."""
     servers = [PartitionServer(root, part, config=config) for part in range(2)]
     try:
         yield [server.start() for server in servers]
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def small_limit_servers(cora2_root):
+    """Each part served with a reply limit of 100 rows."""
+    yield from _serve(cora2_root, RpcConfig(workers=1, max_reply_bytes=100 * ROW_BYTES))
 
 
 @pytest.mark.parametrize("shared_memory", [0, 256 << 20], ids=["socket", "shared-memory"])
@@ -44,20 +54,13 @@ def test_a_get_over_the_reply_limit_is_split_and_correct(data, small_limit_serve
 
 
 @pytest.fixture(scope="module")
-def tight_budget_servers(data, tmp_path_factory):
+def tight_budget_servers(cora2_root):
     """The same, with each client's reply budget at its smallest allowed value
     (4 x the reply limit): a split ``get`` sends more chunks at once than the
     server will hold answers for."""
-    root = str(tmp_path_factory.mktemp("cora2-busy") / "parts")
-    partition(data, 2, root, partitioner="random")
     limit = 100 * ROW_BYTES
-    config = RpcConfig(workers=2, max_reply_bytes=limit, client_reply_budget=4 * limit)
-    servers = [PartitionServer(root, part, config=config) for part in range(2)]
-    try:
-        yield [server.start() for server in servers]
-    finally:
-        for server in servers:
-            server.stop()
+    yield from _serve(cora2_root, RpcConfig(workers=2, max_reply_bytes=limit,
+                                            client_reply_budget=4 * limit))
 
 
 @pytest.mark.parametrize("shared_memory", [0, 256 << 20], ids=["socket", "shared-memory"])
