@@ -57,6 +57,35 @@ class RawPeer:
         self.send(greeting(mechanism))
         if mechanism == b"NULL":
             self.send(ready_command())
+            # libzmq takes every frame before its own READY went out as a
+            # handshake command and drops the peer (unexpected command), so
+            # messages may only follow the server's greeting and READY.
+            self.recv_exactly(GREETING_BYTES)
+            self.recv_command()
+
+    def recv_exactly(self, size: int) -> bytes:
+        """Receives exactly ``size`` bytes.
+
+        Raises:
+            ConnectionError: if the server closed the connection first.
+        """
+        data = bytearray()
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError(f"the server closed the connection after "
+                                      f"{len(data)} of {size} bytes")
+            data += chunk
+        return bytes(data)
+
+    def recv_command(self) -> bytes:
+        """Receives one command frame; returns its body."""
+        flags, size = self.recv_exactly(2)
+        if flags & 2:
+            size = struct.unpack(">Q", bytes([size]) + self.recv_exactly(7))[0]
+        if not flags & 4:
+            raise ConnectionError(f"expected a command frame, got flags {flags:#x}")
+        return self.recv_exactly(size)
 
     def send(self, data: bytes) -> None:
         """Sends ``data`` as is.
