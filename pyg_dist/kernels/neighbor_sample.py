@@ -21,6 +21,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from pyg_dist.kernels.candidates import expand
+
 
 def segment_arange(counts: Tensor) -> Tensor:
     """Concatenates ``arange(c)`` for every ``c`` in ``counts``.
@@ -38,21 +40,8 @@ def segment_arange(counts: Tensor) -> Tensor:
     return flat - torch.repeat_interleave(starts, counts, output_size=total)
 
 
-def _expand(start: Tensor, deg: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Every CSC position of every seed, seed by seed, in CSC order.
-
-    Returns ``(positions, segment, offset)``: the CSC position of every
-    entry, the index of its seed, and its offset within the seed's segment.
-    """
-    total = int(deg.sum())
-    segment = torch.repeat_interleave(
-        torch.arange(deg.numel(), device=deg.device), deg, output_size=total)
-    offset = torch.arange(total, device=deg.device) - (torch.cumsum(deg, 0) - deg)[segment]
-    return start[segment] + offset, segment, offset
-
-
 def _all_positions(start: Tensor, deg: Tensor) -> Tensor:
-    return _expand(start, deg)[0]
+    return expand(start, deg)[0]
 
 
 def _with_replacement(start: Tensor, deg: Tensor, k: int,
@@ -72,7 +61,7 @@ def _without_replacement(start: Tensor, deg: Tensor, k: int,
                          generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
     # One sort over every candidate entry: few kernel launches, which is
     # what small batches pay for, and still O(E log E) for big ones.
-    positions, segment, offset = _expand(start, deg)
+    positions, segment, offset = expand(start, deg)
     # key = segment + u/2 in [segment, segment + 0.5): sorting keeps segments
     # apart and in order (no rounding reaches the next one) and shuffles
     # inside each; the first k of every segment are a uniform k-subset.

@@ -1,0 +1,129 @@
+"""The server's sampling kernels: uniform against weighted and temporal, per sampled edge.
+
+Not a test: it prints figures. Run::
+
+    .venv/bin/python benchmarks/bench_kernels.py            # the bench graph
+    .venv/bin/python benchmarks/bench_kernels.py --quick    # a smaller one
+
+On the graph of ``pyg-dist bench`` (100k nodes, ~2M edges: 10 random
+out-edges per node, symmetrised), one hop of a batch's sampling is timed
+for every kernel over the same seeds: the first hop of a 1,024-seed batch
+and the second (the ~15k nodes the first hop reached), at the fan-outs of
+the bench ([15, 10]). Weights are uniform in [0, 1) with 10% zeros; times
+are uniform over the edges and every seed's time is the median, so half of
+every neighbourhood lies in its future. Each row gives microseconds per
+call and nanoseconds per sampled edge (the issue's yardstick: weighted and
+temporal at most 2x uniform), the median of ``--repeats`` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from pyg_dist.kernels import (
+    past_entries,
+    positive_entries,
+    sample_segments,
+    sample_temporal,
+    sample_weighted,
+)
+
+
+def _graph(num_nodes: int, avg_degree: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """colptr and row of a random symmetrised graph (CSC by destination)."""
+    gen = torch.Generator().manual_seed(seed)
+    num_edges = int(num_nodes * avg_degree)
+    src = torch.randint(0, num_nodes, (num_edges,), generator=gen)
+    dst = torch.randint(0, num_nodes, (num_edges,), generator=gen)
+    src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+    order = torch.argsort(dst * num_nodes + src)
+    row, col = src[order], dst[order]
+    colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+    colptr[1:] = torch.cumsum(torch.bincount(col, minlength=num_nodes), 0)
+    return colptr, row
+
+
+def _time(fn: Callable[[], tuple[torch.Tensor, torch.Tensor]], repeats: int) -> tuple[float, int]:
+    """Median seconds of a call, and the edges one call samples."""
+    counts, _ = fn()  # warm-up
+    seconds = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - began)
+    return statistics.median(seconds), int(counts.sum())
+
+
+def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tensor,
+             entry_time: torch.Tensor, seed_time: torch.Tensor,
+             gen: torch.Generator) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
+    """One call of every kernel over the same segments, by row name."""
+    def weighted(replace: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample_weighted(positive_entries(start, deg, weight), weight, k, replace, gen)
+
+    def temporal(strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample_temporal(past_entries(start, deg, entry_time, seed_time), entry_time,
+                               k, strategy, generator=gen)
+
+    return {
+        "uniform": lambda: sample_segments(start, deg, k, False, gen),
+        "uniform, replace": lambda: sample_segments(start, deg, k, True, gen),
+        "weighted": lambda: weighted(False),
+        "weighted, replace": lambda: weighted(True),
+        "temporal uniform": lambda: temporal("uniform"),
+        "temporal last": lambda: temporal("last"),
+    }
+
+
+def main() -> None:
+    """Prints the kernel table."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-nodes", type=int, default=100_000)
+    p.add_argument("--avg-degree", type=float, default=10.0)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--num-neighbors", default="15,10")
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (a server runs one request per worker thread)")
+    p.add_argument("--quick", action="store_true", help="20k nodes, 10 repeats")
+    args = p.parse_args()
+    if args.quick:
+        args.num_nodes, args.repeats = 20_000, 10
+    torch.set_num_threads(args.threads)
+    colptr, row = _graph(args.num_nodes, args.avg_degree, seed=0)
+    num_edges = int(colptr[-1])
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.rand(num_edges, generator=gen)
+    weight[torch.rand(num_edges, generator=gen) < 0.1] = 0
+    entry_time = torch.randint(0, 1_000_000, (num_edges,), generator=gen)
+    fanouts = [int(k) for k in args.num_neighbors.split(",")]
+    seeds = torch.randperm(args.num_nodes, generator=gen)[:args.batch_size]
+
+    print(f"graph: {args.num_nodes:,} nodes, {num_edges:,} CSC entries; "
+          f"torch threads {args.threads}; median of {args.repeats} calls")
+    print(f"{'hop':>3} {'seeds':>7} {'k':>3}  {'kernel':<26} {'us/call':>9} "
+          f"{'edges':>8} {'ns/edge':>8} {'x uniform':>9}")
+    for hop, k in enumerate(fanouts):
+        start = colptr[seeds]
+        deg = colptr[seeds + 1] - start
+        seed_time = torch.full((seeds.numel(),), 500_000, dtype=torch.long)
+        rows = _kernels(start, deg, k, weight, entry_time, seed_time, gen)
+        base = {}
+        for name, fn in rows.items():
+            seconds, edges = _time(fn, args.repeats)
+            per_edge = seconds / max(edges, 1) * 1e9
+            ref = base.setdefault("replace" if "replace" in name else "plain", per_edge)
+            print(f"{hop + 1:>3} {seeds.numel():>7,} {k:>3}  {name:<26} {seconds * 1e6:>9.0f} "
+                  f"{edges:>8,} {per_edge:>8.1f} {per_edge / ref:>9.2f}")
+        # The next hop's seeds: the distinct nodes this hop reached.
+        _, positions = sample_segments(start, deg, k, False, gen)
+        seeds = torch.unique(row[positions])
+
+
+if __name__ == "__main__":
+    main()
