@@ -26,11 +26,9 @@ from collections.abc import Callable
 import torch
 
 from pyg_dist.kernels import (
-    past_entries,
-    positive_entries,
     sample_segments,
-    sample_temporal,
-    sample_weighted,
+    sample_temporal_segments,
+    sample_weighted_segments,
 )
 
 
@@ -64,11 +62,11 @@ def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tenso
              gen: torch.Generator) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
     """One call of every kernel over the same segments, by row name."""
     def weighted(replace: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample_weighted(positive_entries(start, deg, weight), weight, k, replace, gen)
+        return sample_weighted_segments(start, deg, weight, k, replace, gen)
 
     def temporal(strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample_temporal(past_entries(start, deg, entry_time, seed_time), entry_time,
-                               k, strategy, generator=gen)
+        return sample_temporal_segments(start, deg, entry_time, seed_time, k, strategy,
+                                        generator=gen)
 
     return {
         "uniform": lambda: sample_segments(start, deg, k, False, gen),

@@ -2,19 +2,18 @@
 
 * :func:`sample_neighbors`: exact, vectorised one-hop sampling over CSC.
 * :func:`sample_segments`: the same over segments the caller looked up.
-* :func:`sample_weighted`: by edge weight (:mod:`.weighted_sample`).
-* :func:`sample_temporal`: no neighbour from a seed's future, uniform or
-  most recent (:mod:`.temporal_sample`).
+* :func:`sample_weighted_segments`: by edge weight (:mod:`.weighted_sample`).
+* :func:`sample_temporal_segments`: no neighbour from a seed's future,
+  uniform, by weight or most recent (:mod:`.temporal_sample`).
 
-The weighted and temporal kernels first narrow every segment to the entries
-it may draw from (:mod:`.candidates`), then sample within those.
+The weighted and temporal kernels work on a padded ``[seeds, max degree]``
+matrix, or, for frontiers where that padding costs too much, narrow every
+segment to the entries it may draw from (:mod:`.candidates`) first.
 """
 
-from pyg_dist.kernels.candidates import Candidates
 from pyg_dist.kernels.neighbor_sample import sample_neighbors, sample_segments, segment_arange
-from pyg_dist.kernels.temporal_sample import TEMPORAL_STRATEGIES, past_entries, sample_temporal
-from pyg_dist.kernels.weighted_sample import positive_entries, sample_weighted
+from pyg_dist.kernels.temporal_sample import TEMPORAL_STRATEGIES, sample_temporal_segments
+from pyg_dist.kernels.weighted_sample import sample_weighted_segments
 
-__all__ = ["Candidates", "TEMPORAL_STRATEGIES", "past_entries", "positive_entries",
-           "sample_neighbors", "sample_segments", "sample_temporal", "sample_weighted",
-           "segment_arange"]
+__all__ = ["TEMPORAL_STRATEGIES", "sample_neighbors", "sample_segments",
+           "sample_temporal_segments", "sample_weighted_segments", "segment_arange"]

@@ -66,3 +66,33 @@ def eligible(positions: Tensor, segment: Tensor, keep: Tensor, num_seeds: int) -
     kept = positions[keep]
     deg = torch.bincount(segment[keep], minlength=num_seeds)
     return Candidates(kept, torch.cumsum(deg, 0) - deg, deg)
+
+
+# A padded [seeds, max degree] matrix beats expanding the segments (and the
+# sorts the sparse path needs) while it holds at most about this many times
+# the real entries; power-law frontiers (one hub among many leaves) go sparse.
+DENSE_MAX_PADDING = 4
+DENSE_MIN_CELLS = 1024
+
+
+def dense_fits(deg: Tensor, width: int) -> bool:
+    """Whether a padded ``[len(deg), width]`` matrix is the cheaper way."""
+    return deg.numel() * width <= DENSE_MAX_PADDING * int(deg.sum()) + DENSE_MIN_CELLS
+
+
+def padded(start: Tensor, deg: Tensor, width: int, size: int) -> tuple[Tensor, Tensor]:
+    """Every seed's segment as a row of a ``[seeds, width]`` matrix.
+
+    Args:
+        start: int64 CSC position where every seed's segment starts.
+        deg: int64 length of every seed's segment (at most ``width``).
+        width: Columns of the matrix (``max(deg)``).
+        size: Length of the CSC arrays, so padding cells stay in range.
+
+    Returns:
+        ``(positions, real)``: the CSC position of every cell (padding
+        clamped to a valid one) and whether the cell is a real entry.
+    """
+    columns = torch.arange(width, device=deg.device)
+    positions = (start.unsqueeze(1) + columns).clamp_(max=max(size - 1, 0))
+    return positions, columns < deg.unsqueeze(1)

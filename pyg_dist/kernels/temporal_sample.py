@@ -7,7 +7,8 @@ of the neighbour node (``time_attr`` on nodes) or of the edge (on edges);
 the caller gathers it per CSC entry. Among the eligible entries:
 
 * ``"uniform"``: a uniform ``min(k, eligible)``-subset (or ``k`` draws with
-  replacement), by the uniform kernel, or by weight when weights are given;
+  replacement), or by weight when weights are given (:mod:`.weighted_sample`;
+  uniform is the same race with every eligible entry at rate 1);
 * ``"last"``: the ``k`` most recent; among entries of equal time the later
   CSC position counts as more recent, which is what taking the tail of a
   neighbourhood sorted by time (PyG's way) gives.
@@ -20,34 +21,81 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.kernels.candidates import Candidates, eligible, expand
-from pyg_dist.kernels.neighbor_sample import sample_segments
-from pyg_dist.kernels.weighted_sample import sample_weighted
+from pyg_dist.kernels.candidates import Candidates, dense_fits, eligible, expand, padded
+from pyg_dist.kernels.weighted_sample import check_fanout, draw_by_rate, sample_candidates
 
 TEMPORAL_STRATEGIES = ("uniform", "last")
 
 
-def past_entries(start: Tensor, deg: Tensor, entry_time: Tensor, seed_time: Tensor,
-                 weight: Optional[Tensor] = None) -> Candidates:
-    """Every seed's entries no later than the seed (and of positive weight).
+def sample_temporal_segments(start: Tensor, deg: Tensor, entry_time: Tensor,
+                             seed_time: Tensor, num_neighbors: int, strategy: str = "uniform",
+                             replace: bool = False, weight: Optional[Tensor] = None,
+                             generator: Optional[torch.Generator] = None,
+                             dense: Optional[bool] = None) -> tuple[Tensor, Tensor]:
+    """Samples up to ``num_neighbors`` of every seed's entries from its past.
 
     Args:
         start: int64 CSC position where every seed's segment starts.
         deg: int64 length of every seed's segment.
         entry_time: Time of every CSC entry (indexed by CSC position).
         seed_time: Time of every seed, of ``entry_time``'s dtype.
-        weight: Weight of every CSC entry, if sampling by weight: entries of
-            weight 0 are left out too.
+        num_neighbors: Fan-out ``k``; ``-1`` takes every eligible entry.
+        strategy: ``"uniform"`` or ``"last"`` (the ``k`` most recent).
+        replace: Draw with replacement (``"uniform"`` only).
+        weight: Weight of every CSC entry, to draw by weight (``"uniform"``
+            only); entries of weight 0 are never drawn.
+        generator: Random generator on the tensors' device.
+        dense: Force the padded-matrix (``True``) or the sparse (``False``)
+            way; ``None`` picks the cheaper one. Both draw the same law.
+
+    Returns:
+        ``(counts, positions)``: CSC positions, seed after seed.
 
     Raises:
-        ValueError: if the two times differ in dtype or ``seed_time`` does
-            not have one entry per seed.
+        ValueError: for an unknown strategy, ``"last"`` with replacement or
+            weights, ``num_neighbors < -1``, times of different dtypes, or
+            not one seed time per seed.
     """
+    if strategy not in TEMPORAL_STRATEGIES:
+        raise ValueError(f"temporal strategy must be one of {TEMPORAL_STRATEGIES}, "
+                         f"got {strategy!r}")
+    check_fanout(num_neighbors)
+    if strategy == "last" and (replace or weight is not None):
+        raise ValueError("temporal strategy 'last' takes the most recent neighbours: "
+                         "it cannot draw with replacement or by weight")
     if seed_time.dtype != entry_time.dtype:
         raise ValueError(f"seed times ({seed_time.dtype}) and entry times "
                          f"({entry_time.dtype}) must have the same dtype")
     if seed_time.numel() != deg.numel():
         raise ValueError(f"got {seed_time.numel()} seed times for {deg.numel()} seeds")
+    if deg.numel() == 0 or int(deg.max()) == 0:
+        return torch.zeros_like(deg), deg.new_empty(0)
+    width = int(deg.max())
+    if num_neighbors != -1 and (dense if dense is not None else dense_fits(deg, width)):
+        positions, real = padded(start, deg, width, entry_time.numel())
+        eligible_cells = real & (entry_time[positions] <= seed_time.unsqueeze(1))
+        if strategy == "last":
+            return _most_recent_dense(positions, eligible_cells, entry_time, num_neighbors)
+        if weight is None:
+            rates = eligible_cells.double()
+        else:
+            rates = torch.where(eligible_cells, weight[positions].double(), 0.0)
+        return draw_by_rate(positions, rates, num_neighbors, replace, generator)
+    candidates = _past(start, deg, entry_time, seed_time, weight)
+    if strategy == "last":
+        positions, start, deg = candidates
+        if num_neighbors == -1 or positions.numel() == 0:
+            return deg, positions
+        return torch.clamp(deg, max=num_neighbors), positions[
+            _most_recent(start, deg, entry_time[positions], num_neighbors)]
+    rates = (torch.ones(candidates.positions.numel(), dtype=torch.float64,
+                        device=deg.device) if weight is None
+             else weight[candidates.positions].double())
+    return sample_candidates(candidates, rates, num_neighbors, replace, generator)
+
+
+def _past(start: Tensor, deg: Tensor, entry_time: Tensor, seed_time: Tensor,
+          weight: Optional[Tensor]) -> Candidates:
     positions, segment, _ = expand(start, deg)
     keep = entry_time[positions] <= seed_time[segment]
     if weight is not None:
@@ -55,47 +103,19 @@ def past_entries(start: Tensor, deg: Tensor, entry_time: Tensor, seed_time: Tens
     return eligible(positions, segment, keep, deg.numel())
 
 
-def sample_temporal(candidates: Candidates, entry_time: Tensor, num_neighbors: int,
-                    strategy: str = "uniform", replace: bool = False,
-                    weight: Optional[Tensor] = None,
-                    generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
-    """Samples up to ``num_neighbors`` of every seed's eligible entries.
-
-    Args:
-        candidates: Every seed's eligible entries, from :func:`past_entries`.
-        entry_time: Time of every CSC entry (indexed by CSC position).
-        num_neighbors: Fan-out ``k``; ``-1`` takes every eligible entry.
-        strategy: ``"uniform"`` or ``"last"`` (the ``k`` most recent).
-        replace: Draw with replacement (``"uniform"`` only).
-        weight: Weight of every CSC entry, to draw by weight
-            (``"uniform"`` only).
-        generator: Random generator on the tensors' device.
-
-    Returns:
-        ``(counts, positions)``: CSC positions, seed after seed.
-
-    Raises:
-        ValueError: for an unknown strategy, ``"last"`` with replacement or
-            weights, or ``num_neighbors < -1``.
-    """
-    if strategy not in TEMPORAL_STRATEGIES:
-        raise ValueError(f"temporal strategy must be one of {TEMPORAL_STRATEGIES}, "
-                         f"got {strategy!r}")
-    if num_neighbors < -1:
-        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
-    positions, start, deg = candidates
-    if strategy == "last":
-        if replace or weight is not None:
-            raise ValueError("temporal strategy 'last' takes the most recent neighbours: "
-                             "it cannot draw with replacement or by weight")
-        if num_neighbors == -1 or positions.numel() == 0:
-            return deg, positions
-        return torch.clamp(deg, max=num_neighbors), positions[
-            _most_recent(start, deg, entry_time[positions], num_neighbors)]
-    if weight is not None:
-        return sample_weighted(candidates, weight, num_neighbors, replace, generator)
-    counts, local = sample_segments(start, deg, num_neighbors, replace, generator)
-    return counts, positions[local]
+def _most_recent_dense(positions: Tensor, eligible_cells: Tensor, entry_time: Tensor,
+                       k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` latest eligible cells of every row of a padded matrix."""
+    width = positions.shape[1]
+    # Two stable sorts per row: by time, then ineligible cells first. Equal
+    # times keep CSC order, so a row's tail holds its latest eligible
+    # entries, the later CSC position of two equal times last.
+    by_time = torch.sort(entry_time[positions], dim=1, stable=True).indices
+    flags = eligible_cells.gather(1, by_time).to(torch.int8)
+    order = by_time.gather(1, torch.sort(flags, dim=1, stable=True).indices)
+    counts = torch.clamp(eligible_cells.sum(1), max=k)
+    tail = torch.arange(width, device=positions.device) >= width - counts.unsqueeze(1)
+    return counts, positions.gather(1, order)[tail]
 
 
 def _most_recent(start: Tensor, deg: Tensor, time: Tensor, k: int) -> Tensor:

@@ -16,6 +16,11 @@ Semantics (those of DGL's ``prob`` and of PyG's ``weight_attr``):
   probability ``w_i / sum(w)``: a uniform point in the segment's total
   weight, located in the running sum of weights.
 
+Two ways to the same draws: a padded ``[seeds, max degree]`` matrix with a
+top-k or a binary search per row (few op launches, no sort), or, when the
+padding would cost more than it saves (a hub among leaves), the eligible
+entries narrowed into segments (:mod:`.candidates`) and sorted.
+
 Weights are assumed finite and non-negative; the partition reader and the
 loader check that once, so the hot path does not.
 """
@@ -28,39 +33,31 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.kernels.candidates import Candidates, eligible, expand
+from pyg_dist.kernels.candidates import Candidates, dense_fits, eligible, expand, padded
 
 _LATEST = torch.finfo(torch.float64).max
-# The padded matrix's top-k beats the two sorts while it holds at most about
-# four times the real entries (measured on one core at hop 2 of the bench).
-_DENSE_MAX_PADDING = 4
-_DENSE_MIN_CELLS = 1024
 
 
-def positive_entries(start: Tensor, deg: Tensor, weight: Tensor) -> Candidates:
-    """Every seed's entries of positive weight.
+def check_fanout(num_neighbors: int) -> None:
+    """Raises ``ValueError`` unless ``num_neighbors`` is -1 or at least 0."""
+    if num_neighbors < -1:
+        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
+
+
+def sample_weighted_segments(start: Tensor, deg: Tensor, weight: Tensor, num_neighbors: int,
+                             replace: bool = False, generator: Optional[torch.Generator] = None,
+                             dense: Optional[bool] = None) -> tuple[Tensor, Tensor]:
+    """Samples up to ``num_neighbors`` entries of every seed by weight.
 
     Args:
         start: int64 CSC position where every seed's segment starts.
         deg: int64 length of every seed's segment.
         weight: Weight of every CSC entry (indexed by CSC position).
-    """
-    positions, segment, _ = expand(start, deg)
-    return eligible(positions, segment, weight[positions] > 0, deg.numel())
-
-
-def sample_weighted(candidates: Candidates, weight: Tensor, num_neighbors: int,
-                    replace: bool = False,
-                    generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
-    """Samples up to ``num_neighbors`` entries of every seed by weight.
-
-    Args:
-        candidates: Every seed's drawable entries (weight above 0), e.g.
-            from :func:`positive_entries`.
-        weight: Weight of every CSC entry (indexed by CSC position).
-        num_neighbors: Fan-out ``k``; ``-1`` takes every candidate.
+        num_neighbors: Fan-out ``k``; ``-1`` takes every positive entry.
         replace: Draw ``k`` entries with replacement.
         generator: Random generator on the tensors' device.
+        dense: Force the padded-matrix (``True``) or the sparse (``False``)
+            way; ``None`` picks the cheaper one. Both draw the same law.
 
     Returns:
         ``(counts, positions)`` as :func:`~pyg_dist.kernels.sample_neighbors`
@@ -69,72 +66,117 @@ def sample_weighted(candidates: Candidates, weight: Tensor, num_neighbors: int,
     Raises:
         ValueError: if ``num_neighbors < -1``.
     """
-    if num_neighbors < -1:
-        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
+    check_fanout(num_neighbors)
+    if deg.numel() == 0 or int(deg.max()) == 0:
+        return torch.zeros_like(deg), deg.new_empty(0)
+    width = int(deg.max())
+    if num_neighbors != -1 and (dense if dense is not None else dense_fits(deg, width)):
+        positions, real = padded(start, deg, width, weight.numel())
+        rates = torch.where(real, weight[positions].double(), 0.0)
+        return draw_by_rate(positions, rates, num_neighbors, replace, generator)
+    candidates = _positive(start, deg, weight)
+    return sample_candidates(candidates, weight[candidates.positions].double(),
+                             num_neighbors, replace, generator)
+
+
+def draw_by_rate(positions: Tensor, rates: Tensor, k: int, replace: bool,
+                 generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
+    """Draws ``k`` cells of every row by rate, over padded rows.
+
+    Args:
+        positions: ``[seeds, width]`` CSC position of every cell.
+        rates: ``[seeds, width]`` float64 weight of every cell; 0 where the
+            cell must not be drawn (padding, a weight of 0, the future).
+        k: Fan-out (at least 0).
+        replace: Draw with replacement.
+        generator: Random generator on the tensors' device.
+
+    Returns:
+        ``(counts, positions)``: CSC positions, seed after seed.
+    """
+    n, width = rates.shape
+    drawable = rates > 0
+    available = drawable.sum(1)
+    if replace:
+        counts = torch.where(available > 0, k, 0)
+        running = torch.cumsum(rates, 1)
+        draw = torch.rand((n, k), dtype=torch.float64, device=rates.device, generator=generator)
+        # right=True skips cells of rate 0: their running sum equals the
+        # previous cell's, so no point lands on them.
+        picked = torch.searchsorted(running, draw.mul_(running[:, -1:]), right=True)
+        # Rounding can put a point at the row's very end: keep it on the
+        # last drawable cell.
+        last = width - 1 - torch.argmax(drawable.flip(1).to(torch.uint8), dim=1)
+        picked = torch.minimum(picked, last.unsqueeze(1))
+        return counts, positions.gather(1, picked)[available > 0].view(-1)
+    k = min(k, width)
+    draw = torch.rand((n, width), dtype=torch.float64, device=rates.device, generator=generator)
+    # -log(1 - u) is Exp(1) and finite for u in [0, 1); divided by the rate it
+    # is the arrival time in a race of that rate (inf for a rate of 0). The
+    # clamp keeps a denormal rate's time below the never-drawn cells'.
+    arrival = torch.log1p(-draw).neg_().div_(rates).clamp_(max=_LATEST)
+    arrival.masked_fill_(~drawable, math.inf)
+    picked = arrival.topk(k, dim=1, largest=False).indices  # earliest first
+    counts = torch.clamp(available, max=k)
+    first = torch.arange(k, device=rates.device) < counts.unsqueeze(1)
+    return counts, positions.gather(1, picked)[first]
+
+
+def _positive(start: Tensor, deg: Tensor, weight: Tensor) -> Candidates:
+    positions, segment, _ = expand(start, deg)
+    return eligible(positions, segment, weight[positions] > 0, deg.numel())
+
+
+def sample_candidates(candidates: Candidates, rates: Tensor, k: int, replace: bool,
+                      generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
+    """:func:`draw_by_rate` over narrowed segments (the sparse way).
+
+    Args:
+        candidates: Every seed's drawable entries.
+        rates: float64 positive weight of every candidate.
+        k: Fan-out; ``-1`` takes every candidate.
+        replace: Draw with replacement.
+        generator: Random generator on the tensors' device.
+    """
     positions, start, deg = candidates
-    if num_neighbors == -1 or positions.numel() == 0:
+    if k == -1 or positions.numel() == 0:
         return deg, positions
     if replace:
-        counts, local = _with_replacement(start, deg, weight[positions].double(),
-                                          num_neighbors, generator)
+        counts, local = _with_replacement(start, deg, rates, k, generator)
         return counts, positions[local]
-    if num_neighbors >= int(deg.max()):
+    if k >= int(deg.max()):
         return deg, positions
-    return torch.clamp(deg, max=num_neighbors), positions[
-        _race(start, deg, weight[positions].double(), num_neighbors, generator)]
+    return torch.clamp(deg, max=k), positions[_race(start, deg, rates, k, generator)]
 
 
-def _race(start: Tensor, deg: Tensor, weight: Tensor, k: int,
+def _race(start: Tensor, deg: Tensor, rates: Tensor, k: int,
           generator: Optional[torch.Generator]) -> Tensor:
-    """Indices into the candidates of every segment's ``k`` winners."""
-    draw = torch.rand(weight.numel(), dtype=torch.float64, device=weight.device,
+    """Indices into the candidates of every segment's ``k`` earliest
+    arrivals, by two stable sorts: by arrival, then by segment, so segments
+    keep their place and length and rank-in-segment is the offset again."""
+    _, segment, offset = expand(start, deg)
+    draw = torch.rand(rates.numel(), dtype=torch.float64, device=rates.device,
                       generator=generator)
-    # -log(1 - u) is Exp(1) and finite for u in [0, 1); dividing by a
-    # positive weight gives the arrival time in a race of rate `weight`.
-    # The clamp keeps a denormal weight's key below the padding's infinity.
-    key = torch.log1p(-draw).neg_().div_(weight).clamp_(max=_LATEST)
-    if deg.numel() * int(deg.max()) <= _DENSE_MAX_PADDING * key.numel() + _DENSE_MIN_CELLS:
-        return _first_k_dense(start, deg, key, k)
-    return _first_k_sorted(start, deg, key, k)
-
-
-def _first_k_dense(start: Tensor, deg: Tensor, key: Tensor, k: int) -> Tensor:
-    """The ``k`` smallest keys of every segment, through a padded
-    ``[segments, max(deg)]`` matrix and a top-k per row: few op launches and
-    no sort, while the padding costs less than the sort it saves."""
-    _, segment, offset = expand(start, deg)
-    matrix = key.new_full((deg.numel(), int(deg.max())), math.inf)
-    matrix[segment, offset] = key
-    picked = matrix.topk(k, dim=1, largest=False).indices
-    return (start.unsqueeze(1) + picked)[picked < deg.unsqueeze(1)]
-
-
-def _first_k_sorted(start: Tensor, deg: Tensor, key: Tensor, k: int) -> Tensor:
-    """The ``k`` smallest keys of every segment, by two stable sorts: by key,
-    then by segment, so segments keep their place and length and
-    rank-in-segment after the sort is the offset again."""
-    _, segment, offset = expand(start, deg)
-    by_key = torch.argsort(key, stable=True)
-    order = by_key[torch.argsort(segment[by_key], stable=True)]
+    arrival = torch.log1p(-draw).neg_().div_(rates)
+    by_arrival = torch.argsort(arrival, stable=True)
+    order = by_arrival[torch.argsort(segment[by_arrival], stable=True)]
     return order[offset < k]
 
 
-def _with_replacement(start: Tensor, deg: Tensor, weight: Tensor, k: int,
+def _with_replacement(start: Tensor, deg: Tensor, rates: Tensor, k: int,
                       generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
     counts = torch.where(deg > 0, k, 0)
     total = int(counts.sum())
     # A draw is a uniform point in its segment's stretch of the running sum
-    # of all candidates' weights, located by binary search; candidates of
-    # weight 0 were left out, so every stretch is one entry's own weight.
-    # float64 keeps a weight of 1e-9 of the frontier's total distinct.
-    cumulative = torch.cumsum(weight, 0)
-    base = torch.where(start > 0, cumulative[(start - 1).clamp(min=0)],
-                       cumulative.new_zeros(()))
-    seg_total = torch.where(deg > 0, cumulative[(start + deg - 1).clamp(min=0)] - base, 0)
-    draw = torch.rand(total, dtype=torch.float64, device=weight.device, generator=generator)
+    # of all candidates' rates, located by binary search; every candidate's
+    # rate is positive, so every stretch is one candidate's own. float64
+    # keeps a rate of 1e-9 of the frontier's total distinct.
+    running = torch.cumsum(rates, 0)
+    base = torch.where(start > 0, running[(start - 1).clamp(min=0)], running.new_zeros(()))
+    seg_total = torch.where(deg > 0, running[(start + deg - 1).clamp(min=0)] - base, 0)
+    draw = torch.rand(total, dtype=torch.float64, device=rates.device, generator=generator)
     target = torch.repeat_interleave(base, counts, output_size=total) + \
         draw * torch.repeat_interleave(seg_total, counts, output_size=total)
-    picked = torch.searchsorted(cumulative, target, right=True)
-    # Rounding can put the point at the segment's very end: keep it inside.
+    picked = torch.searchsorted(running, target, right=True)
     last = torch.repeat_interleave(start + deg - 1, counts, output_size=total)
     return counts, torch.minimum(picked, last)

@@ -15,9 +15,7 @@ import math
 import pytest
 import torch
 
-from pyg_dist.kernels import weighted_sample as ws
-from pyg_dist.kernels.temporal_sample import past_entries, sample_temporal
-from pyg_dist.kernels.weighted_sample import positive_entries, sample_weighted
+from pyg_dist.kernels import sample_temporal_segments, sample_weighted_segments
 
 # chi-square critical values at p = 0.001, by degrees of freedom.
 CRITICAL_001 = {2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 9: 27.88, 14: 36.12, 19: 43.82}
@@ -37,9 +35,19 @@ def _segments(counts: torch.Tensor, positions: torch.Tensor) -> list[list[int]]:
     return out
 
 
-def _weighted(start, deg, weight, k, replace, seed=0):
-    return sample_weighted(positive_entries(start, deg, weight), weight, k, replace,
-                           torch.Generator().manual_seed(seed))
+# Both ways to the same law: the padded matrix and the narrowed segments.
+WAYS = pytest.mark.parametrize("dense", [True, False], ids=["dense", "sparse"])
+
+
+def _weighted(start, deg, weight, k, replace, dense, seed=0):
+    return sample_weighted_segments(start, deg, weight, k, replace,
+                                    torch.Generator().manual_seed(seed), dense=dense)
+
+
+def _temporal(start, deg, entry_time, seed_time, k, strategy="uniform", replace=False,
+              weight=None, dense=None, seed=1):
+    return sample_temporal_segments(start, deg, entry_time, seed_time, k, strategy, replace,
+                                    weight, torch.Generator().manual_seed(seed), dense=dense)
 
 
 def _random_graph(num_seeds: int, max_degree: int, seed: int):
@@ -55,11 +63,12 @@ def _random_graph(num_seeds: int, max_degree: int, seed: int):
 
 # Weighted ###################################################################
 
+@WAYS
 @pytest.mark.parametrize("k", [-1, 0, 1, 3, 8])
 @pytest.mark.parametrize("replace", [False, True])
-def test_weighted_samples_stay_in_segment_and_skip_zero_weights(k, replace):
+def test_weighted_samples_stay_in_segment_and_skip_zero_weights(k, replace, dense):
     start, deg, weight, _ = _random_graph(300, 10, seed=k + 2)
-    counts, positions = _weighted(start, deg, weight, k, replace)
+    counts, positions = _weighted(start, deg, weight, k, replace, dense)
     for i, picked in enumerate(_segments(counts, positions)):
         lo, hi = int(start[i]), int(start[i] + deg[i])
         positive = [p for p in range(lo, hi) if weight[p] > 0]
@@ -73,10 +82,11 @@ def test_weighted_samples_stay_in_segment_and_skip_zero_weights(k, replace):
             assert len(set(picked)) == len(picked)
 
 
-def test_weighted_draws_with_replacement_follow_the_weights():
+@WAYS
+def test_weighted_draws_with_replacement_follow_the_weights(dense):
     weight = torch.tensor([1.0, 0.0, 2.0, 3.0, 0.5, 3.5])
     start, deg = torch.zeros(4000, dtype=torch.long), torch.full((4000,), 6)
-    counts, positions = _weighted(start, deg, weight, 5, True)
+    counts, positions = _weighted(start, deg, weight, 5, True, dense)
     assert torch.all(counts == 5)
     observed = torch.bincount(positions, minlength=6)
     assert observed[1] == 0  # weight 0: never drawn
@@ -95,19 +105,15 @@ def _successive_pair_probability(weight: list[float], a: int, b: int) -> float:
             + weight[b] / total * weight[a] / (total - weight[b]))
 
 
-@pytest.mark.parametrize("first_k", [ws._first_k_dense, ws._first_k_sorted],
-                         ids=["dense", "sorted"])
-def test_weighted_subsets_without_replacement_follow_successive_sampling(first_k, monkeypatch):
+@WAYS
+def test_weighted_subsets_without_replacement_follow_successive_sampling(dense):
     # 6 entries, one of weight 0, k = 2: the 10 pairs of the 5 positive ones
-    # with the probabilities of drawing one after another by weight. Both
-    # ways to pick a segment's smallest keys are checked.
-    monkeypatch.setattr(ws, "_first_k_dense", first_k)
-    monkeypatch.setattr(ws, "_first_k_sorted", first_k)
+    # with the probabilities of drawing one after another by weight.
     weights = [1.0, 4.0, 0.0, 2.0, 0.5, 2.5]
     weight = torch.tensor(weights)
     draws = 30_000
     start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 6)
-    counts, positions = _weighted(start, deg, weight, 2, False)
+    counts, positions = _weighted(start, deg, weight, 2, False, dense)
     assert torch.all(counts == 2)
     pairs = positions.view(-1, 2).sort(dim=1).values
     assert torch.all(pairs[:, 0] < pairs[:, 1]) and not torch.any(pairs == 2)
@@ -122,30 +128,33 @@ def test_weighted_subsets_without_replacement_follow_successive_sampling(first_k
     assert _chi_square(observed, torch.full((10,), draws / 10)) > 10 * CRITICAL_001[9]
 
 
-def test_one_draw_without_replacement_is_proportional_to_weight():
+@WAYS
+def test_one_draw_without_replacement_is_proportional_to_weight(dense):
     weight = torch.tensor([0.0, 1.0, 1.0, 6.0, 2.0])
     draws = 20_000
     start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 5)
-    _, positions = _weighted(start, deg, weight, 1, False, seed=3)
+    _, positions = _weighted(start, deg, weight, 1, False, dense, seed=3)
     observed = torch.bincount(positions, minlength=5)
     assert observed[0] == 0
     assert _chi_square(observed[1:], weight[1:] / weight.sum() * draws) < CRITICAL_001[3]
 
 
-def test_the_same_generator_seed_gives_the_same_weighted_sample():
+@WAYS
+def test_the_same_generator_seed_gives_the_same_weighted_sample(dense):
     start, deg, weight, _ = _random_graph(100, 12, seed=5)
     for replace in (False, True):
-        first = _weighted(start, deg, weight, 4, replace, seed=9)
-        again = _weighted(start, deg, weight, 4, replace, seed=9)
+        first = _weighted(start, deg, weight, 4, replace, dense, seed=9)
+        again = _weighted(start, deg, weight, 4, replace, dense, seed=9)
         assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
-def test_weighted_with_replacement_survives_tiny_and_huge_weights():
+@WAYS
+def test_weighted_with_replacement_survives_tiny_and_huge_weights(dense):
     # Weights 12 decades apart: the tiny ones are still reachable in
     # principle and never pushed out of their segment by rounding.
     weight = torch.tensor([1e-6, 1e6, 0.0, 1e-6, 1e6, 1e6])
     start, deg = torch.tensor([0, 3]), torch.tensor([3, 3])
-    counts, positions = _weighted(start.repeat(500), deg.repeat(500), weight, 4, True)
+    counts, positions = _weighted(start.repeat(500), deg.repeat(500), weight, 4, True, dense)
     for i, picked in enumerate(_segments(counts, positions)):
         lo = 0 if i % 2 == 0 else 3
         assert all(lo <= p < lo + 3 and p != 2 for p in picked)
@@ -166,13 +175,13 @@ def _past(start, deg, entry_time, seed_time, i):
     return [p for p in range(lo, hi) if entry_time[p] <= seed_time[i]]
 
 
+@WAYS
 @pytest.mark.parametrize("k", [-1, 0, 2, 5])
 @pytest.mark.parametrize("replace", [False, True])
-def test_uniform_temporal_sampling_never_reaches_the_future(k, replace):
+def test_uniform_temporal_sampling_never_reaches_the_future(k, replace, dense):
     start, deg, entry_time, seed_time = _temporal_case(seed=k + 10)
-    candidates = past_entries(start, deg, entry_time, seed_time)
-    counts, positions = sample_temporal(candidates, entry_time, k, "uniform", replace,
-                                        generator=torch.Generator().manual_seed(1))
+    counts, positions = _temporal(start, deg, entry_time, seed_time, k, replace=replace,
+                                  dense=dense)
     for i, picked in enumerate(_segments(counts, positions)):
         past = _past(start, deg, entry_time, seed_time, i)
         assert all(p in past for p in picked)
@@ -184,27 +193,27 @@ def test_uniform_temporal_sampling_never_reaches_the_future(k, replace):
             assert len(picked) == min(k, len(past)) == len(set(picked))
 
 
-@pytest.mark.parametrize("k", [1, 3, 6])
-def test_last_takes_exactly_the_most_recent_neighbours(k):
-    start, deg, entry_time, seed_time = _temporal_case(seed=k)
-    candidates = past_entries(start, deg, entry_time, seed_time)
-    counts, positions = sample_temporal(candidates, entry_time, k, "last")
+@WAYS
+@pytest.mark.parametrize("k", [-1, 1, 3, 6])
+def test_last_takes_exactly_the_most_recent_neighbours(k, dense):
+    start, deg, entry_time, seed_time = _temporal_case(seed=k + 20)
+    counts, positions = _temporal(start, deg, entry_time, seed_time, k, "last", dense=dense)
     for i, picked in enumerate(_segments(counts, positions)):
         past = _past(start, deg, entry_time, seed_time, i)
         # Most recent first; equal times: the later CSC position first.
-        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)[:k]
+        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)
+        newest = newest if k == -1 else newest[:k]
         assert sorted(picked) == sorted(newest)
 
 
-def test_uniform_temporal_subsets_are_uniform_over_the_past():
+@WAYS
+def test_uniform_temporal_subsets_are_uniform_over_the_past(dense):
     # 7 entries, times 0..6; the seed at time 5 may draw from 6 of them.
     draws = 20_000
     start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 7)
     entry_time = torch.tensor([3, 0, 6, 5, 1, 4, 2])
     seed_time = torch.full((draws,), 5)
-    candidates = past_entries(start, deg, entry_time, seed_time)
-    counts, positions = sample_temporal(candidates, entry_time, 2, "uniform",
-                                        generator=torch.Generator().manual_seed(4))
+    counts, positions = _temporal(start, deg, entry_time, seed_time, 2, dense=dense, seed=4)
     assert torch.all(counts == 2) and not torch.any(positions == 2)
     pairs = positions.view(-1, 2).sort(dim=1).values
     past = [0, 1, 3, 4, 5, 6]
@@ -213,16 +222,19 @@ def test_uniform_temporal_subsets_are_uniform_over_the_past():
         [a * 7 + b for a, b in combos]]
     assert int(observed.sum()) == draws
     assert _chi_square(observed, torch.full((15,), draws / 15)) < CRITICAL_001[14]
+    # The same statistic rejects a law that favours the older entries.
+    older = torch.tensor([1.0 + (a + b < 6) for a, b in combos])
+    assert _chi_square(observed, older / older.sum() * draws) > 10 * CRITICAL_001[14]
 
 
-def test_temporal_sampling_by_weight_skips_the_future_and_zero_weights():
+@WAYS
+def test_temporal_sampling_by_weight_skips_the_future_and_zero_weights(dense):
     weight = torch.tensor([1.0, 0.0, 3.0, 2.0, 4.0])
     entry_time = torch.tensor([1, 1, 9, 2, 3])  # entry 2 lies in the future
     draws = 6000
     start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 5)
-    candidates = past_entries(start, deg, entry_time, torch.full((draws,), 5), weight)
-    _, positions = sample_temporal(candidates, entry_time, 1, weight=weight,
-                                   generator=torch.Generator().manual_seed(2))
+    _, positions = _temporal(start, deg, entry_time, torch.full((draws,), 5), 1,
+                             weight=weight, dense=dense, seed=2)
     observed = torch.bincount(positions, minlength=5)
     assert observed[1] == 0 and observed[2] == 0
     keep = torch.tensor([0, 3, 4])
@@ -233,14 +245,16 @@ def test_temporal_sampling_by_weight_skips_the_future_and_zero_weights():
 def test_temporal_bad_input_is_refused():
     start, deg = torch.tensor([0]), torch.tensor([3])
     times = torch.tensor([1, 2, 3])
+    seed_time = torch.tensor([2])
     with pytest.raises(ValueError, match="same dtype"):
-        past_entries(start, deg, times, torch.tensor([2.0]))
+        _temporal(start, deg, times, torch.tensor([2.0]), 1)
     with pytest.raises(ValueError, match="2 seed times for 1 seeds"):
-        past_entries(start, deg, times, torch.tensor([2, 2]))
-    candidates = past_entries(start, deg, times, torch.tensor([2]))
+        _temporal(start, deg, times, torch.tensor([2, 2]), 1)
     with pytest.raises(ValueError, match="one of"):
-        sample_temporal(candidates, times, 1, "oldest")
+        _temporal(start, deg, times, seed_time, 1, "oldest")
     with pytest.raises(ValueError, match="with replacement"):
-        sample_temporal(candidates, times, 1, "last", replace=True)
+        _temporal(start, deg, times, seed_time, 1, "last", replace=True)
     with pytest.raises(ValueError, match=">= 0"):
-        sample_temporal(candidates, times, -2)
+        _temporal(start, deg, times, seed_time, -2)
+    with pytest.raises(ValueError, match=">= 0"):
+        sample_weighted_segments(start, deg, times.double(), -2)
