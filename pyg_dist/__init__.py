@@ -25,6 +25,7 @@ _EXPORTS = {
     "RpcClient": "pyg_dist.rpc.client",
     "RemoteFeatureStore": "pyg_dist.store.remote_feature_store",
     "RemoteGraphStore": "pyg_dist.store.remote_graph_store",
+    "CachedFeatureStore": "pyg_dist.store.cached_feature_store",
     "connect": "pyg_dist.store.connect",
     "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
     "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",

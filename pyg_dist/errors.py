@@ -28,6 +28,7 @@ The tree::
     │   └── RemoteError                  the server answered with an error;
     │                                    carries op, address, remote type/message
     ├── StoreError                       bad TensorAttr/EdgeAttr, unknown attribute
+    │   └── CacheError                   a feature cache cannot be built as asked
     ├── SamplerError                     bad sampler configuration or input
     └── LoaderError                      bad loader configuration, pipeline failure
 
@@ -198,6 +199,12 @@ class RemoteError(RpcError):
 
 class StoreError(PygDistError):
     """A feature or graph store was asked for something it does not hold."""
+
+
+class CacheError(StoreError):
+    """A feature cache cannot be built as asked: a capacity over the memory
+    available, an unknown policy or one that answered wrongly, stores of two
+    different graphs. Nothing is half-filled: the cache is not created."""
 
 
 class SamplerError(PygDistError, ValueError):

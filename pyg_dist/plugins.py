@@ -14,6 +14,8 @@ Groups:
   :class:`~torch_geometric.data.FeatureStore` a partition server reads from.
 * ``pyg_dist.graph_stores``: factories building the
   :class:`~torch_geometric.data.GraphStore` a partition server reads from.
+* ``pyg_dist.cache_policies``: callables choosing the nodes a trainer-side
+  feature cache keeps (see :mod:`pyg_dist.store.cache_policy`).
 
 A third party registers a plugin in its own ``pyproject.toml``::
 
@@ -38,7 +40,8 @@ from pyg_dist.errors import (
 PARTITIONERS = "pyg_dist.partitioners"
 FEATURE_STORES = "pyg_dist.feature_stores"
 GRAPH_STORES = "pyg_dist.graph_stores"
-GROUPS = (PARTITIONERS, FEATURE_STORES, GRAPH_STORES)
+CACHE_POLICIES = "pyg_dist.cache_policies"
+GROUPS = (PARTITIONERS, FEATURE_STORES, GRAPH_STORES, CACHE_POLICIES)
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,10 @@ class PluginRegistry:
     def graph_store(self, name: str) -> Callable[..., Any]:
         """Shortcut for ``get(GRAPH_STORES, name)``."""
         return self.get(GRAPH_STORES, name)
+
+    def cache_policy(self, name: str) -> Callable[..., Any]:
+        """Shortcut for ``get(CACHE_POLICIES, name)``."""
+        return self.get(CACHE_POLICIES, name)
 
 
 default_registry = PluginRegistry()

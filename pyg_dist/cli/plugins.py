@@ -11,7 +11,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "plugins", help="list the installed partitioner and store plugins",
         description=(
             "Lists every plugin registered through entry points (groups "
-            "pyg_dist.partitioners, pyg_dist.feature_stores, pyg_dist.graph_stores) with "
+            "pyg_dist.partitioners, pyg_dist.feature_stores, pyg_dist.graph_stores, "
+            "pyg_dist.cache_policies) with "
             "the module it points at and the distribution that installed it. Nothing is "
             "imported: a plugin that fails to import is still listed."))
     p.set_defaults(run=run)

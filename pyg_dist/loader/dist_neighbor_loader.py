@@ -316,8 +316,10 @@ def _subgraph_type(value: Union[SubgraphType, str]) -> Union[SubgraphType, str]:
 
 
 def _check_data(data: Any) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
+    from pyg_dist.store.cached_feature_store import CachedFeatureStore
+
     if not (isinstance(data, (tuple, list)) and len(data) == 2
-            and isinstance(data[0], RemoteFeatureStore)
+            and isinstance(data[0], (RemoteFeatureStore, CachedFeatureStore))
             and isinstance(data[1], RemoteGraphStore)):
         raise LoaderError(
             "DistNeighborLoader takes the (feature_store, graph_store) pair returned by "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -183,11 +184,16 @@ class PartitionOps:
                           "files_sha256": hashlib.sha256(files).hexdigest()}
         self.segments = shared_memory.AttachedSegments()
         self._host = shared_memory.host_id()
+        # What `get` served, for `stats` (a trainer-side cache is judged by
+        # the bytes the servers did not have to send).
+        self._served_lock = threading.Lock()
+        self._served = {"get_calls": 0, "get_rows": 0, "get_bytes": 0}
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
         return {"meta": self.meta, "sample": self.sample, "get": self.get,
-                "sizes": self.sizes, "edge_index": self.edge_index, "release": self.release}
+                "sizes": self.sizes, "edge_index": self.edge_index, "release": self.release,
+                "degree": self.degree, "stats": self.stats}
 
     def estimators(self) -> dict[str, Estimator]:
         """Operation name -> size of the answer it would allocate, for
@@ -413,6 +419,10 @@ class PartitionOps:
         group, attrs, specs, row_bytes = self._get_plan(args)
         rows = self._ids(tensors, self._index(group))
         self._check_reply(rows.numel() * row_bytes, "get", "ask for fewer ids per request")
+        with self._served_lock:
+            self._served["get_calls"] += 1
+            self._served["get_rows"] += rows.numel()
+            self._served["get_bytes"] += rows.numel() * row_bytes
         if "shm" in args:
             return self._get_into_segment(args["shm"], group, attrs, specs, rows)
         return {"attrs": attrs}, [self._rows(group, name, rows) for name in attrs]
@@ -454,6 +464,19 @@ class PartitionOps:
         specs = self._specs(_group(args.get("group")))
         return {"sizes": {n: [self.num_nodes, *s["shape"]] for n, s in specs.items()},
                 "dtypes": {n: s["dtype"] for n, s in specs.items()}}, []
+
+    def degree(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """In-degrees of the part's nodes for ``edge_type``: tensors
+        ``node_ids`` (global, sorted) and ``degree`` (int64), 16 bytes a node."""
+        csc = self._csc_of(args)
+        return {}, [csc.dst.node_ids, csc.deg]
+
+    def stats(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """What ``get`` served since the server started: ``get_calls``,
+        ``get_rows`` and ``get_bytes`` (the rows' bytes, whether they went
+        over the socket or into shared memory)."""
+        with self._served_lock:
+            return dict(self._served), []
 
     def edge_index(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """The part's edges as tensors ``row`` (source), ``col`` (destination),

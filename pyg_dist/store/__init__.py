@@ -19,6 +19,8 @@ _EXPORTS = {
     "FeatureInfo": "pyg_dist.store.remote_feature_store",
     "pinned_outputs": "pyg_dist.store.remote_feature_store",
     "RemoteGraphStore": "pyg_dist.store.remote_graph_store",
+    "CachedFeatureStore": "pyg_dist.store.cached_feature_store",
+    "CacheContext": "pyg_dist.store.cache_policy",
     "PartitionFeatureStore": "pyg_dist.store.local",
     "PartitionGraphStore": "pyg_dist.store.local",
 }

@@ -131,10 +131,13 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     router = Router(by_part, book, first.num_nodes, config=config, client=client)
     logger.info("connected to %d servers of a graph with %d nodes, %d edges",
                 len(by_part), first.num_nodes, first.num_edges)
-    return (RemoteFeatureStore(router, first.features, [metas[i].host for i in order],
-                               [metas[i].max_reply_bytes for i in order]),
-            RemoteGraphStore(router, first.num_edges,
-                             [metas[i].max_reply_bytes for i in order]))
+    fs = RemoteFeatureStore(router, first.features, [metas[i].host for i in order],
+                            [metas[i].max_reply_bytes for i in order])
+    gs = RemoteGraphStore(router, first.num_edges, [metas[i].max_reply_bytes for i in order])
+    # What tells one graph from another (name and partition checksums):
+    # state built from one store (a feature cache) is checked against it.
+    fs.graph_id = gs.graph_id = first.graph
+    return fs, gs
 
 
 def _resolve(addresses: Union[Sequence[str], str, None]) -> list[str]:

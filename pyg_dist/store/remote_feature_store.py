@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 _local = threading.local()
 
 
+def outputs_pinned() -> bool:
+    """Whether this thread is inside :func:`pinned_outputs`."""
+    return getattr(_local, "pinned", False)
+
+
 @contextlib.contextmanager
 def pinned_outputs() -> Iterator[None]:
     """Within this block, on this thread, fetched features land in pinned memory.
@@ -135,8 +140,25 @@ class RemoteFeatureStore(FeatureStore):
         self._server_hosts = list(server_hosts or [None] * router.num_parts)
         self._reply_limits = list(reply_limits or [None] * router.num_parts)
         self._segments: Optional[ClientSegments] = None
+        self.graph_id: Any = None  # set by connect(): the servers' graph identity
         self._segments_lock = threading.Lock()
         self._segments_pid = os.getpid()
+
+    def local_parts(self) -> list[int]:
+        """The parts whose servers run on this host (they get shared memory)."""
+        host = shared_memory.host_id()
+        return [part for part, server in enumerate(self._server_hosts)
+                if server is not None and server == host]
+
+    def node_ids(self, index: Any) -> tuple[Tensor, bool]:
+        """Global int64 ids of a ``TensorAttr.index`` (see the class
+        docstring for the forms it takes), checked against the graph, and
+        whether it was a scalar.
+
+        Raises:
+            StoreError: for an index of another type or out of range.
+        """
+        return self._to_ids(index)
 
     def close(self) -> None:
         """Hands back the servers' mappings of this process's shared memory
@@ -249,7 +271,7 @@ class RemoteFeatureStore(FeatureStore):
     def _fetch(self, ids: Tensor, group: Optional[str], names: list[str]) -> list[Tensor]:
         """Rows ``ids`` of features ``names`` of ``group``, in the order of ``ids``."""
         infos = [self.features[(group, name)] for name in names]
-        pin = getattr(_local, "pinned", False)
+        pin = outputs_pinned()
         outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype, pin_memory=pin)
                 for info in infos]
         if ids.numel() == 0:

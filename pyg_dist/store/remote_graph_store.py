@@ -60,6 +60,7 @@ class RemoteGraphStore(GraphStore):
         self.num_edges = int(num_edges)
         self._reply_limits = list(reply_limits or [None] * router.num_parts)
         self._coo: Optional[tuple[Tensor, Tensor]] = None
+        self.graph_id: Any = None  # set by connect(): the servers' graph identity
         self._coo_lock = threading.Lock()
 
     @property
@@ -154,9 +155,19 @@ class RemoteGraphStore(GraphStore):
     def _fetch_coo(self) -> tuple[Tensor, Tensor]:
         row = torch.full((self.num_edges,), -1, dtype=torch.long)
         col = torch.full((self.num_edges,), -1, dtype=torch.long)
+        self._fetch_edges(range(self.router.num_parts), row, col)
+        if self.num_edges and bool((row < 0).any()):
+            raise StoreError("the servers together hold fewer edges than meta.json records; "
+                             "a partition is missing or stale")
+        logger.debug("fetched the global COO (%d edges) from %d servers",
+                     self.num_edges, self.router.num_parts)
+        return row, col
+
+    def _fetch_edges(self, parts: Any, row: Tensor, col: Tensor) -> None:
+        """Puts the edges of ``parts`` into ``row`` / ``col`` at their edge ids."""
         # Every part's edges in pages that fit its server's reply limit
         # (24 bytes an edge), all parts' next pages in flight at once.
-        pages = {part: 0 for part in range(self.router.num_parts)}
+        pages = {part: 0 for part in parts}
         while pages:
             requests = []
             for part, start in pages.items():
@@ -174,12 +185,39 @@ class RemoteGraphStore(GraphStore):
                         and args["start"] + taken < total and taken:
                     following[part] = args["start"] + taken
             pages = following
-        if self.num_edges and bool((row < 0).any()):
-            raise StoreError("the servers together hold fewer edges than meta.json records; "
-                             "a partition is missing or stale")
-        logger.debug("fetched the global COO (%d edges) from %d servers",
-                     self.num_edges, self.router.num_parts)
-        return row, col
+
+    def part_edge_index(self, part: int) -> Tensor:
+        """The edges stored by ``part`` (those into the nodes it owns), as a
+        ``[2, E_part]`` global COO (sources, destinations)."""
+        if not 0 <= int(part) < self.router.num_parts:
+            raise StoreError(f"no part {part}: the graph has {self.router.num_parts} parts")
+        row = torch.full((self.num_edges,), -1, dtype=torch.long)
+        col = torch.full((self.num_edges,), -1, dtype=torch.long)
+        self._fetch_edges([int(part)], row, col)
+        taken = row >= 0
+        return torch.stack([row[taken], col[taken]])
+
+    def in_degree(self) -> Tensor:
+        """Every node's in-degree (int64, ``[num_nodes]``), one ``degree`` call
+        per server (16 bytes a node on the wire)."""
+        requests = [(part, "degree", {"edge_type": None}, [])
+                    for part in range(self.router.num_parts)]
+        degree = torch.full((self.num_nodes,), -1, dtype=torch.long)
+        for (part, _, _, _), reply in zip(requests, self.router.call_all(requests)):
+            address = self.router.endpoints[part]
+            if len(reply.tensors) != 2:
+                raise StoreError(f"server {address} answered 'degree' with "
+                                 f"{len(reply.tensors)} tensors, expected 2")
+            ids, deg = (t.to(torch.long) for t in reply.tensors)
+            if ids.numel() != deg.numel() or (ids.numel() and (
+                    int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes)):
+                raise StoreError(f"server {address} answered 'degree' with node ids outside "
+                                 f"[0, {self.num_nodes}) or one degree per id missing")
+            degree[ids] = deg
+        if bool((degree < 0).any()):
+            raise StoreError("the servers together report degrees for fewer nodes than the "
+                             "graph has; a partition is missing or stale")
+        return degree
 
     def _take_edges(self, part: int, reply: Any, row: Tensor, col: Tensor) -> int:
         """Puts one ``edge_index`` answer in place; returns its edge count."""
