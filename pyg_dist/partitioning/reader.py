@@ -136,9 +136,11 @@ class PartitionReader:
 
     def _check_kind(self, type_: Any, what: str) -> None:
         if self.is_hetero and type_ is None:
+            types = self.node_types if what == "node type" else self.edge_types
+            shown = ", ".join(map(str, types[:8])) + (", ..." if len(types) > 8 else "")
             raise GraphKindMismatchError(
                 f"{self.root} holds a heterogeneous graph: name the {what} (it has "
-                f"{self.node_types if what == 'node type' else self.edge_types})")
+                f"{shown})")
         if not self.is_hetero and type_ is not None:
             raise GraphKindMismatchError(
                 f"{self.root} holds a homogeneous graph, which has no {what}s; pass None "

@@ -141,3 +141,46 @@ def test_a_partition_server_refuses_a_hetero_dataset(hetero_root):
 
     with pytest.raises(GraphKindMismatchError, match="not supported yet"):
         PartitionServer(hetero_root, 0)
+
+
+def test_per_type_counts_that_do_not_add_up_are_refused(hetero_root):
+    meta = json.loads((hetero_root / "meta.json").read_text())
+    meta["parts"][1]["node_types"][0]["num_halo_nodes"] += 1
+    (hetero_root / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(PartitionFormatError, match=r"parts\[1\]\.stats\.num_halo_nodes"):
+        PartitionReader(hetero_root)
+
+
+def test_a_changed_type_file_fails_its_checksum(hetero_root):
+    from pyg_dist.errors import ChecksumMismatchError
+
+    path = hetero_root / "part-1" / "edges__author__writes__paper.safetensors"
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 1  # a data byte: the header stays valid
+    path.write_bytes(bytes(raw))
+    reader = PartitionReader(hetero_root)
+    reader.load_nodes("paper", 1)
+    with pytest.raises(ChecksumMismatchError):
+        reader.load_edges(("author", "writes", "paper"), 1)
+
+
+def test_a_failing_partitioner_leaves_nothing_behind(tmp_path, hetero_graph, monkeypatch):
+    module = tmp_path / "short_partitioner.py"
+    module.write_text(
+        "import torch\n"
+        "class Short:\n"
+        "    def assign(self, graph, num_parts):\n"
+        "        return torch.zeros(graph.num_nodes - 1, dtype=torch.long)\n"
+        "    def options(self):\n"
+        "        return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from importlib.metadata import EntryPoint
+
+    from pyg_dist.plugins import PARTITIONERS, PluginRegistry
+
+    registry = PluginRegistry([EntryPoint("short", "short_partitioner:Short", PARTITIONERS)])
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(InvalidPartitionArgumentError, match="one per node"):
+        pyg_dist.partition(hetero_graph, 2, out / "ds", "short", registry=registry)
+    assert list(out.iterdir()) == []
