@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "partition": "pyg_dist.partitioning.writer",
     "PartitionBook": "pyg_dist.partitioning.book",
+    "HeteroPartitionBook": "pyg_dist.partitioning.hetero_book",
     "PartitionReader": "pyg_dist.partitioning.reader",
     "PartitionServer": "pyg_dist.server.partition_server",
     "RpcClient": "pyg_dist.rpc.client",

@@ -1,8 +1,9 @@
-"""Graphs to partition: Cora from the ``graphdatascience`` wheel, synthetic
-graphs from PyG's :class:`~torch_geometric.datasets.FakeDataset`, and the
+"""Graphs to partition: Cora and IMDB from the ``graphdatascience`` wheel,
+synthetic graphs from PyG's :class:`~torch_geometric.datasets.FakeDataset` and
+:class:`~torch_geometric.datasets.FakeHeteroDataset`, and the
 ``module:callable`` resolver used by ``pyg-dist partition DATASET ROOT``.
 
-Cora ships inside the ``graphdatascience`` wheel as two parquet files. We
+Cora and IMDB ship inside the ``graphdatascience`` wheel as parquet files. We
 locate them with :func:`importlib.util.find_spec` and read them with pyarrow,
 without importing ``graphdatascience`` itself (its import pulls in a Neo4j
 driver, pandas and more that a trainer does not need).
@@ -14,11 +15,11 @@ import importlib
 import importlib.util
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.errors import DatasetResolveError
 
@@ -30,18 +31,23 @@ CORA_NUM_CLASSES = 7
 
 
 def _cora_dir() -> Path:
+    return _resource_dir("cora", "cora_nodes.parquet.gzip")
+
+
+def _resource_dir(name: str, probe: str) -> Path:
+    """``graphdatascience/resources/<name>``, checked to hold ``probe``."""
     spec = importlib.util.find_spec("graphdatascience")
     if spec is None or not spec.submodule_search_locations:
         raise DatasetResolveError(
-            "Cora is read from the 'graphdatascience' wheel, which is not "
-            "installed: pip install 'pyg-dist[datasets]' (or graphdatascience)")
+            f"{name} is read from the 'graphdatascience' wheel, which is not "
+            f"installed: pip install 'pyg-dist[datasets]' (or graphdatascience)")
     for location in spec.submodule_search_locations:
-        path = Path(location) / "resources" / "cora"
-        if (path / "cora_nodes.parquet.gzip").is_file():
+        path = Path(location) / "resources" / name
+        if (path / probe).is_file():
             return path
     raise DatasetResolveError(
-        "the installed graphdatascience wheel has no resources/cora/ parquet "
-        "files; reinstall graphdatascience>=1.10")
+        f"the installed graphdatascience wheel has no resources/{name}/ parquet "
+        f"files; reinstall graphdatascience>=1.10")
 
 
 def planetoid_masks(data: Data, *, num_train_per_class: int = 20, num_val: int = 500,
@@ -117,6 +123,92 @@ def cora(*, seed: int = 0) -> Data:
     return planetoid_masks(data, seed=seed)
 
 
+IMDB_NUM_NODES = {"movie": 4661, "director": 2270, "actor": 5841}
+IMDB_NUM_FEATURES = 1256
+IMDB_NUM_CLASSES = 3
+_IMDB_FILES = {
+    "movie": ("imdb_movies_with_genre.parquet.gzip", "imdb_movies_without_genre.parquet.gzip"),
+    "director": ("imdb_directors.parquet.gzip",),
+    "actor": ("imdb_actors.parquet.gzip",),
+}
+_IMDB_EDGES = {
+    ("director", "directed_in", "movie"): "imdb_directed_in.parquet.gzip",
+    ("actor", "acted_in", "movie"): "imdb_acted_in.parquet.gzip",
+}
+
+
+def imdb(*, seed: int = 0, train: float = 0.6, val: float = 0.2) -> HeteroData:
+    """Loads IMDB (movies, directors and actors; GTN's version) from the
+    parquet files in the ``graphdatascience`` wheel.
+
+    4,661 movies, 2,939 of them with one of 3 genres (``y``, ``-1`` for the
+    others), 2,270 directors and 5,841 actors, every node with 1,256
+    plot-keyword features ``x``; 4,661 ``(director, directed_in, movie)`` and
+    13,983 ``(actor, acted_in, movie)`` edges, and their reverses
+    ``rev_directed_in`` / ``rev_acted_in`` (PyG's ``ToUndirected``). Node ids
+    follow the files' ``nodeId`` order within each type.
+
+    Args:
+        seed: Seed of the split of the labelled movies.
+        train: Fraction of the labelled movies in ``train_mask``.
+        val: Fraction in ``val_mask``; the rest are in ``test_mask``.
+
+    Returns:
+        A :class:`~torch_geometric.data.HeteroData`.
+    """
+    import pyarrow.parquet as pq
+    from torch_geometric.transforms import ToUndirected
+
+    root = _resource_dir("imdb", _IMDB_FILES["movie"][0])
+    data = HeteroData()
+    node_ids: dict[str, np.ndarray] = {}
+    for node_type, files in _IMDB_FILES.items():
+        tables = [pq.read_table(root / f) for f in files]
+        ids = np.concatenate([t.column("nodeId").to_numpy() for t in tables])
+        flat = np.concatenate([t.column("plot_keywords").combine_chunks().flatten().to_numpy()
+                               for t in tables])
+        if flat.size != ids.size * IMDB_NUM_FEATURES:
+            raise DatasetResolveError(f"IMDB's {node_type} features are not "
+                                      f"{IMDB_NUM_FEATURES} per node; the wheel is damaged")
+        order = np.argsort(ids, kind="stable")
+        node_ids[node_type] = ids[order]
+        x = flat.reshape(ids.size, IMDB_NUM_FEATURES)[order]
+        data[node_type].x = torch.from_numpy(x.astype(np.float32))
+        if node_type == "movie":
+            y = np.full(ids.size, -1, dtype=np.int64)
+            y[: tables[0].num_rows] = tables[0].column("genre").to_numpy()
+            data[node_type].y = torch.from_numpy(y[order])
+    for (src, rel, dst), name in _IMDB_EDGES.items():
+        table = pq.read_table(root / name, columns=["sourceNodeId", "targetNodeId"])
+        rows = [_positions(node_ids[t], table.column(c).to_numpy(), name)
+                for t, c in ((src, "sourceNodeId"), (dst, "targetNodeId"))]
+        data[src, rel, dst].edge_index = torch.from_numpy(np.stack(rows).astype(np.int64))
+    _split_labelled(data["movie"], seed, train, val)
+    return ToUndirected()(data)
+
+
+def _positions(sorted_ids: np.ndarray, ids: np.ndarray, name: str) -> np.ndarray:
+    pos = np.searchsorted(sorted_ids, ids).clip(max=max(sorted_ids.size - 1, 0))
+    if not np.array_equal(sorted_ids[pos], ids):
+        raise DatasetResolveError(f"IMDB's {name} names nodes that are not in its node "
+                                  f"files; the graphdatascience wheel is damaged")
+    return pos
+
+
+def _split_labelled(store: Any, seed: int, train: float, val: float) -> None:
+    """Random train / val / test masks over the nodes with a label (``y >= 0``)."""
+    labelled = (store.y >= 0).nonzero().view(-1)
+    gen = torch.Generator().manual_seed(seed)
+    perm = labelled[torch.randperm(labelled.numel(), generator=gen)]
+    n_train, n_val = int(train * perm.numel()), int(val * perm.numel())
+    for name, ids in (("train_mask", perm[:n_train]),
+                      ("val_mask", perm[n_train:n_train + n_val]),
+                      ("test_mask", perm[n_train + n_val:])):
+        mask = torch.zeros(store.y.numel(), dtype=torch.bool)
+        mask[ids] = True
+        store[name] = mask
+
+
 def fake(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16,
          num_classes: int = 5, *, is_undirected: bool = True, edge_dim: int = 0,
          seed: int = 0) -> Data:
@@ -157,7 +249,52 @@ def fake(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16
                            num_val=n // 10, num_test=n // 5, seed=seed)
 
 
-def load_dataset(spec: str) -> Data:
+def fake_hetero(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16,
+                num_classes: int = 5, *, num_node_types: int = 3, num_edge_types: int = 6,
+                seed: int = 0) -> HeteroData:
+    """A synthetic heterogeneous graph from PyG's
+    :class:`~torch_geometric.datasets.FakeHeteroDataset`, with Planetoid-style
+    masks on the labelled node type ``v0``.
+
+    Node types are ``v0, v1, ...``, edge types ``(vI, eK, vJ)``; every node
+    type has features ``x`` (of a width drawn around ``num_channels``) and
+    ``v0`` labels ``y``. Everything runs in a forked RNG seeded with ``seed``.
+
+    Args:
+        num_nodes: Average number of nodes per node type.
+        avg_degree: Average number of edges per source node and edge type.
+        num_channels: Average feature width.
+        num_classes: Number of label classes of ``v0``.
+        num_node_types: Number of node types.
+        num_edge_types: Number of edge types.
+        seed: Seed of the graph and the masks.
+    """
+    import random
+
+    from torch_geometric.datasets import FakeHeteroDataset
+
+    state = random.getstate()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            data = FakeHeteroDataset(
+                num_graphs=1, num_node_types=num_node_types, num_edge_types=num_edge_types,
+                avg_num_nodes=num_nodes, avg_num_channels=num_channels,
+                avg_degree=avg_degree, num_classes=num_classes, task="node")[0]
+    finally:
+        random.setstate(state)
+    labelled = data["v0"]
+    n = labelled.num_nodes
+    masks = planetoid_masks(Data(y=labelled.y, num_nodes=n),
+                            num_train_per_class=max(1, n // (10 * num_classes)),
+                            num_val=n // 10, num_test=n // 5, seed=seed)
+    for name in ("train_mask", "val_mask", "test_mask"):
+        labelled[name] = masks[name]
+    return data
+
+
+def load_dataset(spec: str) -> Union[Data, HeteroData]:
     """Resolves a ``"module:attribute"`` string to a graph, like uvicorn's app string.
 
     The attribute may be dotted (``"pkg.mod:obj.method"``). A callable is
@@ -169,7 +306,8 @@ def load_dataset(spec: str) -> Data:
     Raises:
         DatasetResolveError: if the string is malformed, the module or the
             attribute does not exist, calling it fails, or it does not give a
-            :class:`~torch_geometric.data.Data`.
+            :class:`~torch_geometric.data.Data` or
+            :class:`~torch_geometric.data.HeteroData`.
     """
     module_name, sep, attr_path = spec.partition(":")
     if not sep or not module_name or not attr_path:
@@ -188,7 +326,7 @@ def load_dataset(spec: str) -> Data:
         except AttributeError as exc:
             raise DatasetResolveError(
                 f"dataset {spec!r}: {module_name!r} has no attribute {attr_path!r}") from exc
-    if callable(obj) and not isinstance(obj, Data):
+    if callable(obj) and not isinstance(obj, (Data, HeteroData)):
         try:
             obj = obj()
         except Exception as exc:
@@ -197,13 +335,13 @@ def load_dataset(spec: str) -> Data:
     return _as_data(obj, spec)
 
 
-def _as_data(obj: Any, spec: str) -> Data:
+def _as_data(obj: Any, spec: str) -> Union[Data, HeteroData]:
     from torch_geometric.data import Dataset
 
     if isinstance(obj, Dataset) and len(obj) == 1:
         obj = obj[0]
-    if not isinstance(obj, Data):
+    if not isinstance(obj, (Data, HeteroData)):
         raise DatasetResolveError(
             f"dataset {spec!r} gave a {type(obj).__name__}, not a torch_geometric "
-            f"Data; return a homogeneous Data (HeteroData is not supported yet)")
+            f"Data or HeteroData; return one of those")
     return obj

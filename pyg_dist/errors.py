@@ -15,7 +15,11 @@ The tree::
     │   ├── InvalidPartitionArgumentError bad num_parts, empty graph, bad options
     │   ├── PartitionFormatError         missing/unknown file, other format version
     │   ├── ChecksumMismatchError        a file's sha256 differs from meta.json
-    │   └── DatasetResolveError          "module:callable" did not resolve
+    │   ├── DatasetResolveError          "module:callable" did not resolve
+    │   └── UnknownTypeError             a node / edge type the graph lacks;
+    │                                    (also InvalidPartitionArgumentError)
+    ├── GraphKindMismatchError           a homogeneous call on a heterogeneous
+    │                                    graph, or the reverse (also TypeError)
     ├── RpcError
     │   ├── TransportError               socket/connection level failure
     │   │   ├── ServerUnavailableError   server down; names the address
@@ -119,6 +123,43 @@ class ChecksumMismatchError(PartitionFormatError):
 class DatasetResolveError(PartitionError, ValueError):
     """A ``module:callable`` dataset string could not be resolved or did not
     return a graph."""
+
+
+class UnknownTypeError(InvalidPartitionArgumentError):
+    """A node or edge type that the graph does not have was asked for.
+
+    Args:
+        kind: ``"node"`` or ``"edge"``.
+        type_: The type that was asked for.
+        available: The types the graph has.
+    """
+
+    def __init__(self, kind: str, type_: object, available: list) -> None:
+        self.kind = kind
+        self.type = type_
+        self.available = list(available)
+        shown = _short(type_)
+        listed = ", ".join(_short(t) for t in self.available[:32])
+        more = f" and {len(self.available) - 32} more" if len(self.available) > 32 else ""
+        super().__init__(f"the graph has no {kind} type {shown}; its {kind} types are "
+                         f"{listed or 'none'}{more}")
+
+
+class GraphKindMismatchError(PygDistError, TypeError):
+    """A homogeneous API was used on a heterogeneous graph, or the reverse.
+
+    Args:
+        message: What was called, on what kind of graph, and what to use instead.
+    """
+
+
+def _short(value: object) -> str:
+    """A bounded description of a type key for an error message."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 64 else value[:64] + "...")
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+        return "(" + ", ".join(_short(v) for v in value[:3]) + ")"
+    return "null" if value is None else f"a {type(value).__name__}"
 
 
 # RPC #######################################################################

@@ -14,7 +14,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "Prints what meta.json records about a dataset written by 'pyg-dist "
             "partition': per part its owned nodes, stored (incoming) edges, halo nodes "
             "(sources owned by other parts), cut edges and training nodes, then the total "
-            "edge cut and the balance (largest part / mean part)."))
+            "edge cut and the balance (largest part / mean part); for a heterogeneous "
+            "graph also per node type and edge type."))
     p.add_argument("root", help="the dataset directory (holding meta.json)")
     p.add_argument("--verify", action="store_true",
                    help="also check the sha256 of every file (reads all of them)")
@@ -64,4 +65,35 @@ def format_summary(meta: dict[str, Any]) -> str:
         f"balance (largest / mean): nodes {stats['node_balance']:.3f}   "
         f"edges {stats['edge_balance']:.3f}",
     ]
+    if meta["is_hetero"]:
+        lines += ["", *_type_table(meta)]
     return "\n".join(lines)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+
+
+def _type_table(meta: dict[str, Any]) -> list[str]:
+    """Per node type and edge type: totals, count per part, halo / cut, balance."""
+    def per_part(kind: str, index: int, key: str) -> list[int]:
+        return [part[kind][index][key] for part in meta["parts"]]
+
+    nodes = [("node type", "nodes", "per part", "halo", "train", "balance")]
+    for i, entry in enumerate(meta["node_types"]):
+        nodes.append((entry["type"], str(entry["num_nodes"]),
+                      "/".join(map(str, per_part("node_types", i, "num_nodes"))),
+                      str(sum(per_part("node_types", i, "num_halo_nodes"))),
+                      str(sum(per_part("node_types", i, "num_train_nodes"))),
+                      f"{entry['balance']:.3f}"))
+    edges = [("edge type", "edges", "per part", "cut", "cut %", "balance")]
+    for i, entry in enumerate(meta["edge_types"]):
+        total = entry["num_edges"]
+        edges.append((" -> ".join(entry["type"][::2]) + f" ({entry['type'][1]})", str(total),
+                      "/".join(map(str, per_part("edge_types", i, "num_edges"))),
+                      str(entry["edge_cut"]),
+                      f"{100 * entry['edge_cut'] / total:.2f}" if total else "0.00",
+                      f"{entry['balance']:.3f}"))
+    return [*_table(nodes), "", *_table(edges)]

@@ -14,11 +14,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "partition", help="split a graph into parts and write the dataset directory",
         description=(
-            "Loads DATASET, a 'module:callable' string returning a torch_geometric Data "
-            "(like uvicorn's app string, e.g. pyg_dist.datasets:cora), assigns every node "
+            "Loads DATASET, a 'module:callable' string returning a torch_geometric Data or "
+            "HeteroData (like uvicorn's app string, e.g. pyg_dist.datasets:cora or "
+            "pyg_dist.datasets:imdb), assigns every node "
             "to a part with a partitioner plugin, and writes ROOT atomically: on any error "
             "nothing is left behind. 'pyg-dist plugins' lists the partitioners."))
-    p.add_argument("dataset", metavar="DATASET", help="module:callable returning a Data")
+    p.add_argument("dataset", metavar="DATASET",
+                   help="module:callable returning a Data or HeteroData")
     p.add_argument("root", metavar="ROOT", help="the dataset directory to create")
     p.add_argument("-n", "--num-parts", type=int, required=True, help="number of parts")
     p.add_argument("-p", "--partitioner", default="metis",

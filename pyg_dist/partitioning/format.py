@@ -1,6 +1,6 @@
 """The on-disk partition format: names, checksums and safetensors I/O.
 
-A partitioned dataset is a directory::
+A partitioned homogeneous graph (format version 1) is a directory::
 
     ROOT/meta.json                 format version, types, counts, partitioner,
                                    per-part statistics, sha256 of every file
@@ -9,6 +9,11 @@ A partitioned dataset is a directory::
     ROOT/part-K/edges.safetensors  CSC of the owned nodes' incoming edges:
                                    indptr, indices (global src ids), edge_ids
                                    (global), + edge features
+
+A heterogeneous one (version 2) has the same files once per type, named by
+:func:`book_file`, :func:`node_file` and :func:`edge_file`
+(``book__paper.safetensors``, ``part-K/nodes__paper.safetensors``,
+``part-K/edges__author__writes__paper.safetensors``); ids are per type.
 
 Every tensor is stored with safetensors: the loader parses a JSON header and
 copies (or memory-maps) raw bytes; nothing can execute code on load. The full
@@ -37,6 +42,13 @@ from pyg_dist.errors import PartitionFormatError
 
 FORMAT_NAME = "pyg-dist-partition"
 FORMAT_VERSION = 1
+"""Version of a homogeneous dataset (unchanged since the first release)."""
+HETERO_FORMAT_VERSION = 2
+"""Version of a heterogeneous dataset: per-type books, node and edge files."""
+FORMAT_VERSIONS = (FORMAT_VERSION, HETERO_FORMAT_VERSION)
+MAX_TYPE_NAME_BYTES = 64
+"""Longest node type or relation name (UTF-8 bytes): three of them and the
+prefixes make an edge file name, which must stay under 255 bytes."""
 META_FILE = "meta.json"
 BOOK_FILE = "book.safetensors"
 
@@ -73,13 +85,57 @@ def part_dir(part: int) -> str:
     return f"part-{part}"
 
 
+def type_name_problem(name: Any) -> Optional[str]:
+    """What makes ``name`` unusable as a node type or relation name, or ``None``.
+
+    Type names become parts of file names, so a name must be a non-empty
+    string of at most :data:`MAX_TYPE_NAME_BYTES` UTF-8 bytes without path
+    separators, NULs or control characters, other than ``.`` and without
+    ``..``; and so that ``src__rel__dst`` names one edge type only, it must
+    not contain ``__`` nor start or end with ``_``.
+    """
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not a string"
+    if not name:
+        return "is empty"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_TYPE_NAME_BYTES:
+        return f"is longer than {MAX_TYPE_NAME_BYTES} bytes"
+    if any(c in "/\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "holds a path separator or a control character"
+    if name == "." or ".." in name:
+        return "is '.' or holds '..'"
+    if "__" in name or name.startswith("_") or name.endswith("_"):
+        return "holds '__' or starts or ends with '_' (reserved to join type names)"
+    return None
+
+
 def type_slug(type_: Union[NodeTypeKey, EdgeTypeKey]) -> str:
-    """A file-name fragment for a node or edge type ('' for homogeneous)."""
+    """A file-name fragment for a node or edge type ('' for homogeneous):
+    ``__paper``, ``__author__writes__paper``. Names must pass
+    :func:`type_name_problem`, which makes the fragment name one type only."""
     if type_ is None:
         return ""
     parts = [type_] if isinstance(type_, str) else list(type_)
-    return "__" + "__".join("".join(c if c.isalnum() or c in "-_" else "_" for c in p)
-                            for p in parts)
+    for part in parts:
+        problem = type_name_problem(part)
+        if problem is not None:
+            raise ValueError(f"type name {part!r} {problem}")
+    return "__" + "__".join(parts)
+
+
+def book_file(node_type: NodeTypeKey) -> str:
+    """The book file of a node type (``book.safetensors`` when homogeneous)."""
+    return f"book{type_slug(node_type)}.safetensors"
+
+
+def node_file(part: int, node_type: NodeTypeKey) -> str:
+    """A part's node file of a node type, relative to ROOT."""
+    return f"{part_dir(part)}/nodes{type_slug(node_type)}.safetensors"
+
+
+def edge_file(part: int, edge_type: EdgeTypeKey) -> str:
+    """A part's edge file of an edge type, relative to ROOT."""
+    return f"{part_dir(part)}/edges{type_slug(edge_type)}.safetensors"
 
 
 def type_to_json(type_: Union[NodeTypeKey, EdgeTypeKey]) -> Any:

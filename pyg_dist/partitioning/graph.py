@@ -31,13 +31,23 @@ class PartitionInput:
             ``(src, dst)``.
         train_mask: Optional boolean mask of training nodes, for partitioners
             that balance them across parts.
-        node_type: Reserved for heterogeneous graphs (``None``: homogeneous).
+        node_type: For a heterogeneous graph, the index into ``node_types``
+            of every node's type (int64 ``[num_nodes]``; the nodes of each
+            type are contiguous, in ``node_types`` order); ``None`` when
+            homogeneous. Partitioners may balance each type across parts.
+        node_types: The node type names of a heterogeneous graph.
     """
 
     num_nodes: int
     edge_index: Tensor
     train_mask: Optional[Tensor] = None
-    node_type: Optional[str] = None
+    node_type: Optional[Tensor] = None
+    node_types: Optional[list[str]] = None
+
+    @property
+    def is_hetero(self) -> bool:
+        """Whether this is the homogeneous view of a heterogeneous graph."""
+        return self.node_type is not None
 
     @property
     def num_edges(self) -> int:

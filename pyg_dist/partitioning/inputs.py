@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -55,8 +55,8 @@ def split_attributes(data: Any) -> GraphParts:
 
     if not isinstance(data, Data):
         raise InvalidPartitionArgumentError(
-            f"partition() takes a homogeneous torch_geometric Data, got "
-            f"{type(data).__name__}; HeteroData is not supported yet")
+            f"partition() takes a torch_geometric Data or HeteroData, got "
+            f"{type(data).__name__}")
     if data.edge_index is None and "adj_t" in data:
         raise InvalidPartitionArgumentError(
             "the graph holds its topology as adj_t; partition() reads edge_index: set "
@@ -66,7 +66,7 @@ def split_attributes(data: Any) -> GraphParts:
     if not num_nodes:
         raise InvalidPartitionArgumentError(
             "the graph has no nodes; there is nothing to partition")
-    edge_index = _check_edge_index(data.edge_index, num_nodes)
+    edge_index = check_edge_index(data.edge_index, num_nodes)
     num_edges = edge_index.size(1)
     graph = GraphParts(int(num_nodes), edge_index)
     for key, value in data.items():
@@ -88,19 +88,43 @@ def split_attributes(data: Any) -> GraphParts:
     return graph
 
 
-def _check_edge_index(edge_index: Any, num_nodes: int) -> Tensor:
+def check_edge_index(edge_index: Any, num_nodes: int, num_dst: Optional[int] = None,
+                     what: Optional[str] = None) -> Tensor:
+    """Checks an ``edge_index`` and returns it contiguous on the CPU.
+
+    Args:
+        edge_index: The user's value (``None``: no edges).
+        num_nodes: Number of source nodes (of all nodes when homogeneous).
+        num_dst: Number of destination nodes (``None``: ``num_nodes``).
+        what: The edge type, for messages (``None``: homogeneous).
+
+    Raises:
+        InvalidPartitionArgumentError: if it is not a ``[2, E]`` integer
+            tensor or holds ids out of range.
+    """
+    prefix = f"{what}: " if what else ""
     if edge_index is None:
         return torch.empty(2, 0, dtype=torch.int64)
     if (not isinstance(edge_index, Tensor) or edge_index.dim() != 2
             or edge_index.size(0) != 2 or edge_index.is_floating_point()
             or edge_index.dtype == torch.bool):
         raise InvalidPartitionArgumentError(
-            "edge_index must be a [2, num_edges] integer tensor; convert a "
-            "SparseTensor adj_t to edge_index first")
+            f"{prefix}edge_index must be a [2, num_edges] integer tensor; convert a "
+            f"SparseTensor adj_t to edge_index first")
     edge_index = edge_index.cpu().contiguous()
-    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-        raise InvalidPartitionArgumentError(
-            f"edge_index holds ids outside [0, {num_nodes}); fix the graph or set num_nodes")
+    if num_dst is None:
+        if edge_index.numel() and (int(edge_index.min()) < 0
+                                   or int(edge_index.max()) >= num_nodes):
+            raise InvalidPartitionArgumentError(
+                f"edge_index holds ids outside [0, {num_nodes}); fix the graph or set "
+                f"num_nodes")
+        return edge_index
+    for row, (end, count) in enumerate((("source", num_nodes), ("destination", num_dst))):
+        ids = edge_index[row]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= count):
+            raise InvalidPartitionArgumentError(
+                f"{prefix}edge_index holds {end} ids outside [0, {count}) (the {end} node "
+                f"type's num_nodes); fix the graph or set num_nodes")
     return edge_index
 
 

@@ -12,6 +12,7 @@ size of one part's edges rather than the whole graph's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -47,14 +48,18 @@ class GraphSplitter:
     """Prepares the per-graph lookups once, then cuts out one part at a time.
 
     Args:
-        node_part: Owner of every node (compact integer dtype).
+        node_part: Owner of every node (compact integer dtype); of every
+            destination node when ``src_part`` is given.
         num_parts: Number of parts.
         edge_index: ``[2, E]`` directed edges ``(src, dst)``.
+        src_part: Owner of every source node when sources are of another
+            node type than destinations (``None``: ``node_part``).
     """
 
     node_part: Tensor
     num_parts: int
     edge_index: Tensor
+    src_part: Optional[Tensor] = None
     _local: Tensor = field(init=False, repr=False)
     _dst_part: Tensor = field(init=False, repr=False)
 
@@ -93,10 +98,15 @@ class GraphSplitter:
         indices = self.edge_index[0, edge_ids].to(torch.int64)
         return {INDPTR: indptr, INDICES: indices, EDGE_IDS: edge_ids}
 
+    def foreign(self, part: int, indices: Tensor) -> Tensor:
+        """The sources among ``indices`` that another part owns (with repeats)."""
+        owner = self.node_part if self.src_part is None else self.src_part
+        return indices[owner[indices] != part]
+
     def stats(self, part: int, owned: Tensor, indices: Tensor,
               train_mask: Tensor | None) -> PartStats:
         """Counts of a part from its owned ids and CSC sources."""
-        foreign = indices[self.node_part[indices] != part]
+        foreign = self.foreign(part, indices)
         return PartStats(
             num_nodes=int(owned.numel()),
             num_edges=int(indices.numel()),

@@ -13,16 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from torch import Tensor
-
 from pyg_dist.errors import (
     ChecksumMismatchError,
+    GraphKindMismatchError,
     InvalidPartitionArgumentError,
     PartitionFormatError,
+    UnknownTypeError,
 )
 from pyg_dist.partitioning import consistency
 from pyg_dist.partitioning.book import PartitionBook
@@ -40,105 +39,11 @@ from pyg_dist.partitioning.format import (
     sha256_file,
     type_from_json,
 )
+from pyg_dist.partitioning.hetero_book import HeteroPartitionBook
 from pyg_dist.partitioning.meta import read_meta
+from pyg_dist.partitioning.parts import EdgePart, NodePart, PartData, PartLoader
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class NodePart:
-    """The owned nodes of one node type in one part.
-
-    Args:
-        node_ids: Sorted global ids (int64); row ``i`` of every feature
-            belongs to ``node_ids[i]`` (its *local row*).
-        features: Feature name -> tensor in local row order (``x``, ``y``, masks).
-    """
-
-    node_ids: Tensor
-    features: dict[str, Tensor] = field(default_factory=dict)
-
-
-@dataclass
-class EdgePart:
-    """The incoming edges of one part's owned destination nodes, as CSC.
-
-    Args:
-        indptr: ``[num_owned + 1]``; edges of local destination ``i`` are
-            ``indptr[i]:indptr[i + 1]``.
-        indices: Global source id of every edge (int64).
-        edge_ids: Global edge id (column of the input ``edge_index``) of every edge.
-        features: Edge feature name -> tensor in CSC order.
-    """
-
-    indptr: Tensor
-    indices: Tensor
-    edge_ids: Tensor
-    features: dict[str, Tensor] = field(default_factory=dict)
-
-
-@dataclass
-class PartData:
-    """Everything one part holds, keyed by node / edge type (``None`` for a
-    homogeneous graph). The properties give the homogeneous view directly.
-
-    Args:
-        part: The part's index.
-        num_parts: Number of parts of the dataset.
-        nodes: Node type -> :class:`NodePart`.
-        edges: Edge type -> :class:`EdgePart` (empty if topology was not loaded).
-    """
-
-    part: int
-    num_parts: int
-    nodes: dict[NodeTypeKey, NodePart]
-    edges: dict[EdgeTypeKey, EdgePart]
-
-    def _only(self, table: dict, what: str) -> Any:
-        if None not in table:
-            raise PartitionFormatError(
-                f"part {self.part} has no homogeneous {what}; index .nodes/.edges by type")
-        return table[None]
-
-    @property
-    def node_ids(self) -> Tensor:
-        """Sorted owned global ids (homogeneous graph)."""
-        return self._only(self.nodes, "nodes").node_ids
-
-    @property
-    def node_features(self) -> dict[str, Tensor]:
-        """Node features in local row order (homogeneous graph)."""
-        return self._only(self.nodes, "nodes").features
-
-    @property
-    def indptr(self) -> Tensor:
-        """CSC pointer over owned destinations (homogeneous graph)."""
-        return self._only(self.edges, "edges").indptr
-
-    @property
-    def indices(self) -> Tensor:
-        """Global source ids of the owned nodes' incoming edges (homogeneous graph)."""
-        return self._only(self.edges, "edges").indices
-
-    @property
-    def edge_ids(self) -> Tensor:
-        """Global edge ids, aligned with :attr:`indices` (homogeneous graph)."""
-        return self._only(self.edges, "edges").edge_ids
-
-    @property
-    def edge_features(self) -> dict[str, Tensor]:
-        """Edge features in CSC order (homogeneous graph)."""
-        return self._only(self.edges, "edges").features
-
-    @property
-    def num_nodes(self) -> int:
-        """Owned nodes over all node types."""
-        return sum(int(n.node_ids.numel()) for n in self.nodes.values())
-
-    @property
-    def num_edges(self) -> int:
-        """Stored edges over all edge types."""
-        return sum(int(e.indices.numel()) for e in self.edges.values())
 
 
 class PartitionReader:
@@ -172,13 +77,18 @@ class PartitionReader:
 
     @property
     def num_nodes(self) -> int:
-        """Number of nodes of the whole graph."""
+        """Number of nodes of the whole graph (all node types together)."""
         return int(self.meta["num_nodes"])
 
     @property
     def num_edges(self) -> int:
-        """Number of directed edges of the whole graph."""
+        """Number of directed edges of the whole graph (all edge types together)."""
         return int(self.meta["num_edges"])
+
+    @property
+    def is_hetero(self) -> bool:
+        """Whether the dataset is a heterogeneous graph (format version 2)."""
+        return bool(self.meta["is_hetero"])
 
     @property
     def node_types(self) -> list[NodeTypeKey]:
@@ -190,27 +100,113 @@ class PartitionReader:
         """Edge types (``[None]`` for a homogeneous graph)."""
         return [type_from_json(t["type"]) for t in self.meta["edge_types"]]
 
+    def node_type_key(self, node_type: Any) -> NodeTypeKey:
+        """Checks a node type against the dataset and returns its key.
+
+        Raises:
+            GraphKindMismatchError: a named type on a homogeneous dataset, or
+                ``None`` on a heterogeneous one.
+            UnknownTypeError: a name the dataset does not have.
+        """
+        self._check_kind(node_type, "node type")
+        if node_type not in self.node_types:
+            raise UnknownTypeError("node", node_type, self.node_types)
+        return node_type
+
+    def edge_type_key(self, edge_type: Any) -> EdgeTypeKey:
+        """Checks an edge type and returns its ``(src, rel, dst)`` key; as in
+        PyG, a relation name alone names the one edge type that has it.
+
+        Raises:
+            GraphKindMismatchError: a named type on a homogeneous dataset, or
+                ``None`` on a heterogeneous one.
+            UnknownTypeError: a type the dataset does not have, or a relation
+                name shared by several edge types.
+        """
+        self._check_kind(edge_type, "edge type")
+        if edge_type is None:
+            return None
+        if isinstance(edge_type, str):
+            matches = [t for t in self.edge_types if t[1] == edge_type]
+            if len(matches) == 1:
+                return matches[0]
+        elif isinstance(edge_type, (tuple, list)) and tuple(edge_type) in self.edge_types:
+            return tuple(edge_type)
+        raise UnknownTypeError("edge", edge_type, self.edge_types)
+
+    def _check_kind(self, type_: Any, what: str) -> None:
+        if self.is_hetero and type_ is None:
+            types = self.node_types if what == "node type" else self.edge_types
+            shown = ", ".join(map(str, types[:8])) + (", ..." if len(types) > 8 else "")
+            raise GraphKindMismatchError(
+                f"{self.root} holds a heterogeneous graph: name the {what} (it has "
+                f"{shown})")
+        if not self.is_hetero and type_ is not None:
+            raise GraphKindMismatchError(
+                f"{self.root} holds a homogeneous graph, which has no {what}s; pass None "
+                f"or use the homogeneous API")
+
+    def num_nodes_of(self, node_type: Any) -> int:
+        """Number of nodes of one node type."""
+        key = self.node_type_key(node_type)
+        return next(int(t["num_nodes"]) for t in self.meta["node_types"]
+                    if type_from_json(t["type"]) == key)
+
+    def num_edges_of(self, edge_type: Any) -> int:
+        """Number of edges of one edge type."""
+        key = self.edge_type_key(edge_type)
+        return next(int(t["num_edges"]) for t in self.meta["edge_types"]
+                    if type_from_json(t["type"]) == key)
+
     def node_feature_specs(self, node_type: NodeTypeKey = None) -> dict[str, dict[str, Any]]:
         """``{name: {"dtype": "float32", "shape": [...]}}`` of a node type's
         features; ``shape`` excludes the node dimension."""
-        for entry in self.meta["node_types"]:
-            if type_from_json(entry["type"]) == node_type:
-                return entry["features"]
-        raise InvalidPartitionArgumentError(f"no node type {node_type!r}; "
-                                            f"the dataset has {self.node_types}")
+        key = self.node_type_key(node_type)
+        return next(t["features"] for t in self.meta["node_types"]
+                    if type_from_json(t["type"]) == key)
+
+    def edge_feature_specs(self, edge_type: EdgeTypeKey = None) -> dict[str, dict[str, Any]]:
+        """``{name: {"dtype", "shape"}}`` of an edge type's features."""
+        key = self.edge_type_key(edge_type)
+        return next(t["features"] for t in self.meta["edge_types"]
+                    if type_from_json(t["type"]) == key)
 
     @property
     def book(self) -> PartitionBook:
-        """The partition book (homogeneous graph: the first listed), loaded once."""
-        return self.book_of(type_from_json(self.meta["books"][0]["type"]))
+        """The partition book of a homogeneous graph, loaded once.
+
+        Raises:
+            GraphKindMismatchError: on a heterogeneous graph (use
+                :attr:`hetero_book`).
+        """
+        if self.is_hetero:
+            raise GraphKindMismatchError(
+                f"{self.root} holds a heterogeneous graph; its books are per node type: "
+                f"use reader.hetero_book or reader.book_of(node_type)")
+        return self.book_of(None)
+
+    @property
+    def hetero_book(self) -> HeteroPartitionBook:
+        """The per-node-type partition books of a heterogeneous graph.
+
+        Raises:
+            GraphKindMismatchError: on a homogeneous graph (use :attr:`book`).
+        """
+        if not self.is_hetero:
+            raise GraphKindMismatchError(
+                f"{self.root} holds a homogeneous graph; use reader.book")
+        return HeteroPartitionBook({t: self.book_of(t) for t in self.node_types},
+                                   self.num_parts)
 
     def book_of(self, node_type: NodeTypeKey) -> PartitionBook:
         """The partition book of a node type, loaded and checked once.
 
         Raises:
+            GraphKindMismatchError, UnknownTypeError: see :meth:`node_type_key`.
             PartitionFormatError: if a part id is out of range or a part owns
                 another number of nodes than ``meta.json`` says.
         """
+        node_type = self.node_type_key(node_type)
         book = self._books.get(node_type)
         if book is None:
             entry = next(b for b in self.meta["books"]
@@ -258,9 +254,86 @@ class PartitionReader:
             finally:
                 self.verify = verify
 
+    def _check_part(self, part: Any) -> int:
+        if isinstance(part, bool) or not isinstance(part, int) \
+                or not 0 <= part < self.num_parts:
+            raise InvalidPartitionArgumentError(
+                f"part must lie in [0, {self.num_parts}); got {part!r}")
+        return part
+
+    def load_nodes(self, node_type: NodeTypeKey, part: int, *, mmap: bool = False,
+                   features: bool = True) -> NodePart:
+        """Loads the nodes of one node type owned by one part.
+
+        Args:
+            node_type: The node type (``None`` for a homogeneous graph).
+            part: Index in ``[0, num_parts)``.
+            mmap: Memory-map the tensors instead of reading them into RAM.
+            features: Load the features too (``node_ids`` always load).
+
+        Raises:
+            InvalidPartitionArgumentError: if ``part`` is out of range.
+            GraphKindMismatchError, UnknownTypeError: see :meth:`node_type_key`.
+            ChecksumMismatchError: if the file changed since it was written.
+            PartitionFormatError: if the file is missing or malformed.
+        """
+        part = self._check_part(part)
+        node_type = self.node_type_key(node_type)
+        entry = next(t for t in self.meta["parts"][part]["node_types"]
+                     if type_from_json(t["type"]) == node_type)
+        path = self._checked(entry["file"])
+        tensors = load_tensors(path, None if features else [NODE_IDS], mmap_=mmap)
+        consistency.check_loaded(
+            path, tensors, consistency.expected_node_file(self.meta, part, node_type))
+        ids = tensors.pop(NODE_IDS)
+        consistency.check_node_part(path, ids, self.num_nodes_of(node_type), part,
+                                    self.book_of(node_type))
+        return NodePart(ids, tensors)
+
+    def load_edges(self, edge_type: EdgeTypeKey, part: int, *, mmap: bool = False,
+                   features: bool = True) -> EdgePart:
+        """Loads the CSC of one edge type stored in one part (the incoming
+        edges of the part's destination nodes of that type).
+
+        Args:
+            edge_type: ``(src, rel, dst)`` or a unique relation name
+                (``None`` for a homogeneous graph).
+            part: Index in ``[0, num_parts)``.
+            mmap: Memory-map the tensors instead of reading them into RAM.
+            features: Load the edge features too.
+
+        Raises:
+            InvalidPartitionArgumentError: if ``part`` is out of range.
+            GraphKindMismatchError, UnknownTypeError: see :meth:`edge_type_key`.
+            ChecksumMismatchError: if the file changed since it was written.
+            PartitionFormatError: if the file is missing or malformed.
+        """
+        part = self._check_part(part)
+        edge_type = self.edge_type_key(edge_type)
+        entry = next(t for t in self.meta["parts"][part]["edge_types"]
+                     if type_from_json(t["type"]) == edge_type)
+        path = self._checked(entry["file"])
+        names = None if features else [INDPTR, INDICES, EDGE_IDS]
+        tensors = load_tensors(path, names, mmap_=mmap)
+        consistency.check_loaded(
+            path, tensors, consistency.expected_edge_file(self.meta, part, edge_type))
+        src = None if edge_type is None else edge_type[0]
+        consistency.check_edge_part(path, tensors, self.num_nodes_of(src),
+                                    self.num_edges_of(edge_type))
+        return EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES), tensors.pop(EDGE_IDS),
+                        tensors)
+
+    def part(self, part: int, mmap: bool = False) -> PartLoader:
+        """A loader of one part's files, type by type (see :class:`PartLoader`).
+
+        Raises:
+            InvalidPartitionArgumentError: if ``part`` is out of range.
+        """
+        return PartLoader(self, self._check_part(part), mmap)
+
     def load_part(self, part: int, mmap: bool = False, *, topology: bool = True,
                   features: bool = True) -> PartData:
-        """Loads one part.
+        """Loads one part, every node and edge type.
 
         Args:
             part: Index in ``[0, num_parts)``.
@@ -274,43 +347,15 @@ class PartitionReader:
             ChecksumMismatchError: if a file changed since it was written.
             PartitionFormatError: if a file is missing or malformed.
         """
-        if isinstance(part, bool) or not isinstance(part, int) \
-                or not 0 <= part < self.num_parts:
-            raise InvalidPartitionArgumentError(
-                f"part must lie in [0, {self.num_parts}); got {part!r}")
-        entry = self.meta["parts"][part]
-        node_counts = {type_from_json(t["type"]): t["num_nodes"]
-                       for t in self.meta["node_types"]}
-        nodes = {}
-        for node_entry in entry["node_types"]:
-            node_type = type_from_json(node_entry["type"])
-            path = self._checked(node_entry["file"])
-            names = None if features else [NODE_IDS]
-            tensors = load_tensors(path, names, mmap_=mmap)
-            consistency.check_loaded(
-                path, tensors, consistency.expected_node_file(self.meta, part, node_type))
-            ids = tensors.pop(NODE_IDS)
-            consistency.check_node_part(path, ids, node_counts[node_type], part,
-                                        self.book_of(node_type))
-            nodes[node_type] = NodePart(ids, tensors)
-        edge_counts = {type_from_json(t["type"]): t["num_edges"]
-                       for t in self.meta["edge_types"]}
-        edges = {}
-        for edge_entry in entry["edge_types"] if topology else []:
-            edge_type = type_from_json(edge_entry["type"])
-            path = self._checked(edge_entry["file"])
-            names = None if features else [INDPTR, INDICES, EDGE_IDS]
-            tensors = load_tensors(path, names, mmap_=mmap)
-            consistency.check_loaded(
-                path, tensors, consistency.expected_edge_file(self.meta, part, edge_type))
-            src = None if edge_type is None else edge_type[0]
-            consistency.check_edge_part(path, tensors, node_counts[src],
-                                        edge_counts[edge_type])
-            edges[edge_type] = EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES),
-                                        tensors.pop(EDGE_IDS), tensors)
+        part = self._check_part(part)
+        nodes = {t: self.load_nodes(t, part, mmap=mmap, features=features)
+                 for t in self.node_types}
+        edges = {t: self.load_edges(t, part, mmap=mmap, features=features)
+                 for t in (self.edge_types if topology else [])}
         return PartData(part, self.num_parts, nodes, edges)
 
     def tensor_names(self, part: int) -> list[str]:
-        """Names of the tensors in a part's node file (header only)."""
+        """Names of the tensors in a part's (first) node file (header only)."""
         header, _ = read_header(self._file(self.meta["parts"][part]["node_types"][0]["file"]))
         return sorted(header)
+

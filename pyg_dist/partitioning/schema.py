@@ -1,4 +1,9 @@
-"""The schema of ``meta.json`` (format version 1), checked field by field.
+"""The schema of ``meta.json`` (format versions 1 and 2), checked field by field.
+
+Version 1 is a homogeneous graph (one ``null`` node and edge type), version 2
+a heterogeneous one (named types, whose names must pass
+:func:`~pyg_dist.partitioning.format.type_name_problem`, and per-type
+statistics).
 
 :func:`validate_meta` checks every field's type and range and their
 consistency: ``len(parts) == num_parts``, part ``k`` at index ``k``, per-part
@@ -20,11 +25,14 @@ from pyg_dist.partitioning.book import MAX_PARTS, book_dtype
 from pyg_dist.partitioning.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    FORMAT_VERSIONS,
+    HETERO_FORMAT_VERSION,
     RESERVED_EDGE_NAMES,
     RESERVED_NODE_NAMES,
     TORCH_DTYPES,
     dtype_name,
     safe_path,
+    type_name_problem,
 )
 
 MAX_OPTIONS_DEPTH = 4
@@ -41,6 +49,10 @@ MAX_FEATURE_DIM = 1 << 31
 """Largest size of one feature dimension."""
 
 _STAT_INTS = ("num_nodes", "num_edges", "num_halo_nodes", "num_cut_edges", "num_train_nodes")
+# Per-type counts of a part's entries in version 2, beside num_nodes / num_edges:
+# they sum to the part's stats of the same name.
+_PART_TYPE_INTS = {"node_types": ("num_halo_nodes", "num_train_nodes"),
+                   "edge_types": ("num_cut_edges",)}
 _HEX = frozenset("0123456789abcdef")
 _FIX = "the dataset is damaged or was edited: partition it again"
 
@@ -84,6 +96,7 @@ class _Checker:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.hetero = False
 
     def obj(self, value: Any, field: str) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -147,18 +160,23 @@ def validate_meta(meta: Any, root: Path, path: Path) -> None:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise PartitionFormatError(f"{path} is not a {FORMAT_NAME} meta.json")
     version = meta.get("format_version")
-    if isinstance(version, bool) or version != FORMAT_VERSION:
+    if isinstance(version, bool) or version not in FORMAT_VERSIONS:
         raise PartitionFormatError(
-            f"{path} has format version {describe(version)}; this pyg-dist reads version "
-            f"{FORMAT_VERSION}. Partition the dataset again with this version, or "
-            f"install the pyg-dist that wrote it")
+            f"{path} has format version {describe(version)}; this pyg-dist reads versions "
+            f"{' and '.join(map(str, FORMAT_VERSIONS))}. Partition the dataset again with "
+            f"this version, or install the pyg-dist that wrote it")
     c = _Checker(path)
+    c.hetero = version == HETERO_FORMAT_VERSION
     num_parts = c.int_(meta, "num_parts", "", 1, MAX_PARTS)
     num_nodes = c.int_(meta, "num_nodes", "", num_parts)
     num_edges = c.int_(meta, "num_edges", "")
     if not isinstance(c.get(meta, "is_hetero", ""), bool):
         raise fail(path, "is_hetero", f"must be true or false, got "
                                       f"{describe(meta['is_hetero'])}")
+    if meta["is_hetero"] != c.hetero:
+        raise fail(path, "is_hetero", f"disagrees with the format version (version "
+                                      f"{FORMAT_VERSION} is homogeneous, version "
+                                      f"{HETERO_FORMAT_VERSION} heterogeneous)")
     if "graph_name" in meta:
         c.str_(meta, "graph_name", "", optional=True, max_len=4096)
     node_types = _node_types(c, meta, num_nodes)
@@ -177,12 +195,23 @@ def _type_key(c: _Checker, value: Any, field: str, edge: bool) -> Any:
     if value is None:
         return None
     if not edge and isinstance(value, str) and 0 < len(value) <= MAX_NAME:
+        _name_ok(c, value, field)
         return value
     if edge and isinstance(value, list) and len(value) == 3 and all(
             isinstance(v, str) and 0 < len(v) <= MAX_NAME for v in value):
+        for name in value:
+            _name_ok(c, name, field)
         return tuple(value)
     kind = "a [src, rel, dst] triple of names" if edge else "a type name"
     raise fail(c.path, field, f"must be null or {kind}, got {describe(value)}")
+
+
+def _name_ok(c: _Checker, name: str, field: str) -> None:
+    """Type names become file names: the writer refuses bad ones, so a bad
+    one in a file was not written by pyg-dist."""
+    problem = type_name_problem(name)
+    if problem is not None:
+        raise fail(c.path, field, f"holds a type name that {problem}")
 
 
 def _features(c: _Checker, entry: dict[str, Any], where: str,
@@ -219,6 +248,8 @@ def _node_types(c: _Checker, meta: dict[str, Any], num_nodes: int) -> dict[Any, 
             raise fail(c.path, f"{where}.type", "repeats a node type")
         counts[key] = c.int_(entry, "num_nodes", where)
         _features(c, entry, where, RESERVED_NODE_NAMES)
+        if c.hetero:
+            c.num(entry, "balance", where)
     if None in counts and len(counts) > 1:
         raise fail(c.path, "node_types", "mixes the null (homogeneous) type with named ones")
     if sum(counts.values()) != num_nodes:
@@ -243,6 +274,9 @@ def _edge_types(c: _Checker, meta: dict[str, Any], node_types: dict[Any, int],
                                                      "of the edge type (null if homogeneous)")
         counts[key] = c.int_(entry, "num_edges", where)
         _features(c, entry, where, RESERVED_EDGE_NAMES)
+        if c.hetero:
+            c.int_(entry, "edge_cut", where, 0, counts[key])
+            c.num(entry, "balance", where)
     if (None in counts) != (None in node_types) or (None in counts and len(counts) > 1):
         raise fail(c.path, "edge_types", "a homogeneous graph has exactly one edge type, "
                                          "null; a heterogeneous one only named types")
@@ -299,6 +333,8 @@ def _parts(c: _Checker, meta: dict[str, Any], node_types: dict[Any, int],
                 n = c.int_(item, count, field)
                 totals[(kind, key)] = totals.get((kind, key), 0) + n
                 sums[count] = sums.get(count, 0) + n
+                for name in _PART_TYPE_INTS[kind] if c.hetero else ():
+                    sums[name] = sums.get(name, 0) + c.int_(item, name, field)
                 files.append((c.str_(item, "file", field), f"{field}.file"))
         stats = c.obj(c.get(entry, "stats", where), f"{where}.stats")
         for name in _STAT_INTS:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -34,6 +35,13 @@ from pyg_dist.partitioning.format import (
     sha256_file,
 )
 from pyg_dist.partitioning.graph import PartitionInput
+from pyg_dist.partitioning.hetero_book import HeteroPartitionBook
+from pyg_dist.partitioning.hetero_inputs import (
+    HeteroGraphParts,
+    is_hetero_data,
+    split_hetero_attributes,
+)
+from pyg_dist.partitioning.hetero_writer import write_hetero
 from pyg_dist.partitioning.inputs import GraphParts, split_attributes
 from pyg_dist.partitioning.layout import GraphSplitter, edge_tensors, node_tensors, summarize
 from pyg_dist.partitioning.reader import PartitionReader
@@ -50,9 +58,16 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
 
     Args:
         data: A homogeneous :class:`~torch_geometric.data.Data` with
-            ``edge_index``; every node-level tensor (``x``, ``y``, masks, ...)
-            and edge-level tensor (``edge_attr``, ...) is partitioned with it.
-        num_parts: Number of parts, ``1 <= num_parts <= num_nodes``.
+            ``edge_index`` (written in format version 1), or a
+            :class:`~torch_geometric.data.HeteroData` (version 2: node ids
+            and files per type; type names must be usable in file names, see
+            :func:`~pyg_dist.partitioning.format.type_name_problem`). Every
+            node-level tensor (``x``, ``y``, masks, ...) and edge-level
+            tensor (``edge_attr``, ...) is partitioned with it. The
+            partitioner sees a heterogeneous graph as one homogeneous graph
+            (:meth:`~pyg_dist.partitioning.hetero_inputs.HeteroGraphParts.partition_input`).
+        num_parts: Number of parts, ``1 <= num_parts <= num_nodes`` (all
+            types together).
         root: The dataset directory to create. It must not exist or be empty
             unless ``overwrite`` is set.
         partitioner: Name of a ``pyg_dist.partitioners`` plugin (``metis``,
@@ -75,8 +90,10 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
             is left behind.
     """
     root = Path(root)
-    graph = split_attributes(data)
-    _check_num_parts(num_parts, graph.num_nodes)
+    hetero = is_hetero_data(data)
+    graph = split_hetero_attributes(data) if hetero else split_attributes(data)
+    total_nodes = graph.total_nodes if hetero else graph.num_nodes
+    _check_num_parts(num_parts, total_nodes)
     _check_root(root, overwrite)
     registry = registry or default_registry
     plugin = _build_partitioner(registry, partitioner, options)
@@ -98,10 +115,17 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
     try:
         with tqdm(total=num_parts + 2, desc="partition", unit="step",
                   disable=not progress) as bar:
-            bar.set_postfix_str(f"{partitioner}: assigning {graph.num_nodes} nodes")
-            book = _assign(plugin, graph, num_parts)
-            bar.update(1)
-            meta = _write_all(tmp, graph, book, bar)
+            bar.set_postfix_str(f"{partitioner}: assigning {total_nodes} nodes")
+            if hetero:
+                book = _assign_hetero(plugin, graph, num_parts)
+                bar.update(1)
+                files: dict[str, dict[str, Any]] = {}
+                meta = write_hetero(tmp, graph, book, _recorder(tmp, files), bar)
+                meta["files"] = files
+            else:
+                book = _assign(plugin, graph, num_parts)
+                bar.update(1)
+                meta = _write_all(tmp, graph, book, bar)
             meta["graph_name"] = graph_name
             meta["partitioner"] = {"name": partitioner, "options": _json_safe(plugin.options()),
                                    "distribution": _distribution(registry, partitioner)}
@@ -118,7 +142,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
         if tmp.exists():
             shutil.rmtree(created or tmp, ignore_errors=True)
         raise
-    logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
+    logger.info("partitioned %d nodes into %d parts at %s", total_nodes, num_parts, root)
     return PartitionReader(root, verify=False)
 
 
@@ -169,13 +193,23 @@ def _build_partitioner(registry: PluginRegistry, name: str, options: dict[str, A
 def _assign(plugin: Any, graph: GraphParts, num_parts: int) -> PartitionBook:
     view = PartitionInput(graph.num_nodes, graph.edge_index,
                           train_mask=graph.node_features.get("train_mask"))
+    return _run_plugin(plugin, view, num_parts)
+
+
+def _assign_hetero(plugin: Any, graph: HeteroGraphParts,
+                   num_parts: int) -> HeteroPartitionBook:
+    whole = _run_plugin(plugin, graph.partition_input(), num_parts)
+    return HeteroPartitionBook.from_assignment(whole.to_tensor(), graph.num_nodes, num_parts)
+
+
+def _run_plugin(plugin: Any, view: PartitionInput, num_parts: int) -> PartitionBook:
     assignment = plugin.assign(view, num_parts)
     if not isinstance(assignment, Tensor):
         assignment = torch.as_tensor(assignment)
-    if assignment.dim() != 1 or assignment.numel() != graph.num_nodes:
+    if assignment.dim() != 1 or assignment.numel() != view.num_nodes:
         raise InvalidPartitionArgumentError(
             f"the partitioner returned {tuple(assignment.shape)} part ids for "
-            f"{graph.num_nodes} nodes; it must return one per node")
+            f"{view.num_nodes} nodes; it must return one per node")
     try:
         return PartitionBook(assignment, num_parts)
     except PygDistError as exc:
@@ -230,6 +264,15 @@ def _write_all(tmp: Path, graph: GraphParts, book: PartitionBook, bar: Any) -> d
         "stats": summarize(stats, graph.num_nodes, graph.num_edges),
         "files": files,
     }
+
+
+def _recorder(tmp: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], str]:
+    """A function that checksums a written file into ``files`` and returns its name."""
+    def record(name: str) -> str:
+        path = tmp / name
+        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        return name
+    return record
 
 
 def _specs(features: dict[str, Tensor]) -> dict[str, dict[str, Any]]:

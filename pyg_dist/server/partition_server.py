@@ -15,7 +15,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional, Union
 
-from pyg_dist.errors import InvalidPartitionArgumentError, TransportError
+from pyg_dist.errors import (
+    GraphKindMismatchError,
+    InvalidPartitionArgumentError,
+    TransportError,
+)
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.plugins import PluginRegistry, default_registry
 from pyg_dist.rpc.config import RpcConfig, default_config
@@ -44,6 +48,7 @@ class PartitionServer:
 
     Raises:
         PartitionFormatError: if the dataset is missing or malformed.
+        GraphKindMismatchError: if the dataset is heterogeneous (not served yet).
         InvalidPartitionArgumentError: if ``part`` is out of range.
         PluginNotFoundError: if a store plugin is not installed.
     """
@@ -54,6 +59,11 @@ class PartitionServer:
                  registry: Optional[PluginRegistry] = None, verify: bool = True,
                  **store_options: Any) -> None:
         self.reader = PartitionReader(root, verify=verify)
+        if self.reader.is_hetero:
+            raise GraphKindMismatchError(
+                f"{root} holds a heterogeneous graph (node types "
+                f"{', '.join(map(str, self.reader.node_types[:8]))}); serving heterogeneous "
+                f"partitions is not supported yet: serve a homogeneous dataset")
         if isinstance(part, bool) or not isinstance(part, int) \
                 or not 0 <= part < self.reader.num_parts:
             raise InvalidPartitionArgumentError(

@@ -113,3 +113,44 @@ def test_parse_options():
         "a": 1, "b": True, "c": "x", "d": "y", "e": None}
     with pytest.raises(InvalidPartitionArgumentError):
         parse_options(["=1"])
+
+
+@pytest.fixture(scope="module")
+def imdb_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("imdb") / "ds"
+    assert main(["partition", "pyg_dist.datasets:imdb", str(root), "--num-parts", "2",
+                 "--no-progress"]) == 0
+    return root
+
+
+def test_partition_imdb_and_info_prints_per_type_counts(imdb_root, capsys):
+    meta = json.loads((imdb_root / "meta.json").read_text())
+    assert meta["format_version"] == 2 and meta["graph_name"] == "pyg_dist.datasets:imdb"
+    assert meta["num_nodes"] == 4661 + 2270 + 5841
+    capsys.readouterr()
+    assert main(["info", str(imdb_root), "--verify"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("node type"))
+    rows = {line.split()[0]: line.split() for line in lines[start + 1:start + 4]}
+    assert set(rows) == {"movie", "director", "actor"}
+    for entry, part_counts in zip(meta["node_types"],
+                                  zip(*[[t["num_nodes"] for t in p["node_types"]]
+                                        for p in meta["parts"]])):
+        row = rows[entry["type"]]
+        assert int(row[1]) == entry["num_nodes"]
+        assert row[2] == "/".join(map(str, part_counts))
+        assert float(row[5]) == pytest.approx(entry["balance"], abs=1e-3)
+    start = next(i for i, line in enumerate(lines) if line.startswith("edge type"))
+    edge_rows = lines[start + 1:start + 5]
+    assert any(r.startswith("actor -> movie (acted_in)") and " 13983 " in r for r in edge_rows)
+    assert any(r.startswith("movie -> actor (rev_acted_in)") for r in edge_rows)
+
+
+def test_serve_refuses_a_hetero_dataset_with_a_clear_error(imdb_root):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    done = subprocess.run(
+        [sys.executable, "-m", "pyg_dist", "serve", str(imdb_root), "--part", "0"],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1
+    assert "ready" not in done.stdout
+    assert "heterogeneous" in done.stderr and "not supported yet" in done.stderr

@@ -1,5 +1,5 @@
-"""pyg_dist.datasets: Cora from the graphdatascience wheel, FakeDataset graphs,
-and the module:callable resolver."""
+"""pyg_dist.datasets: Cora and IMDB from the graphdatascience wheel,
+FakeDataset and FakeHeteroDataset graphs, and the module:callable resolver."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.datasets import cora, fake, load_dataset
+from pyg_dist.datasets import cora, fake, fake_hetero, imdb, load_dataset
 from pyg_dist.errors import DatasetResolveError
 
 
@@ -79,3 +79,44 @@ def test_load_dataset_resolves_module_callable():
 def test_load_dataset_errors(spec, match):
     with pytest.raises(DatasetResolveError, match=match):
         load_dataset(spec)
+
+
+@pytest.fixture(scope="module")
+def imdb_data():
+    return imdb()
+
+
+def test_imdb_has_the_documented_counts(imdb_data):
+    d = imdb_data
+    assert {t: d[t].num_nodes for t in d.node_types} == {
+        "movie": 4661, "director": 2270, "actor": 5841}
+    assert {t: d[t].num_edges for t in d.edge_types} == {
+        ("director", "directed_in", "movie"): 4661, ("actor", "acted_in", "movie"): 13983,
+        ("movie", "rev_directed_in", "director"): 4661,
+        ("movie", "rev_acted_in", "actor"): 13983}
+    for node_type in d.node_types:
+        assert d[node_type].x.shape == (d[node_type].num_nodes, 1256)
+        assert d[node_type].x.dtype == torch.float32
+    y = d["movie"].y
+    assert int((y >= 0).sum()) == 2939 and sorted(y[y >= 0].unique().tolist()) == [0, 1, 2]
+    masks = [d["movie"][m] for m in ("train_mask", "val_mask", "test_mask")]
+    assert sum(int(m.sum()) for m in masks) == 2939
+    assert not bool((masks[0] & masks[1]).any() | (masks[0] & masks[2]).any())
+    assert bool((y[masks[0]] >= 0).all())
+    # Every movie has exactly one director (one directed_in edge each).
+    dst = d["director", "directed_in", "movie"].edge_index[1]
+    assert torch.equal(torch.bincount(dst, minlength=4661), torch.ones(4661, dtype=torch.long))
+    rev = d["movie", "rev_acted_in", "actor"].edge_index
+    assert torch.equal(rev.flip(0), d["actor", "acted_in", "movie"].edge_index)
+
+
+def test_fake_hetero_is_deterministic_and_resolvable():
+    a, b = fake_hetero(num_nodes=100, seed=2), fake_hetero(num_nodes=100, seed=2)
+    assert a.node_types == b.node_types and a.edge_types == b.edge_types
+    for et in a.edge_types:
+        assert torch.equal(a[et].edge_index, b[et].edge_index)
+    assert int(a["v0"].train_mask.sum()) > 0
+    state = torch.get_rng_state()
+    data = load_dataset("pyg_dist.datasets:fake_hetero")
+    assert isinstance(data, HeteroData) and data["v0"].num_nodes > 0
+    assert torch.equal(state, torch.get_rng_state()), "the global RNG must be untouched"

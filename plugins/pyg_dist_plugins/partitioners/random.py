@@ -1,7 +1,8 @@
 """The ``random`` partitioner: a balanced random assignment.
 
-Every part gets ``num_nodes // num_parts`` or one more node. Cheap and a
-baseline for the edge cut of smarter partitioners; it ignores the topology.
+Every part gets ``num_nodes // num_parts`` or one more node (of every node
+type, on a heterogeneous graph). Cheap and a baseline for the edge cut of
+smarter partitioners; it ignores the topology.
 """
 
 from __future__ import annotations
@@ -28,11 +29,24 @@ class RandomPartitioner:
         self.seed = seed
 
     def assign(self, graph: PartitionInput, num_parts: int) -> Tensor:
-        """Returns one part id per node: a random permutation dealt round-robin."""
+        """Returns one part id per node: a random permutation dealt round-robin
+        (per node type on a heterogeneous graph, so every type is balanced)."""
         gen = torch.Generator().manual_seed(self.seed)
-        perm = torch.randperm(graph.num_nodes, generator=gen)
+        node_type = getattr(graph, "node_type", None)
+        if node_type is None:
+            perm = torch.randperm(graph.num_nodes, generator=gen)
+            parts = torch.empty(graph.num_nodes, dtype=torch.int64)
+            parts[perm] = torch.arange(graph.num_nodes) % num_parts
+            return parts
         parts = torch.empty(graph.num_nodes, dtype=torch.int64)
-        parts[perm] = torch.arange(graph.num_nodes) % num_parts
+        # Start each type's deal at another part, so that types smaller than
+        # num_parts do not all pile onto part 0.
+        start = 0
+        for t in range(int(node_type.max()) + 1 if node_type.numel() else 0):
+            ids = (node_type == t).nonzero().view(-1)
+            perm = ids[torch.randperm(ids.numel(), generator=gen)]
+            parts[perm] = (torch.arange(ids.numel()) + start) % num_parts
+            start += ids.numel()
         return parts
 
     def options(self) -> dict[str, Any]:
