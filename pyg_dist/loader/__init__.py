@@ -3,8 +3,9 @@
 :class:`DistNeighborLoader` is PyG's ``NeighborLoader`` sampling on partition
 servers, :class:`DistLinkNeighborLoader` its ``LinkNeighborLoader``;
 :class:`DistIteration` is their shared iteration seam; :class:`PrefetchPipeline`
-keeps batches in flight on worker threads; :func:`ddp_layout` and :func:`rank_sampler` split inputs across DDP
-ranks. Names are imported on first use, as in :mod:`pyg_dist`.
+keeps batches in flight on worker threads; :func:`ddp_layout` and
+:func:`rank_sampler` split inputs across DDP ranks. Names are imported on
+first use, as in :mod:`pyg_dist`.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def check_dataloader_kwargs(kwargs: dict[str, Any], *, prefetch: int, ddp: bool,
     if ddp and kwargs.get("generator") is not None:
         raise LoaderError("under torch.distributed the shuffle is the same on every rank, "
                           "seeded by seed= (plus the epoch); pass seed= instead of "
-                          "generator= (or world_size=1 to opt out of the split)")
+                          "generator= (or split=False to opt out of the split)")
 
 
 def _start_method(context: Any) -> Optional[str]:

@@ -73,7 +73,7 @@ def rank_sampler(num_inputs: int, rank: int, world_size: int, loader_kwargs: dic
     if loader_kwargs.get("sampler") is not None or loader_kwargs.get("batch_sampler") is not None:
         raise LoaderError("under torch.distributed the loader splits input nodes across ranks "
                           "itself; do not pass sampler= or batch_sampler= (or pass "
-                          "world_size=1 to opt out)")
+                          "split=False to opt out)")
     shuffle = bool(loader_kwargs.pop("shuffle", False))
     drop_last = bool(loader_kwargs.get("drop_last", False))
     if num_inputs < world_size:

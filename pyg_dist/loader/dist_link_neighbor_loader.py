@@ -147,7 +147,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         for name, value in (("edge_label_time", edge_label_time), ("time_attr", time_attr),
                             ("weight_attr", weight_attr)):
             if value is not None:
-                raise LoaderError(f"{name} is not supported by DistLinkNeighborLoader yet "
+                raise LoaderError(f"{name} is not supported yet by DistLinkNeighborLoader "
                                   f"(temporal and weighted sampling); leave it None")
         if not isinstance(prefetch, int) or prefetch < 0:
             raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")

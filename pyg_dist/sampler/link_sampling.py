@@ -24,7 +24,8 @@ servers serve homogeneous graphs without time stamps for now.
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, Optional
+from collections.abc import Callable
+from typing import Literal, Optional
 
 import torch
 from torch import Tensor
