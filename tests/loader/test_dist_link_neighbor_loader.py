@@ -262,3 +262,18 @@ def test_split_false_gives_every_rank_all_links(cora_data, cora_stores3):
                                    generator=torch.Generator().manual_seed(0), **kw)
     assert torch.equal(torch.cat([b.input_id for b in whole]), torch.arange(302))
     assert "split=False" in repr(whole)
+
+
+@pytest.mark.parametrize("filter_per_worker", [True, False])
+def test_worker_processes_cover_every_link_with_features(cora_data, cora_stores3,
+                                                         filter_per_worker):
+    eli = _links(cora_data)
+    loader = DistLinkNeighborLoader(cora_stores3, num_neighbors=[2], edge_label_index=eli,
+                                    neg_sampling="triplet", batch_size=64, num_workers=2,
+                                    multiprocessing_context="fork",
+                                    filter_per_worker=filter_per_worker, seed=0)
+    src = []
+    for batch in loader:
+        src.append(batch.n_id[batch.src_index])
+        _check_features(cora_data, batch)
+    assert torch.equal(torch.cat(src), eli[0])
