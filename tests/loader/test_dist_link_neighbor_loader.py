@@ -277,3 +277,22 @@ def test_worker_processes_cover_every_link_with_features(cora_data, cora_stores3
         src.append(batch.n_id[batch.src_index])
         _check_features(cora_data, batch)
     assert torch.equal(torch.cat(src), eli[0])
+
+
+def test_dataloader_and_sampler_arguments_are_checked_as_in_the_node_loader(cora_data,
+                                                                             cora_stores3):
+    eli = _links(cora_data)
+    kw = dict(num_neighbors=[1], edge_label_index=eli)
+    with pytest.raises(LoaderError, match="does not take input_id=.*edge_label_index"):
+        DistLinkNeighborLoader(cora_stores3, input_id=torch.arange(eli.size(1)), **kw)
+    with pytest.raises(LoaderError, match="does not take collate_fn="):
+        DistLinkNeighborLoader(cora_stores3, collate_fn=list, **kw)
+    with pytest.raises(LoaderError, match="prefetch.*num_workers"):
+        DistLinkNeighborLoader(cora_stores3, prefetch=2, num_workers=2, **kw)
+    with pytest.raises(LoaderError, match="temporal_strategy"):
+        DistLinkNeighborLoader(cora_stores3, temporal_strategy="last", **kw)
+    with pytest.raises(LoaderError, match="2 inputs.*3 ranks.*split=False"):
+        DistLinkNeighborLoader(cora_stores3, num_neighbors=[1], edge_label_index=eli[:, :2],
+                               rank=0, world_size=3)
+    with pytest.raises(LoaderError, match="pyg_dist.connect"):
+        DistLinkNeighborLoader(cora_data, **kw)
