@@ -61,7 +61,7 @@ def check_dataloader_kwargs(kwargs: dict[str, Any], *, prefetch: int, ddp: bool,
     """
     for name, why in _BUILT_BY_THE_LOADER.items():
         if kwargs.get(name) is not None:
-            raise LoaderError(f"pyg-dist's loaders do not take {name}=: {why}")
+            raise LoaderError(f"the loader does not take {name}=: {why}")
     if "batch_size" in kwargs and kwargs["batch_size"] is None:
         raise LoaderError("batch_size=None is not supported; pass an int")
     num_workers = kwargs.get("num_workers", 0)
