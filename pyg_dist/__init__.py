@@ -30,6 +30,7 @@ _EXPORTS = {
     "connect": "pyg_dist.store.connect",
     "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
     "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",
+    "DistLinkNeighborLoader": "pyg_dist.loader.dist_link_neighbor_loader",
     "PluginRegistry": "pyg_dist.plugins",
     "default_registry": "pyg_dist.plugins",
 }

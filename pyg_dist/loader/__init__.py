@@ -1,9 +1,11 @@
 """Loaders over served graphs (``loader -> sampler -> store``).
 
 :class:`DistNeighborLoader` is PyG's ``NeighborLoader`` sampling on partition
-servers; :class:`PrefetchPipeline` keeps batches in flight on worker
-threads; :func:`ddp_layout` and :func:`rank_sampler` split inputs across DDP
-ranks. Names are imported on first use, as in :mod:`pyg_dist`.
+servers, :class:`DistLinkNeighborLoader` its ``LinkNeighborLoader``;
+:class:`DistIteration` is their shared iteration seam; :class:`PrefetchPipeline`
+keeps batches in flight on worker threads; :func:`ddp_layout` and
+:func:`rank_sampler` split inputs across DDP ranks. Names are imported on
+first use, as in :mod:`pyg_dist`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from pyg_dist.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",
+    "DistLinkNeighborLoader": "pyg_dist.loader.dist_link_neighbor_loader",
+    "DistIteration": "pyg_dist.loader.iteration",
     "PrefetchPipeline": "pyg_dist.loader.prefetch",
     "ddp_layout": "pyg_dist.loader.ddp",
     "rank_sampler": "pyg_dist.loader.ddp",

@@ -38,8 +38,10 @@ _BUILT_BY_THE_LOADER = {
     "collate_fn": "sampling and fetching features is the loader's collate step; change "
                   "batches with transform= (the finished Data) or transform_sampler_output= "
                   "(the SamplerOutput)",
-    "dataset": "the loader's dataset is the positions of input_nodes; pass input_nodes=",
-    "input_id": "input_id is derived from input_nodes as in PyG; pass input_nodes=",
+    "dataset": "the loader's dataset is the positions of its inputs; pass input_nodes= "
+               "(DistNeighborLoader) or edge_label_index= (DistLinkNeighborLoader)",
+    "input_id": "input_id is derived from the inputs as in PyG (positions in input_nodes or "
+                "edge_label_index)",
 }
 
 
@@ -59,7 +61,7 @@ def check_dataloader_kwargs(kwargs: dict[str, Any], *, prefetch: int, ddp: bool,
     """
     for name, why in _BUILT_BY_THE_LOADER.items():
         if kwargs.get(name) is not None:
-            raise LoaderError(f"DistNeighborLoader does not take {name}=: {why}")
+            raise LoaderError(f"the loader does not take {name}=: {why}")
     if "batch_size" in kwargs and kwargs["batch_size"] is None:
         raise LoaderError("batch_size=None is not supported; pass an int")
     num_workers = kwargs.get("num_workers", 0)
@@ -93,7 +95,7 @@ def check_dataloader_kwargs(kwargs: dict[str, Any], *, prefetch: int, ddp: bool,
     if ddp and kwargs.get("generator") is not None:
         raise LoaderError("under torch.distributed the shuffle is the same on every rank, "
                           "seeded by seed= (plus the epoch); pass seed= instead of "
-                          "generator= (or world_size=1 to opt out of the split)")
+                          "generator= (or split=False to opt out of the split)")
 
 
 def _start_method(context: Any) -> Optional[str]:
@@ -164,7 +166,7 @@ def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
     """
     if temporal_strategy != "uniform":
         raise LoaderError(f"temporal_strategy={temporal_strategy!r} applies to temporal "
-                          f"sampling, which DistNeighborLoader does not support yet; leave "
+                          f"sampling, which pyg-dist's loaders do not support yet; leave "
                           f"it 'uniform'")
     if neighbor_sampler is None:
         if num_neighbors is None:

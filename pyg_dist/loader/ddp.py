@@ -73,15 +73,16 @@ def rank_sampler(num_inputs: int, rank: int, world_size: int, loader_kwargs: dic
     if loader_kwargs.get("sampler") is not None or loader_kwargs.get("batch_sampler") is not None:
         raise LoaderError("under torch.distributed the loader splits input nodes across ranks "
                           "itself; do not pass sampler= or batch_sampler= (or pass "
-                          "world_size=1 to opt out)")
+                          "split=False to opt out)")
     shuffle = bool(loader_kwargs.pop("shuffle", False))
     drop_last = bool(loader_kwargs.get("drop_last", False))
     if num_inputs < world_size:
-        raise LoaderError(f"{num_inputs} input nodes cannot be split across {world_size} "
-                          f"ranks; every rank needs at least one")
+        raise LoaderError(f"{num_inputs} inputs (nodes or links) cannot be split across "
+                          f"{world_size} ranks; every rank needs at least one (or pass "
+                          f"split=False)")
     sampler = DistributedSampler(range(num_inputs), num_replicas=world_size, rank=rank,
                                  shuffle=shuffle, seed=seed, drop_last=drop_last)
-    logger.info("rank %d/%d takes %d of %d input nodes (%s)", rank, world_size,
+    logger.info("rank %d/%d takes %d of %d inputs (%s)", rank, world_size,
                 sampler.num_samples, num_inputs,
                 "tail truncated" if drop_last else "padded by wrapping")
     return sampler

@@ -7,7 +7,8 @@ joined with their features by PyG's own ``filter_custom_store`` (one
 script swaps ``NeighborLoader(data, ...)`` for
 ``DistNeighborLoader(pyg_dist.connect(), ...)`` and nothing else changes.
 
-Iteration goes through one seam, :meth:`DistNeighborLoader._iterate`: work
+Iteration goes through one seam, ``_iterate`` (shared with the link loader
+in :class:`~pyg_dist.loader.iteration.DistIteration`): work
 items (a batch of input positions and its random seed) are drawn in order on
 the caller's thread by :meth:`~DistNeighborLoader._work_items`, and turned
 into batches by :meth:`~DistNeighborLoader._produce`, either one after the
@@ -36,8 +37,9 @@ from torch_geometric.sampler import BaseSampler, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import LoaderError
-from pyg_dist.loader.arguments import check_dataloader_kwargs, check_sampler_args, pins_memory
+from pyg_dist.loader.arguments import check_dataloader_kwargs, check_sampler_args
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
+from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.protocol import SeededSampler
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
@@ -46,7 +48,7 @@ from pyg_dist.store.remote_graph_store import RemoteGraphStore
 logger = logging.getLogger(__name__)
 
 
-class DistNeighborLoader(NodeLoader):
+class DistNeighborLoader(DistIteration, NodeLoader):
     """Neighbour-sampling mini-batches from a graph served by partition servers.
 
     Takes the arguments of PyG's
@@ -60,7 +62,9 @@ class DistNeighborLoader(NodeLoader):
     number of steps: with ``drop_last=False`` the shorter ranks are padded by
     wrapping around the (shuffled) input list, with ``drop_last=True`` the
     tail is truncated. The per-epoch shuffle is the same on every rank
-    (seeded by ``seed``, default 0, plus the epoch).
+    (seeded by ``seed``, default 0, plus the epoch). ``split=False`` turns
+    the split off: every rank then iterates over all input nodes (e.g.
+    whole-graph evaluation or layer-wise inference on one rank).
 
     Every argument is honoured or refused: ``DataLoader`` and ``NodeLoader``
     arguments that a path (``prefetch=0``, ``prefetch=K`` or
@@ -111,6 +115,9 @@ class DistNeighborLoader(NodeLoader):
             batch is copied when it is asked for.
         rank: DDP rank; ``None`` asks ``torch.distributed``.
         world_size: DDP world size; ``None`` asks ``torch.distributed``.
+        split: Under DDP, split the input nodes across ranks (``True``, the
+            default: every rank covers its share, reduce metrics across
+            ranks) or give every rank all of them (``False``).
         timeout: Deadline of every sampling RPC in seconds; ``None`` uses the
             RPC configuration's (feature fetches always use it). This is not
             ``DataLoader``'s ``timeout``: the RPC deadlines bound every batch
@@ -151,6 +158,7 @@ class DistNeighborLoader(NodeLoader):
         device: Optional[Union[str, torch.device]] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        split: bool = True,
         timeout: Optional[float] = None,
         **kwargs: Any,
     ) -> None:
@@ -163,7 +171,8 @@ class DistNeighborLoader(NodeLoader):
         if not isinstance(prefetch, int) or prefetch < 0:
             raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.rank, self.world_size = ddp_layout(rank, world_size)
-        ddp = self.world_size > 1
+        self.split = bool(split)
+        ddp = self.world_size > 1 and self.split
         check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
                                 filter_per_worker=filter_per_worker)
         check_sampler_args(
@@ -199,54 +208,7 @@ class DistNeighborLoader(NodeLoader):
             raise LoaderError(f"invalid DataLoader arguments: {exc}") from exc
         self._seeded = isinstance(neighbor_sampler, SeededSampler)
 
-    # Iteration: one seam ####################################################
-
-    def __iter__(self) -> Iterator[Data]:
-        if self._rank_sampler is not None:
-            # Reshuffle every epoch, identically on every rank.
-            self._rank_sampler.set_epoch(self._epoch)
-        self._epoch += 1
-        if self.num_workers > 0:
-            # DataLoader worker processes; each opens its own connections.
-            return self._from_worker_processes()
-        return self._iterate()
-
-    def _iterate(self) -> Iterator[Data]:
-        """Yields the epoch's batches (the seam a prefetch pipeline plugs into)."""
-        items = self._work_items()
-        # Decided per epoch, as DataLoader decides it per iterator.
-        pin = pins_memory(self.pin_memory)
-        if self.prefetch > 0:
-            from pyg_dist.loader.prefetch import PrefetchPipeline
-
-            return PrefetchPipeline(self._produce, self.prefetch, device=self.device,
-                                    pin_memory=pin)(items)
-        return (self._deliver(self._produce(item), pin, pinned=pin) for item in items)
-
-    def _from_worker_processes(self) -> Iterator[Data]:
-        """The ``DataLoader``'s own iteration, batches moved to ``device``.
-
-        Its pin-memory thread pins what the workers send; with
-        ``filter_per_worker=False`` that is the ``SamplerOutput``, and the
-        features are joined here, so they are pinned here.
-        """
-        batches = super().__iter__()  # warns as DataLoader does about pin_memory
-        pin = pins_memory(self.pin_memory, warn=False)
-        for batch in batches:
-            yield self._deliver(batch, pin and not self.filter_per_worker, pinned=pin)
-
-    def _deliver(self, batch: Data, pin: bool, *, pinned: bool) -> Data:
-        """Pins ``batch`` if ``pin`` and moves it to ``device``, if any.
-
-        ``pinned`` says the batch is pinned by now, so the copy can be
-        asynchronous (CUDA's host allocator keeps the memory until it is
-        done).
-        """
-        if pin:
-            batch = batch.pin_memory()
-        if self.device is not None:
-            batch = batch.to(torch.device(self.device), non_blocking=pinned)
-        return batch
+    # Iteration (the seam is pyg_dist.loader.iteration.DistIteration) ######
 
     def _work_items(self) -> Iterator[tuple[list[int], Optional[int]]]:
         """The epoch's batches of input positions, each with its random seed.
@@ -305,7 +267,7 @@ class DistNeighborLoader(NodeLoader):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_inputs={self.input_data.node.numel()}, "
                 f"batches={len(self)}, rank={self.rank}/{self.world_size}, "
-                f"prefetch={self.prefetch})")
+                f"split={self.split}, prefetch={self.prefetch})")
 
 
 def _subgraph_type(value: Union[SubgraphType, str]) -> Union[SubgraphType, str]:

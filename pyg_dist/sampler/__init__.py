@@ -13,6 +13,8 @@ from pyg_dist.lazy_exports import lazy_exports
 _EXPORTS = {
     "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
     "SeededSampler": "pyg_dist.sampler.protocol",
+    "SeededNegativeSampling": "pyg_dist.sampler.link_sampling",
+    "SamplerMetadata": "pyg_dist.sampler.metadata",
     "NodeIndex": "pyg_dist.sampler.relabel",
     "DenseNodeIndex": "pyg_dist.sampler.relabel",
     "node_index": "pyg_dist.sampler.relabel",

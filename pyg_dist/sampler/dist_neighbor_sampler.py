@@ -32,9 +32,10 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
-from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from pyg_dist.errors import SamplerError
+from pyg_dist.sampler import link_sampling
+from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.relabel import node_index
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
@@ -150,22 +151,26 @@ class DistNeighborSampler(BaseSampler):
             raise SamplerError("temporal sampling (seed times) is not supported by "
                                "DistNeighborSampler")
         out = self._sample(index.node, seed=seed)
-        out.metadata = (index.input_id, index.time)
+        # A tuple that refuses PyG's NodeLoader reading features from its end.
+        out.metadata = SamplerMetadata((index.input_id, index.time))
         return self._finish(out)
 
     def sample_from_edges(self, index: EdgeSamplerInput,
-                          neg_sampling: Optional[NegativeSampling] = None) -> SamplerOutput:
-        """Samples the subgraph around the endpoints of seed links (PyG's ``edge_sample``).
+                          neg_sampling: Optional[NegativeSampling] = None,
+                          seed: Optional[int] = None) -> SamplerOutput:
+        """Samples the subgraph around seed links and their negatives.
+
+        See :func:`pyg_dist.sampler.link_sampling.sample_from_edges`.
 
         Args:
-            index: The seed links.
+            index: The seed links (global ids), labels and input ids.
             neg_sampling: Negative sampling configuration, as in PyG.
+            seed: The batch's random seed (neighbours and negatives); drawn
+                with :meth:`draw_seed` when ``None``.
         """
-        if index.input_type is not None or index.time is not None:
-            raise SamplerError("heterogeneous or temporal seed links are not supported by "
-                               "DistNeighborSampler")
-        out = edge_sample(index, self._sample, self.num_nodes, self.disjoint, None,
-                          neg_sampling)
+        base_seed = self.draw_seed() if seed is None else int(seed)
+        out = link_sampling.sample_from_edges(self._sample, index, self.num_nodes,
+                                              self.disjoint, neg_sampling, base_seed)
         return self._finish(out)
 
     @property

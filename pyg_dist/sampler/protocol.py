@@ -50,4 +50,8 @@ class SeededSampler(Protocol):
 
         Returns:
             PyG's ``SamplerOutput`` with ``metadata = (input_id, seed_time)``.
+
+        A sampler used by :class:`~pyg_dist.loader.DistLinkNeighborLoader`
+        also takes ``seed=`` in ``sample_from_edges(index, neg_sampling,
+        seed=...)``.
         """

@@ -1,0 +1,335 @@
+"""``DistLinkNeighborLoader``: PyG's ``LinkNeighborLoader``, sampling on partition servers.
+
+A thin layer over PyG's :class:`~torch_geometric.loader.LinkLoader`: it
+builds a :class:`~pyg_dist.sampler.DistNeighborSampler`, whose
+``sample_from_edges`` draws negative links on the trainer (uniform over the
+graph's global node ids, seeded per batch; no topology is fetched) and
+samples around both endpoints through PyG's own ``edge_sample``. Batches are
+joined with their features by PyG's ``filter_custom_store`` (one
+``multi_get_tensor``, one request per server) and carry PyG's link schema:
+``edge_label_index`` / ``edge_label`` (no or binary negatives) or
+``src_index`` / ``dst_pos_index`` / ``dst_neg_index`` (triplet), plus
+``input_id``, ``n_id``, ``e_id`` and the sampled counts.
+
+It shares the iteration paths (``prefetch``, worker processes, ``device``)
+and the argument checks of :class:`~pyg_dist.loader.DistNeighborLoader`
+(:mod:`pyg_dist.loader.iteration`, :mod:`pyg_dist.loader.arguments`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.loader import LinkLoader
+from torch_geometric.loader.utils import filter_custom_store
+from torch_geometric.sampler import BaseSampler, NegativeSampling, SamplerOutput
+from torch_geometric.sampler.base import SubgraphType
+
+from pyg_dist.errors import LoaderError
+from pyg_dist.loader.arguments import check_dataloader_kwargs, check_sampler_args
+from pyg_dist.loader.ddp import ddp_layout, rank_sampler
+from pyg_dist.loader.iteration import DistIteration
+from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
+from pyg_dist.sampler.link_sampling import check_negative_sampling
+from pyg_dist.sampler.protocol import SeededSampler
+from pyg_dist.store.remote_feature_store import RemoteFeatureStore
+from pyg_dist.store.remote_graph_store import RemoteGraphStore
+
+logger = logging.getLogger(__name__)
+
+
+class DistLinkNeighborLoader(DistIteration, LinkLoader):
+    """Link-level neighbour-sampling mini-batches from a served graph.
+
+    Takes the arguments of PyG's
+    :class:`~torch_geometric.loader.LinkNeighborLoader` and yields the same
+    :class:`~torch_geometric.data.Data` batches; all ids are global.
+
+    Under ``torch.distributed`` (world size > 1) the seed links are split
+    evenly across ranks as :class:`~pyg_dist.loader.DistNeighborLoader`
+    splits input nodes (same number of batches on every rank); pass
+    ``split=False`` to have every rank iterate over all of them (evaluation
+    on one rank).
+
+    Args:
+        data: The ``(feature_store, graph_store)`` pair from
+            :func:`pyg_dist.connect`.
+        num_neighbors: Neighbours to sample per node and hop; ``-1`` takes
+            all of them. Required unless ``neighbor_sampler`` is given.
+        edge_label_index: Seed links: a ``[2, E]`` integer tensor of global
+            node ids, ``(None, tensor)``, or ``None`` for every edge of the
+            graph. ``(edge_type, tensor)`` is the heterogeneous form; it is
+            refused until heterogeneous graphs are served.
+        edge_label: Labels of the seed links, ``E`` entries (PyG's rules:
+            with binary negatives, labels starting at 0 are shifted by one
+            so that 0 means negative).
+        edge_label_time: Not supported yet (temporal sampling); must be
+            ``None``.
+        replace: Sample with replacement.
+        subgraph_type: ``"directional"``, ``"bidirectional"`` or
+            ``"induced"``.
+        disjoint: Give every seed link its own subgraph (adds ``batch``).
+        temporal_strategy: Only ``"uniform"``.
+        neg_sampling: ``None``, ``"binary"``, ``"triplet"`` or a PyG
+            :class:`~torch_geometric.sampler.NegativeSampling`. Negative
+            endpoints are drawn uniformly over all nodes (or by its
+            ``src_weight`` / ``dst_weight``), reproducibly from ``seed``.
+        neg_sampling_ratio: PyG's deprecated shortcut for
+            ``NegativeSampling("binary", neg_sampling_ratio)``.
+        time_attr: Not supported; must be ``None``.
+        weight_attr: Not supported; must be ``None``.
+        transform: Applied to every finished batch.
+        transform_sampler_output: Applied to every ``SamplerOutput``.
+        is_sorted: Accepted hint, as in ``DistNeighborLoader``.
+        filter_per_worker: As in ``DistNeighborLoader``.
+        neighbor_sampler: A ready PyG ``BaseSampler`` with
+            ``sample_from_edges``; the sampler settings are then refused.
+        directed: Deprecated PyG flag; ``False`` means ``"induced"``.
+        custom_cls: A ``Data`` subclass to build batches of.
+        seed: Seeds the sampler (neighbours and negatives) and the DDP
+            shuffle.
+        prefetch: Batches produced ahead on worker threads.
+        device: A device to put every batch on.
+        rank: DDP rank; ``None`` asks ``torch.distributed``.
+        world_size: DDP world size; ``None`` asks ``torch.distributed``.
+        split: Under DDP, split the seed links across ranks (``True``) or
+            give every rank all of them (``False``).
+        timeout: Deadline of every sampling RPC in seconds.
+        **kwargs: Arguments of :class:`torch.utils.data.DataLoader`
+            (``batch_size``, ``shuffle``, ``drop_last``, ``num_workers``, ...),
+            honoured or refused as in ``DistNeighborLoader``.
+
+    Raises:
+        LoaderError: on an invalid configuration or seed links (ids out of
+            range, wrong dtype or shape, labels of the wrong length).
+        SamplerError: on a negative sampling configuration that cannot draw
+            on this graph.
+    """
+
+    def __init__(
+        self,
+        data: tuple[RemoteFeatureStore, RemoteGraphStore],
+        num_neighbors: Optional[list[int]] = None,
+        edge_label_index: Any = None,
+        edge_label: Optional[Tensor] = None,
+        edge_label_time: Optional[Tensor] = None,
+        replace: bool = False,
+        subgraph_type: Union[SubgraphType, str] = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        neg_sampling: Union[NegativeSampling, str, None] = None,
+        neg_sampling_ratio: Optional[Union[int, float]] = None,
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Optional[Callable] = None,
+        transform_sampler_output: Optional[Callable] = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[BaseSampler] = None,
+        directed: bool = True,
+        *,
+        custom_cls: Optional[type[Data]] = None,
+        seed: Optional[int] = None,
+        prefetch: int = 0,
+        device: Optional[Union[str, torch.device]] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        split: bool = True,
+        timeout: Optional[float] = None,
+        **kwargs: Any,
+    ) -> None:
+        fs, gs = _check_data(data)
+        for name, value in (("edge_label_time", edge_label_time), ("time_attr", time_attr),
+                            ("weight_attr", weight_attr)):
+            if value is not None:
+                raise LoaderError(f"{name} is not supported yet by DistLinkNeighborLoader "
+                                  f"(temporal and weighted sampling); leave it None")
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        self.rank, self.world_size = ddp_layout(rank, world_size)
+        self.split = bool(split)
+        ddp = self.world_size > 1 and self.split
+        check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
+                                filter_per_worker=filter_per_worker)
+        check_sampler_args(
+            neighbor_sampler, num_neighbors, ddp=ddp, temporal_strategy=temporal_strategy,
+            replace=(replace, False), disjoint=(disjoint, False), directed=(directed, True),
+            subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
+            seed=(seed, None), timeout=(timeout, None))
+        neg_sampling = _negative_sampling(neg_sampling, neg_sampling_ratio)
+        check_negative_sampling(neg_sampling, gs.num_nodes)
+        if neg_sampling is not None and neg_sampling.is_triplet() and edge_label is not None:
+            raise LoaderError("edge_label must be None with triplet negative sampling (PyG's "
+                              "rule): batches tell positives from negatives by src_index, "
+                              "dst_pos_index and dst_neg_index")
+        seeds = _seed_links(fs, gs, edge_label_index)
+        edge_label = _check_labels(edge_label, seeds.size(1))
+        if not directed:
+            subgraph_type = SubgraphType.induced
+        if neighbor_sampler is None:
+            neighbor_sampler = DistNeighborSampler(
+                (fs, gs), num_neighbors=num_neighbors, replace=replace,
+                subgraph_type=subgraph_type, disjoint=disjoint, seed=seed, timeout=timeout)
+        self.prefetch = prefetch
+        self.device = device
+        self._epoch = 0
+        self._rank_sampler = None
+        if ddp:
+            self._rank_sampler = rank_sampler(seeds.size(1), self.rank, self.world_size,
+                                              kwargs, seed=0 if seed is None else seed)
+            kwargs["sampler"] = self._rank_sampler
+        try:
+            super().__init__(data=(fs, gs), link_sampler=neighbor_sampler,
+                             edge_label_index=(None, seeds), edge_label=edge_label,
+                             neg_sampling=neg_sampling, transform=transform,
+                             transform_sampler_output=transform_sampler_output,
+                             filter_per_worker=filter_per_worker, custom_cls=custom_cls,
+                             **kwargs)
+        except ValueError as exc:
+            raise LoaderError(f"invalid DataLoader arguments: {exc}") from exc
+        self._seeded = isinstance(neighbor_sampler, SeededSampler)
+
+    # Iteration (the seam is pyg_dist.loader.iteration) #######################
+
+    def _work_items(self) -> Iterator[tuple[list[int], Optional[int]]]:
+        """The epoch's batches of seed-link positions, each with its seed."""
+        sampler = self.link_sampler
+        for index in self.batch_sampler:
+            yield index, (sampler.draw_seed() if self._seeded else None)
+
+    def _produce(self, item: tuple[list[int], Optional[int]]) -> Data:
+        """Samples and fetches one batch (thread-safe)."""
+        index, seed = item
+        inputs = self.input_data[index]
+        if self._seeded:
+            out = self.link_sampler.sample_from_edges(inputs, self.neg_sampling, seed=seed)
+        else:
+            out = self.link_sampler.sample_from_edges(inputs, neg_sampling=self.neg_sampling)
+        return self.filter_fn(out)
+
+    # Joining features #######################################################
+
+    def filter_fn(self, out: SamplerOutput) -> Data:
+        """Joins a ``SamplerOutput`` with its features into a link batch.
+
+        PyG's ``LinkLoader.filter_fn`` for a ``(FeatureStore, GraphStore)``
+        pair, without its special case for a sampler class named
+        ``DistNeighborSampler`` (see :mod:`pyg_dist.sampler.metadata`).
+        """
+        if not isinstance(out, SamplerOutput):
+            raise LoaderError(f"expected a SamplerOutput from the sampler, got "
+                              f"{type(out).__name__} (heterogeneous graphs are not supported)")
+        if self.transform_sampler_output:
+            out = self.transform_sampler_output(out)
+        data = filter_custom_store(*self.data, out.node, out.row, out.col, out.edge,
+                                   self.custom_cls)
+        if "n_id" not in data:
+            data.n_id = out.node
+        if out.edge is not None and "e_id" not in data:
+            edge = out.edge.to(torch.long)
+            perm = self.link_sampler.edge_permutation
+            data.e_id = perm[edge] if perm is not None else edge
+        data.batch = out.batch
+        data.num_sampled_nodes = out.num_sampled_nodes
+        data.num_sampled_edges = out.num_sampled_edges
+        meta = out.metadata
+        data.input_id = meta[0]
+        if self.neg_sampling is None or self.neg_sampling.is_binary():
+            data.edge_label_index, data.edge_label, data.edge_label_time = meta[1], meta[2], \
+                meta[3]
+        else:
+            data.src_index, data.dst_pos_index, data.dst_neg_index = meta[1], meta[2], meta[3]
+            data.seed_time = meta[4]
+        return data if self.transform is None else self.transform(data)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(num_links={self.input_data.row.numel()}, "
+                f"batches={len(self)}, rank={self.rank}/{self.world_size}, "
+                f"split={self.split}, prefetch={self.prefetch})")
+
+
+def _subgraph_type(value: Union[SubgraphType, str]) -> Union[SubgraphType, str]:
+    try:
+        return SubgraphType(value)
+    except ValueError:
+        return value  # the sampler names the valid values
+
+
+def _check_data(data: Any) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
+    if not (isinstance(data, (tuple, list)) and len(data) == 2
+            and isinstance(data[0], RemoteFeatureStore)
+            and isinstance(data[1], RemoteGraphStore)):
+        raise LoaderError(
+            "DistLinkNeighborLoader takes the (feature_store, graph_store) pair returned by "
+            f"pyg_dist.connect(), got {type(data).__name__}; for an in-memory Data use "
+            "torch_geometric.loader.LinkNeighborLoader")
+    return data[0], data[1]
+
+
+def _negative_sampling(neg_sampling: Any, ratio: Any) -> Optional[NegativeSampling]:
+    """PyG's ``NegativeSampling`` of the arguments (``ratio`` wins, as in PyG)."""
+    try:
+        if ratio is not None and ratio != 0.0:
+            return NegativeSampling("binary", ratio)
+        return NegativeSampling.cast(neg_sampling)
+    except (ValueError, TypeError) as exc:
+        raise LoaderError(f"neg_sampling must be None, 'binary', 'triplet' or a "
+                          f"NegativeSampling with a positive amount (an int for triplet); "
+                          f"got neg_sampling={neg_sampling!r}, neg_sampling_ratio={ratio!r}: "
+                          f"{exc}") from exc
+
+
+def _seed_links(fs: RemoteFeatureStore, gs: RemoteGraphStore, edge_label_index: Any) -> Tensor:
+    """The seed links as a ``[2, E]`` int64 tensor of global ids, checked."""
+    if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2 \
+            and not isinstance(edge_label_index[0], (Tensor, int, list)):
+        edge_type, edge_label_index = edge_label_index
+        if edge_type is not None:
+            raise LoaderError(f"edge_label_index names the edge type {edge_type!r}, but the "
+                              f"served graph is homogeneous (heterogeneous graphs are not "
+                              f"served yet); pass a [2, E] tensor or (None, tensor)")
+    elif isinstance(edge_label_index, str):
+        raise LoaderError(f"edge_label_index names the edge type {edge_label_index!r}, but "
+                          f"the served graph is homogeneous; pass a [2, E] tensor")
+    if edge_label_index is None:
+        # Every edge of the graph, in global edge-id order (gathered from
+        # the servers once and cached by the graph store).
+        attr = gs.get_all_edge_attrs()[0]
+        row, col = gs.get_edge_index(attr)
+        return torch.stack([row, col]).to(torch.long)
+    if not isinstance(edge_label_index, Tensor):
+        try:
+            edge_label_index = torch.as_tensor(edge_label_index)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise LoaderError(f"edge_label_index must be a [2, E] integer tensor, got "
+                              f"{type(edge_label_index).__name__}") from exc
+    ids = edge_label_index
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise LoaderError(f"edge_label_index must hold integer node ids, got dtype {ids.dtype}")
+    if ids.dim() != 2 or ids.size(0) != 2:
+        raise LoaderError(f"edge_label_index must have shape [2, E] (sources, destinations), "
+                          f"got {tuple(ids.shape)}")
+    if ids.size(1) == 0:
+        raise LoaderError("edge_label_index holds no links; pass at least one")
+    n = gs.num_nodes
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= n:
+        raise LoaderError(f"edge_label_index holds node ids outside [0, {n}) (the served "
+                          f"graph's nodes): min {low}, max {high}")
+    return ids.to(torch.long).cpu()
+
+
+def _check_labels(edge_label: Any, num_links: int) -> Optional[Tensor]:
+    if edge_label is None:
+        return None
+    if not isinstance(edge_label, Tensor):
+        edge_label = torch.as_tensor(edge_label)
+    if edge_label.dim() == 0 or edge_label.size(0) != num_links:
+        raise LoaderError(f"edge_label needs one entry per seed link ({num_links}), got shape "
+                          f"{tuple(edge_label.shape)}")
+    return edge_label.cpu()
