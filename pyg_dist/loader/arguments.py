@@ -192,3 +192,33 @@ def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
 
 def _as_list(values: Any) -> Any:
     return values if isinstance(values, dict) else [int(v) for v in values]
+
+
+def check_store_pair(data: Any, loader: str, local_loader: str) -> tuple[Any, Any]:
+    """The ``(feature_store, graph_store)`` a distributed loader was given, checked.
+
+    The feature store is the remote one of :func:`pyg_dist.connect` or a
+    :class:`~pyg_dist.store.cached_feature_store.CachedFeatureStore` in front
+    of it; the graph store is the remote one.
+
+    Args:
+        data: What the user passed as the loader's ``data``.
+        loader: The loader's name, for the message.
+        local_loader: The PyG loader to use for in-memory data instead.
+
+    Raises:
+        LoaderError: naming what was passed and what to pass instead.
+    """
+    from pyg_dist.store.cached_feature_store import CachedFeatureStore
+    from pyg_dist.store.remote_feature_store import RemoteFeatureStore
+    from pyg_dist.store.remote_graph_store import RemoteGraphStore
+
+    if not (isinstance(data, (tuple, list)) and len(data) == 2
+            and isinstance(data[0], (RemoteFeatureStore, CachedFeatureStore))
+            and isinstance(data[1], RemoteGraphStore)):
+        raise LoaderError(
+            f"{loader} takes the (feature_store, graph_store) pair returned by "
+            f"pyg_dist.connect() (or a CachedFeatureStore in front of its feature store), "
+            f"got {type(data).__name__}; for an in-memory Data use "
+            f"torch_geometric.loader.{local_loader}")
+    return data[0], data[1]

@@ -31,7 +31,11 @@ from torch_geometric.sampler import BaseSampler, NegativeSampling, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import LoaderError
-from pyg_dist.loader.arguments import check_dataloader_kwargs, check_sampler_args
+from pyg_dist.loader.arguments import (
+    check_dataloader_kwargs,
+    check_sampler_args,
+    check_store_pair,
+)
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
@@ -143,7 +147,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         timeout: Optional[float] = None,
         **kwargs: Any,
     ) -> None:
-        fs, gs = _check_data(data)
+        fs, gs = check_store_pair(data, "DistLinkNeighborLoader", "LinkNeighborLoader")
         for name, value in (("edge_label_time", edge_label_time), ("time_attr", time_attr),
                             ("weight_attr", weight_attr)):
             if value is not None:
@@ -258,17 +262,6 @@ def _subgraph_type(value: Union[SubgraphType, str]) -> Union[SubgraphType, str]:
         return SubgraphType(value)
     except ValueError:
         return value  # the sampler names the valid values
-
-
-def _check_data(data: Any) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
-    if not (isinstance(data, (tuple, list)) and len(data) == 2
-            and isinstance(data[0], RemoteFeatureStore)
-            and isinstance(data[1], RemoteGraphStore)):
-        raise LoaderError(
-            "DistLinkNeighborLoader takes the (feature_store, graph_store) pair returned by "
-            f"pyg_dist.connect(), got {type(data).__name__}; for an in-memory Data use "
-            "torch_geometric.loader.LinkNeighborLoader")
-    return data[0], data[1]
 
 
 def _negative_sampling(neg_sampling: Any, ratio: Any) -> Optional[NegativeSampling]:

@@ -159,3 +159,24 @@ def test_the_cache_is_read_only(cora2):
         cached.put_tensor(torch.zeros(2708), group_name=None, attr_name="y", index=None)
     assert torch.equal(cached.get_tensor(None, "y", torch.arange(5)),
                        fs.get_tensor(None, "y", torch.arange(5)))
+
+
+def test_link_batches_with_the_cache_equal_batches_without(cora2):
+    from pyg_dist.loader.dist_link_neighbor_loader import DistLinkNeighborLoader
+
+    fs, gs = cora2
+    cached = CachedFeatureStore(fs, 0.3, "degree", graph_store=gs)
+    links = torch.tensor([[0, 5, 9, 100, 2000, 633], [633, 6, 1, 101, 7, 0]])
+
+    def batches(store) -> list:
+        torch.manual_seed(5)
+        return list(DistLinkNeighborLoader((store, gs), num_neighbors=FANOUT,
+                                           edge_label_index=links, neg_sampling="binary",
+                                           batch_size=3, seed=2, prefetch=2))
+
+    plain, with_cache = batches(fs), batches(cached)
+    assert len(plain) == len(with_cache) == 2
+    for a, b in zip(plain, with_cache):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_label_index, b.edge_label_index)
+        assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+    assert cached.cache_stats()["hits"] > 0
