@@ -60,6 +60,7 @@ class _LocalIndex:
 
     def __init__(self, node_ids: Tensor, num_nodes: int, part: int) -> None:
         self.node_ids = node_ids
+        self.num_nodes = num_nodes  # of this node type: global ids lie in [0, num_nodes)
         self.part = part
         self.table: Optional[Tensor] = None
         if num_nodes <= _TABLE_MAX_NODES and node_ids.numel() < (1 << 31):
@@ -164,8 +165,11 @@ class PartitionOps:
         self.features = feature_store
         self.graph = graph_store
         self.num_nodes = reader.num_nodes
+        # Ids are numbered per node type (a homogeneous graph has one, None).
+        self._type_nodes = {t: reader.num_nodes_of(t) for t in reader.node_types}
         self.max_reply_bytes = int(max_reply_bytes)
-        self._book = reader.book.to_tensor()
+        self._books = [reader.book.to_tensor()] if not reader.is_hetero else \
+            [reader.book_of(t).to_tensor() for t in reader.node_types]
         self._csc: dict[Any, _Csc] = {}
         # (group, *attrs) -> get's checked plan; filled by the estimate, used
         # again by the handler.
@@ -211,7 +215,11 @@ class PartitionOps:
     def _index(self, node_type: Optional[str]) -> _LocalIndex:
         index = self._indexes.get(node_type)
         if index is None:
-            index = _LocalIndex(self.graph.node_ids(node_type), self.num_nodes, self.part)
+            if node_type not in self._type_nodes:
+                raise StoreError(f"no node type {describe(node_type)} in this graph; it has "
+                                 f"{describe(list(self._type_nodes))}")
+            index = _LocalIndex(self.graph.node_ids(node_type), self._type_nodes[node_type],
+                                self.part)
             self._indexes[node_type] = index
         return index
 
@@ -223,7 +231,7 @@ class PartitionOps:
         if ids.dtype != torch.int64 or ids.dim() != 1:
             raise ProtocolError(f"node ids must be a 1-D int64 tensor, got {ids.dtype} of "
                                 f"shape {list(ids.shape)}")
-        return index.rows(ids, self.num_nodes)
+        return index.rows(ids, index.num_nodes)
 
     def _csc_of(self, args: dict[str, Any]) -> _Csc:
         edge_type = _edge_type(args.get("edge_type"))
@@ -248,12 +256,22 @@ class PartitionOps:
 
     # Operations ############################################################
 
+    def _type_features(self, node_type: Optional[str]) -> dict[str, dict[str, Any]]:
+        size = self._type_nodes[node_type]
+        return {name: {**spec, "size": [size, *spec["shape"]]}
+                for name, spec in self._specs(node_type).items()}
+
     def meta(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Counts, feature specs, the partition book (tensor 0), versions."""
+        """Counts, feature specs, the partition book(s), versions.
+
+        A homogeneous graph's book is tensor 0. A heterogeneous graph's
+        result also lists ``node_types`` (name, node count, features) and
+        ``edge_types`` (``[src, rel, dst]``, edge count), and its tensors are
+        one book per node type, in the order of ``node_types``.
+        """
         meta = self.reader.meta
-        features = {name: {**spec, "size": [self.num_nodes, *spec["shape"]]}
-                    for name, spec in self._specs(None).items()} \
-            if None in self.reader.node_types else {}
+        hetero = self.reader.is_hetero
+        features = self._type_features(None) if not hetero else {}
         result = {
             "version": PROTOCOL_VERSION,
             "part": self.part,
@@ -270,7 +288,14 @@ class PartitionOps:
             "host": self._host,
             "max_reply_bytes": self.max_reply_bytes,
         }
-        return result, [self._book]
+        if hetero:
+            result["node_types"] = [
+                {"name": t, "num_nodes": self._type_nodes[t], "features": self._type_features(t)}
+                for t in self.reader.node_types]
+            result["edge_types"] = [
+                {"type": list(t), "num_edges": self.reader.num_edges_of(t)}
+                for t in self.reader.edge_types]
+        return result, list(self._books)
 
     @staticmethod
     def _fan_out(args: dict[str, Any]) -> tuple[int, bool]:
@@ -461,8 +486,10 @@ class PartitionOps:
 
     def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""
-        specs = self._specs(_group(args.get("group")))
-        return {"sizes": {n: [self.num_nodes, *s["shape"]] for n, s in specs.items()},
+        group = _group(args.get("group"))
+        specs = self._specs(group)
+        size = self._type_nodes.get(group, 0)
+        return {"sizes": {n: [size, *s["shape"]] for n, s in specs.items()},
                 "dtypes": {n: s["dtype"] for n, s in specs.items()}}, []
 
     def degree(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:

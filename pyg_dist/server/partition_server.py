@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, Optional, Union
 
 from pyg_dist.errors import (
-    GraphKindMismatchError,
     InvalidPartitionArgumentError,
     TransportError,
 )
@@ -48,7 +47,6 @@ class PartitionServer:
 
     Raises:
         PartitionFormatError: if the dataset is missing or malformed.
-        GraphKindMismatchError: if the dataset is heterogeneous (not served yet).
         InvalidPartitionArgumentError: if ``part`` is out of range.
         PluginNotFoundError: if a store plugin is not installed.
     """
@@ -59,11 +57,6 @@ class PartitionServer:
                  registry: Optional[PluginRegistry] = None, verify: bool = True,
                  **store_options: Any) -> None:
         self.reader = PartitionReader(root, verify=verify)
-        if self.reader.is_hetero:
-            raise GraphKindMismatchError(
-                f"{root} holds a heterogeneous graph (node types "
-                f"{', '.join(map(str, self.reader.node_types[:8]))}); serving heterogeneous "
-                f"partitions is not supported yet: serve a homogeneous dataset")
         if isinstance(part, bool) or not isinstance(part, int) \
                 or not 0 <= part < self.reader.num_parts:
             raise InvalidPartitionArgumentError(

@@ -22,7 +22,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import ProtocolError, RpcError, StoreError
+from pyg_dist.errors import GraphKindMismatchError, ProtocolError, RpcError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.endpoints import normalize_endpoint
@@ -166,6 +166,11 @@ def _resolve(addresses: Union[Sequence[str], str, None]) -> list[str]:
 
 def _parse_meta(address: str, reply: Any) -> ServerMeta:
     result = reply.result
+    if isinstance(result, dict) and result.get("is_hetero") is True:
+        raise GraphKindMismatchError(
+            f"server {address} serves a heterogeneous graph; the trainer-side stores and "
+            f"loaders of this version read homogeneous graphs only (partition a Data, or "
+            f"query the server's ops directly with pyg_dist.RpcClient)")
     try:
         part = int(result["part"])
         num_parts = int(result["num_parts"])

@@ -146,11 +146,13 @@ def test_partition_imdb_and_info_prints_per_type_counts(imdb_root, capsys):
     assert any(r.startswith("movie -> actor (rev_acted_in)") for r in edge_rows)
 
 
-def test_serve_refuses_a_hetero_dataset_with_a_clear_error(imdb_root):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    done = subprocess.run(
-        [sys.executable, "-m", "pyg_dist", "serve", str(imdb_root), "--part", "0"],
-        capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 1
-    assert "ready" not in done.stdout
-    assert "heterogeneous" in done.stderr and "not supported yet" in done.stderr
+def test_serve_serves_a_hetero_dataset(imdb_root):
+    from support.servers import serve_parts
+
+    from pyg_dist.rpc import RpcClient
+
+    with serve_parts(imdb_root, [1]) as cluster, RpcClient(cluster.endpoints) as client:
+        result = client.call(0, "meta").result
+    assert result["part"] == 1 and result["is_hetero"]
+    assert {t["name"]: t["num_nodes"] for t in result["node_types"]} == \
+        {"movie": 4661, "director": 2270, "actor": 5841}

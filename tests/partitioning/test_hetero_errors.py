@@ -1,6 +1,6 @@
 """Heterogeneous graphs, bad input: type names that cannot name files (from
 the user and from meta.json), the homogeneous API on a heterogeneous dataset
-and the reverse, unknown types, and a server asked to serve one."""
+and the reverse, unknown types."""
 
 from __future__ import annotations
 
@@ -134,13 +134,6 @@ def test_unknown_types_are_named_with_what_exists(hetero_root):
         reader.hetero_book.part_of("venue", torch.tensor([0]))
     with pytest.raises(UnknownTypeError):
         reader.edge_type_key("nope")
-
-
-def test_a_partition_server_refuses_a_hetero_dataset(hetero_root):
-    from pyg_dist.server import PartitionServer
-
-    with pytest.raises(GraphKindMismatchError, match="not supported yet"):
-        PartitionServer(hetero_root, 0)
 
 
 def test_per_type_counts_that_do_not_add_up_are_refused(hetero_root):

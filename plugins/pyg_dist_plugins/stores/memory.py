@@ -33,4 +33,5 @@ def memory_graph_store(reader: PartitionReader, part: int,
     """
     check_no_options("memory graph", options)
     data = reader.load_part(part, mmap=False, features=False)
-    return PartitionGraphStore.from_part(data, {None: reader.num_nodes})
+    sizes = {t: reader.num_nodes_of(t) for t in reader.node_types}
+    return PartitionGraphStore.from_part(data, sizes)
