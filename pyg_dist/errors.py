@@ -28,6 +28,8 @@ The tree::
     │   └── RemoteError                  the server answered with an error;
     │                                    carries op, address, remote type/message
     ├── StoreError                       bad TensorAttr/EdgeAttr, unknown attribute
+    │   └── ServerListError              a server list (argument, PYG_DIST_SERVERS,
+    │                                    PYG_DIST_SERVERS_FILE) is missing or bad
     ├── SamplerError                     bad sampler configuration or input
     └── LoaderError                      bad loader configuration, pipeline failure
 
@@ -198,6 +200,12 @@ class RemoteError(RpcError):
 
 class StoreError(PygDistError):
     """A feature or graph store was asked for something it does not hold."""
+
+
+class ServerListError(StoreError, ValueError):
+    """The list of server addresses a trainer was given is missing, empty,
+    unreadable or has a bad entry; the message names where it came from
+    (argument, variable, file and line)."""
 
 
 class SamplerError(PygDistError, ValueError):

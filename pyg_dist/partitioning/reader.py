@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from torch import Tensor
 
@@ -148,19 +149,27 @@ class PartitionReader:
         root: The dataset directory (holding ``meta.json``).
         verify: Check each file's sha256 against ``meta.json`` before its
             first load (default). Skip only for trusted, very large datasets.
+        parts: The parts this reader may load; only their files (and
+            ``meta.json`` and the books) need to exist under ``root``, which
+            is all a server host needs. ``None`` (default): every part.
 
     Raises:
         PartitionFormatError: if ``meta.json`` is missing, malformed, of
             another format or version, inconsistent, names files outside
             ``root`` or through symbolic links, or a file's header disagrees
             with it (the message names the file and field).
+        InvalidPartitionArgumentError: if a part in ``parts`` is out of range.
     """
 
-    def __init__(self, root: Union[str, os.PathLike], verify: bool = True) -> None:
+    def __init__(self, root: Union[str, os.PathLike], verify: bool = True,
+                 parts: Optional[Iterable[int]] = None) -> None:
         self.root = Path(root)
         self.verify = verify
         self.meta = read_meta(self.root)
-        consistency.check_headers(self.meta, self._file)
+        self.parts: Optional[frozenset[int]] = None
+        if parts is not None:
+            self.parts = frozenset(self._check_part(k) for k in parts)
+        consistency.check_headers(self.meta, self._file, self.parts)
         self._verified: set[str] = set()
         self._lock = threading.Lock()
         self._books: dict[NodeTypeKey, PartitionBook] = {}
@@ -248,10 +257,17 @@ class PartitionReader:
     def verify_all(self) -> None:
         """Checks the sha256 of every file listed in ``meta.json``.
 
+        With ``parts`` given to the reader, the other parts' files are skipped.
+
         Raises:
             ChecksumMismatchError: on the first file whose content changed.
         """
+        skipped = {item["file"] for k, entry in enumerate(self.meta["parts"])
+                   if self.parts is not None and k not in self.parts
+                   for item in entry["node_types"] + entry["edge_types"]}
         for name in self.meta["files"]:
+            if name in skipped:
+                continue
             verify, self.verify = self.verify, True
             try:
                 self._checked(name)
@@ -274,10 +290,11 @@ class PartitionReader:
             ChecksumMismatchError: if a file changed since it was written.
             PartitionFormatError: if a file is missing or malformed.
         """
-        if isinstance(part, bool) or not isinstance(part, int) \
-                or not 0 <= part < self.num_parts:
+        self._check_part(part)
+        if self.parts is not None and part not in self.parts:
             raise InvalidPartitionArgumentError(
-                f"part must lie in [0, {self.num_parts}); got {part!r}")
+                f"this reader of {self.root} was opened for parts {sorted(self.parts)}, "
+                f"not part {part}; open PartitionReader(root, parts=[...]) with it")
         entry = self.meta["parts"][part]
         node_counts = {type_from_json(t["type"]): t["num_nodes"]
                        for t in self.meta["node_types"]}
@@ -309,6 +326,13 @@ class PartitionReader:
             edges[edge_type] = EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES),
                                         tensors.pop(EDGE_IDS), tensors)
         return PartData(part, self.num_parts, nodes, edges)
+
+    def _check_part(self, part: Any) -> int:
+        if isinstance(part, bool) or not isinstance(part, int) \
+                or not 0 <= part < self.num_parts:
+            raise InvalidPartitionArgumentError(
+                f"part must lie in [0, {self.num_parts}) for {self.root}; got {part!r}")
+        return part
 
     def tensor_names(self, part: int) -> list[str]:
         """Names of the tensors in a part's node file (header only)."""
