@@ -26,6 +26,7 @@ _EXPORTS = {
     "RemoteFeatureStore": "pyg_dist.store.remote_feature_store",
     "RemoteGraphStore": "pyg_dist.store.remote_graph_store",
     "connect": "pyg_dist.store.connect",
+    "RemoteData": "pyg_dist.store.remote_data",
     "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
     "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",
     "PluginRegistry": "pyg_dist.plugins",
