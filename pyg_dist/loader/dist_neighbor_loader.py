@@ -201,6 +201,18 @@ class DistNeighborLoader(NodeLoader):
 
     # Iteration: one seam ####################################################
 
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the next iteration epoch ``epoch`` (whose DDP shuffle it
+        then takes), e.g. after resuming from a checkpoint; epochs count on
+        by one per iteration from there.
+
+        Args:
+            epoch: The epoch number, ``>= 0``.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise LoaderError(f"epoch must be an int >= 0, got {epoch!r}")
+        self._epoch = epoch
+
     def __iter__(self) -> Iterator[Data]:
         if self._rank_sampler is not None:
             # Reshuffle every epoch, identically on every rank.

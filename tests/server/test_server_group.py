@@ -3,12 +3,12 @@ host that holds only meta.json, the book and its own parts."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
+from support.hosts import host_files
 from support.servers import stop_process_tree
 
 import pyg_dist
@@ -24,20 +24,8 @@ def cora3(tmp_path_factory, cora_data):
     return root
 
 
-def host_copy(root, dest, parts):
-    """What a server host of ``parts`` receives: meta.json, the book, part-K/."""
-    dest.mkdir()
-    shutil.copy(root / "meta.json", dest / "meta.json")
-    for entry in root.iterdir():
-        if entry.is_file() and entry.name != "meta.json":
-            shutil.copy(entry, dest / entry.name)  # the book(s)
-    for k in parts:
-        shutil.copytree(root / f"part-{k}", dest / f"part-{k}")
-    return dest
-
-
 def test_reader_opened_for_some_parts_needs_only_their_files(cora3, tmp_path):
-    host = host_copy(cora3, tmp_path / "host", [1])
+    host = host_files(cora3, tmp_path / "host", [1])
     with pytest.raises(PartitionFormatError):
         PartitionReader(host)  # every part: part-0 is missing
     reader = PartitionReader(host, parts=[1])
@@ -63,12 +51,12 @@ def test_group_refuses_a_repeated_part(cora3):
         ServerGroup(cora3, [0, 0])
 
 
-def test_serve_two_parts_from_one_process_of_a_host_copy(cora3, tmp_path, cora_data):
+def test_serve_two_parts_from_one_process_of_a_host_files(cora3, tmp_path, cora_data):
     """Two hosts' worth of files, one serving parts 0,1 and the other part 2:
     a trainer connected to the three endpoints (host:port, no tcp://) sees
     the whole graph."""
-    host_a = host_copy(cora3, tmp_path / "a", [0, 1])
-    host_b = host_copy(cora3, tmp_path / "b", [2])
+    host_a = host_files(cora3, tmp_path / "a", [0, 1])
+    host_b = host_files(cora3, tmp_path / "b", [2])
     procs = []
     try:
         endpoints = []

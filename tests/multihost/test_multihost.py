@@ -1,0 +1,120 @@
+"""Servers and trainers on different (simulated) hosts: training, and failures.
+
+Two server hosts serve one part each from their own copy of only their
+files; trainer hosts run plain multi-node ``torchrun`` with the server list
+in ``PYG_DIST_SERVERS`` (``host:port``, no ``tcp://``). Host names differ,
+so replies cross the veth links over TCP, not shared memory.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from support.multihost import EXAMPLE, read_line, serve_on, torchrun
+from support.servers import run_process_tree
+
+pytestmark = pytest.mark.slow
+
+TRAIN_ARGS = ["--seed", "0", "--epochs", "10"]
+
+
+def _test_acc(output: str) -> float:
+    found = re.findall(r"^test_acc=([0-9.]+)$", output, flags=re.M)
+    assert found, output[-3000:]
+    return float(found[-1])
+
+
+@pytest.mark.timeout(600)
+def test_two_trainer_hosts_train_as_well_as_launch(sim_hosts, cora2_root, tmp_path):
+    s0, s1, t0, t1 = sim_hosts(4)
+    servers = serve_on([s0, s1], cora2_root, tmp_path)
+    env = {"PYG_DIST_SERVERS": ",".join(servers)}
+    nodes = [host.popen(torchrun(k, t0, str(EXAMPLE), *TRAIN_ARGS), env,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for k, host in enumerate((t0, t1))]
+    outs = [node.communicate(timeout=400) for node in nodes]
+    for node, (out, err) in zip(nodes, outs):
+        assert node.returncode == 0, out[-2000:] + err[-4000:]
+    hosts_acc = _test_acc(outs[0][0])
+    # Every batch's features came over the links: Cora's rows are 5.7 KB,
+    # and ten epochs and a full-neighbourhood test pass read tens of MB.
+    assert s0.bytes_sent() + s1.bytes_sent() > 20e6
+
+    launch = run_process_tree([sys.executable, "-m", "pyg_dist", "launch", str(cora2_root),
+                               "--nproc", "2", "--", str(EXAMPLE), *TRAIN_ARGS], timeout=400)
+    assert launch.returncode == 0, launch.stderr[-4000:]
+    launch_acc = _test_acc(launch.stdout)
+    # The same seeds and world size: the batches are the same.
+    assert hosts_acc > 0.6
+    assert abs(hosts_acc - launch_acc) < 0.03, (hosts_acc, launch_acc)
+
+
+@pytest.mark.timeout(400)
+def test_a_dead_trainer_host_ends_the_other_rank_with_an_error(sim_hosts, cora2_root,
+                                                                tmp_path):
+    s0, s1, t0, t1 = sim_hosts(4)
+    servers = serve_on([s0, s1], cora2_root, tmp_path)
+    env = {"PYG_DIST_SERVERS": ",".join(servers)}
+    args = ["--seed", "0", "--epochs", "100000", "--pg-timeout", "30"]
+    nodes = [host.popen(torchrun(k, t0, str(EXAMPLE), *args), env,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for k, host in enumerate((t0, t1))]
+    read_line(nodes[0], "epoch=0", 240)  # both ranks train
+    t1.stop_all()  # the whole host: torchrun and its worker, SIGKILL after a grace
+    start = time.monotonic()
+    # The bound: the process-group timeout plus torchrun's own shutdown; it
+    # must end on its own, not hang in the next all-reduce.
+    _, err = nodes[0].communicate(timeout=30 + 90)
+    elapsed = time.monotonic() - start
+    assert nodes[0].returncode != 0
+    assert "ChildFailedError" in err or "failed" in err, err[-3000:]
+    assert re.search(r"(?i)gloo|connection|peer|timed out|closed", err), err[-3000:]
+    print(f"rank 0 exited {elapsed:.1f} s after its peer host died")
+
+
+LOOP = textwrap.dedent("""
+    import sys
+    import pyg_dist
+    from pyg_dist.errors import PygDistError
+
+    data = pyg_dist.RemoteData()
+    loader = pyg_dist.DistNeighborLoader(data, num_neighbors=[10, 10], batch_size=64)
+    print("serving", data.num_nodes, flush=True)
+    try:
+        while True:
+            for batch in loader:
+                pass
+    except PygDistError as exc:
+        print(f"error {type(exc).__name__}: {exc}", flush=True)
+        sys.exit(3)
+""")
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("failure", ["link_down", "server_killed"])
+def test_a_lost_server_is_a_typed_error_naming_it(sim_hosts, cora2_root, tmp_path, failure):
+    s0, s1, t0 = sim_hosts(3)
+    servers = serve_on([s0, s1], cora2_root, tmp_path)
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    trainer = t0.popen([sys.executable, str(script)], {"PYG_DIST_SERVERS": ",".join(servers)},
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    read_line(trainer, "serving 2708", 120)
+    if failure == "link_down":
+        s1.link(up=False)
+    else:
+        s1.processes[0].send_signal(signal.SIGKILL)
+    start = time.monotonic()
+    out, err = trainer.communicate(timeout=120)
+    elapsed = time.monotonic() - start
+    assert trainer.returncode == 3, out[-2000:] + err[-3000:]
+    line = next(line for line in out.splitlines() if line.startswith("error "))
+    assert re.match(r"error (ServerUnavailableError|RpcTimeoutError): ", line), line
+    assert servers[1] in line, line
+    print(f"{failure}: {line[:200]} after {elapsed:.1f} s")
