@@ -4,8 +4,9 @@
 submodule keeps that name here, so the function is not re-exported beside
 it) returns the trainer's ``(RemoteFeatureStore, RemoteGraphStore)`` pair,
 with :class:`ServerMeta` describing each server, and :class:`RemoteData`
-wraps that pair in a Data-like view (``num_features``, masks, labels); :class:`PartitionFeatureStore` and
-:class:`PartitionGraphStore` serve one part inside ``pyg-dist serve``.
+wraps that pair in a Data-like view (``num_features``, masks, labels);
+:class:`PartitionFeatureStore` and :class:`PartitionGraphStore` serve one
+part inside ``pyg-dist serve``.
 Names are imported on first use, as in :mod:`pyg_dist`, so that a server,
 which needs only the local stores, does not load the trainer's.
 """

@@ -65,10 +65,6 @@ class RemoteData(tuple):
         object.__setattr__(self, "_cache", {})
         return self
 
-    def __getnewargs_ex__(self) -> tuple[tuple, dict[str, Any]]:
-        # Pickled (DataLoader workers under spawn): rebuild around the stores.
-        return (), {"stores": (self[0], self[1])}
-
     @property
     def feature_store(self) -> RemoteFeatureStore:
         """The remote feature store."""

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.hosts import sim_hosts  # noqa: F401 (the fixture)
 from support.servers import run_process_tree
 
 from pyg_dist.cli import build_parser

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 import subprocess
 import sys
 import textwrap
@@ -53,11 +52,6 @@ def test_loader_takes_remote_data_and_its_masks(remote, cora_data):
                                          input_nodes=remote.test_mask, batch_size=200)
     seen = torch.cat([batch.n_id[:batch.batch_size] for batch in loader])
     assert torch.equal(seen.sort().values, cora_data.test_mask.nonzero().view(-1))
-
-
-def test_pickles_around_its_stores(remote):
-    copy = pickle.loads(pickle.dumps(remote))
-    assert copy.num_nodes == remote.num_nodes and isinstance(copy, pyg_dist.RemoteData)
 
 
 def test_warns_when_world_size_has_no_process_group(remote, monkeypatch):

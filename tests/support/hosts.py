@@ -5,8 +5,9 @@ Each :class:`SimHost` is a network namespace (``ip netns``) with its own
 in it gets its own UTS namespace (``unshare --uts``) with the host's name,
 so pyg-dist sees a different host (no shared memory between "hosts":
 replies travel over TCP). Host names resolve on every host
-(``/etc/netns/NS/hosts``, which ``ip netns exec`` mounts over ``/etc/hosts``). A host's link can be capped with ``tc ... tbf``
-and taken down and up. (This kernel has no ``netem``; for latency use the
+(``/etc/netns/NS/hosts``, which ``ip netns exec`` mounts over
+``/etc/hosts``). A host's link can be capped with ``tc ... tbf`` and taken
+down and up. (This kernel has no ``netem``; for latency use the
 link-delay proxy of ``benchmarks/pyg_dist_bench``.)
 
 Teardown ALWAYS runs, also when the test fails: every process started
