@@ -52,6 +52,7 @@ def test_two_trainer_hosts_train_as_well_as_launch(sim_hosts, cora2_root, tmp_pa
     launch_acc = _test_acc(launch.stdout)
     # The same seeds and world size: the batches are the same.
     assert hosts_acc > 0.6
+    print(f"test accuracy: {hosts_acc} on two trainer hosts, {launch_acc} under launch")
     assert abs(hosts_acc - launch_acc) < 0.03, (hosts_acc, launch_acc)
 
 
@@ -75,7 +76,9 @@ def test_a_dead_trainer_host_ends_the_other_rank_with_an_error(sim_hosts, cora2_
     assert nodes[0].returncode != 0
     assert "ChildFailedError" in err or "failed" in err, err[-3000:]
     assert re.search(r"(?i)gloo|connection|peer|timed out|closed", err), err[-3000:]
-    print(f"rank 0 exited {elapsed:.1f} s after its peer host died")
+    cause = next((line for line in err.splitlines()
+                  if re.search(r"(?i)gloo|connection|peer", line)), "")
+    print(f"rank 0 exited {elapsed:.1f} s after its peer host died: {cause.strip()[:300]}")
 
 
 LOOP = textwrap.dedent("""
