@@ -122,7 +122,7 @@ def _normalise(items: list[tuple[object, Optional[int]]], source: str) -> list[s
         except RpcError as exc:
             raise ServerListError(f"{exc} (from {where})") from exc
         if endpoint in seen:
-            raise ServerListError(f"server address {endpoint} is listed twice ({seen[endpoint]} "
+            raise ServerListError(f"server address {endpoint} repeats ({seen[endpoint]} "
                                   f"and {where}); list each server once")
         seen[endpoint] = where
         endpoints.append(endpoint)

@@ -30,7 +30,7 @@ def test_file_with_comments_blanks_and_commas(tmp_path):
 
 @pytest.mark.parametrize("content, match", [
     ("a:1\nnot an address\n", r"line 2"),
-    ("a:1\na:1\n", r"listed twice"),
+    ("a:1\na:1\n", r"repeats"),
     ("a:99999\n", r"port 99999"),
     ("# nothing\n", r"empty"),
     (b"\xff\xfe", r"not UTF-8"),
