@@ -116,7 +116,7 @@ class SimHost:
         base = ["ip", "netns", "exec", self.netns, "tc", "qdisc"]
         subprocess.run([*base, "del", "dev", "eth0", "root"], capture_output=True, timeout=30)
         if rate is not None:
-            # A burst of 1 ms at the rate (at least 64 KiB), and a queue of
+            # A burst of 4 ms at the rate (at least 64 KiB), and a queue of
             # 50 ms: what a real NIC and switch buffer, about.
             subprocess.run([*base, "add", "dev", "eth0", "root", "tbf", "rate", rate,
                             "burst", _burst(rate), "latency", "50ms"],
@@ -159,7 +159,9 @@ def _burst(rate: str) -> str:
     for unit, scale in units.items():
         if rate.endswith(unit):
             bits = float(rate[:-len(unit)]) * scale
-            return str(max(64 * 1024, int(bits / 8 / 1000)))
+            # tbf needs a burst of at least rate / HZ; 250 is the coarsest
+            # common kernel HZ.
+            return str(max(64 * 1024, int(bits / 8 / 250)))
     return str(64 * 1024)
 
 
