@@ -6,8 +6,8 @@ in it gets its own UTS namespace (``unshare --uts``) with the host's name,
 so pyg-dist sees a different host (no shared memory between "hosts":
 replies travel over TCP). Host names resolve on every host
 (``/etc/netns/NS/hosts``, which ``ip netns exec`` mounts over
-``/etc/hosts``). A host's link can be capped with ``tc ... tbf`` and taken
-down and up. (This kernel has no ``netem``; for latency use the
+``/etc/hosts``). A host's link can be capped in both directions with
+``tc ... tbf`` and taken down and up. (This kernel has no ``netem``; for latency use the
 link-delay proxy of ``benchmarks/pyg_dist_bench``.)
 
 Teardown ALWAYS runs, also when the test fails: every process started
@@ -111,16 +111,20 @@ class SimHost:
         _ip("-n", self.netns, "link", "set", "eth0", "up" if up else "down")
 
     def cap(self, rate: Optional[str]) -> None:
-        """Caps what the host sends to ``rate`` (tc's units, e.g. ``1gbit``)
-        with a token bucket; ``None`` removes the cap."""
-        base = ["ip", "netns", "exec", self.netns, "tc", "qdisc"]
-        subprocess.run([*base, "del", "dev", "eth0", "root"], capture_output=True, timeout=30)
-        if rate is not None:
-            # A burst of 4 ms at the rate (at least 64 KiB), and a queue of
-            # 50 ms: what a real NIC and switch buffer, about.
-            subprocess.run([*base, "add", "dev", "eth0", "root", "tbf", "rate", rate,
-                            "burst", _burst(rate), "latency", "50ms"],
-                           check=True, capture_output=True, timeout=30)
+        """Caps the host's link to ``rate`` (tc's units, e.g. ``1gbit``) in
+        both directions, as a NIC of that speed would: a token bucket on
+        what it sends (its ``eth0``) and on what it receives (the bridge's
+        end of its veth). ``None`` removes the caps."""
+        for prefix, dev in ((["ip", "netns", "exec", self.netns], "eth0"), ([], self.veth)):
+            base = [*prefix, "tc", "qdisc"]
+            subprocess.run([*base, "del", "dev", dev, "root"], capture_output=True,
+                           timeout=30)
+            if rate is not None:
+                # A burst of 4 ms at the rate (at least 64 KiB), and a queue
+                # of 50 ms: what a real NIC and switch buffer, about.
+                subprocess.run([*base, "add", "dev", dev, "root", "tbf", "rate", rate,
+                                "burst", _burst(rate), "latency", "50ms"],
+                               check=True, capture_output=True, timeout=30)
 
     def bytes_sent(self) -> int:
         """Bytes this host has sent over its link (its veth's counter)."""
