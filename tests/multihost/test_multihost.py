@@ -8,6 +8,7 @@ so replies cross the veth links over TCP, not shared memory.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -79,6 +80,51 @@ def test_a_dead_trainer_host_ends_the_other_rank_with_an_error(sim_hosts, cora2_
     cause = next((line for line in err.splitlines()
                   if re.search(r"(?i)gloo|connection|peer", line)), "")
     print(f"rank 0 exited {elapsed:.1f} s after its peer host died: {cause.strip()[:300]}")
+
+
+@pytest.mark.timeout(500)
+def test_torchrun_restarts_a_dead_worker_and_both_ranks_resume(sim_hosts, cora2_root,
+                                                               tmp_path):
+    """``--max-restarts`` with the elastic (c10d) rendezvous: one node's
+    worker is killed after the first checkpoint; both nodes restart their
+    workers, which resume from rank 0's checkpoint while the servers keep
+    serving. (The first re-rendezvous may fail when the two agents restart
+    at different moments; a later one succeeds, hence 3 restarts.)"""
+    s0, s1, t0, t1 = sim_hosts(4)
+    servers = serve_on([s0, s1], cora2_root, tmp_path)
+    env = {"PYG_DIST_SERVERS": ",".join(servers)}
+    checkpoint = tmp_path / "checkpoint.pt"
+
+    def elastic(host: str) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                "--nproc-per-node", "1", "--max-restarts", "3", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"{host}:29400", "--rdzv-id", "resume", str(EXAMPLE),
+                "--epochs", "6", "--checkpoint", str(checkpoint), "--pg-timeout", "60"]
+
+    nodes = [host.popen(elastic(t0.name), env, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT) for host in (t0, t1)]
+    deadline = time.monotonic() + 240
+    while not checkpoint.exists():
+        assert time.monotonic() < deadline and all(n.poll() is None for n in nodes)
+        time.sleep(0.2)
+    workers = [pid for pid in t1.pids() if "train_sage_dist" in _cmdline(pid)
+               and "torch.distributed.run" not in _cmdline(pid)]
+    assert len(workers) == 1, workers
+    os.kill(workers[0], signal.SIGKILL)
+    outs = [node.communicate(timeout=400)[0] for node in nodes]
+    for node, out in zip(nodes, outs):
+        assert node.returncode == 0, out[-4000:]
+        assert re.search(r"^resumed from .* at epoch [1-5]$", out, flags=re.M), out[-4000:]
+    assert _test_acc(outs[0]) > 0.6
+    assert all(proc.poll() is None for proc in s0.processes + s1.processes)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 LOOP = textwrap.dedent("""

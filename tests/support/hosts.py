@@ -132,6 +132,10 @@ class SimHost:
         tx = next(i for i, line in enumerate(out) if line.strip().startswith("TX:"))
         return int(out[tx + 1].split()[0])
 
+    def pids(self) -> list[int]:
+        """Every process running in this host's namespace."""
+        return [int(pid) for pid in _ip("netns", "pids", self.netns, check=False).stdout.split()]
+
     def stop_all(self) -> None:
         """Stops every process started here, then anything else left in the
         namespace."""
