@@ -4,18 +4,27 @@
     pyg-dist launch parts/ --nproc 2 -- examples/train_sage_dist.py --seed 0
     pyg-dist launch parts/ --nproc 1 -- examples/train_sage_dist.py --device cuda  # nccl
 
+On several hosts (docs/multi-node.md), each trainer host runs
+
+    PYG_DIST_SERVERS=10.0.0.1:5555,10.0.0.2:5555 torchrun --nnodes 2 --node-rank K \
+        --nproc-per-node 1 --rdzv-endpoint 10.0.0.3:29400 examples/train_sage_dist.py
+
 The same script as ``train_sage_local.py`` except for two places: the graph
-comes from the partition servers (``pyg_dist.connect()`` reads their
-addresses from ``PYG_DIST_SERVERS``, set by ``pyg-dist launch``; the trainer
-needs no partition files), and the loader is ``DistNeighborLoader``, which
-splits the input nodes across the DDP ranks. Prints ``test_acc=<float>`` as
-its last line.
+comes from the partition servers (``pyg_dist.RemoteData()`` reads their
+addresses from ``PYG_DIST_SERVERS`` or the file ``PYG_DIST_SERVERS_FILE``;
+the trainer needs no partition files), and the loader is
+``DistNeighborLoader``, which splits the input nodes across the DDP ranks.
+The process group has a bounded timeout (``--pg-timeout``), so that a rank
+whose peer died exits with an error instead of waiting in a collective.
+With ``--checkpoint`` it saves after every epoch and resumes from the file
+(``torchrun --max-restarts``). Prints ``test_acc=<float>`` as its last line.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -36,6 +45,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--fanout", type=int, nargs="+", default=[10, 10])
     p.add_argument("--device", default="cpu",
                    help="cpu, or cuda: train on this rank's GPU, DDP over nccl")
+    p.add_argument("--pg-timeout", type=float, default=120.0,
+                   help="seconds a collective may wait for the other ranks")
+    p.add_argument("--checkpoint", default=None,
+                   help="file to save to after every epoch and resume from")
     return p.parse_args()
 
 
@@ -67,6 +80,35 @@ def accuracy(model, loader, device) -> float:
     return float(counts[0] / counts[1])
 
 
+def load_checkpoint(path, model, optimizer, loader) -> int:
+    """Restores model and optimiser from rank 0's ``path`` if it exists (the
+    other ranks get the state from rank 0: no shared file system needed);
+    returns the epoch to start at."""
+    state = torch.load(path, map_location="cpu") \
+        if path is not None and os.path.exists(path) else None
+    if dist.is_initialized():
+        shared = [state]
+        dist.broadcast_object_list(shared, src=0)
+        state = shared[0]
+    if state is None:
+        return 0
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    loader.set_epoch(state["epoch"])  # the shuffles a run without a restart would see
+    print(f"resumed from {path} at epoch {state['epoch']}", flush=True)
+    return state["epoch"]
+
+
+def save_checkpoint(path, model, optimizer, epoch: int) -> None:
+    """Rank 0 writes ``path`` atomically (a restart never reads half a file)."""
+    if path is None or (dist.is_initialized() and dist.get_rank() != 0):
+        return
+    module = model.module if isinstance(model, DistributedDataParallel) else model
+    torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),
+                "epoch": epoch}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
 def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
@@ -74,30 +116,32 @@ def main() -> None:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or device.type == "cuda" \
             and "WORLD_SIZE" in os.environ:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=timedelta(seconds=args.pg_timeout))
     world_size = dist.get_world_size() if dist.is_initialized() else 1
     torch.manual_seed(args.seed)
 
-    data = pyg_dist.connect()
-    masks = {name: data[0][None, name, None] for name in ("train_mask", "test_mask")}
+    data = pyg_dist.RemoteData()
     Loader = pyg_dist.DistNeighborLoader
 
     kwargs = dict(batch_size=args.batch_size // world_size)
-    train_loader = Loader(data, num_neighbors=args.fanout, input_nodes=masks["train_mask"],
+    train_loader = Loader(data, num_neighbors=args.fanout, input_nodes=data.train_mask,
                           shuffle=True, **kwargs)
     test_loader = Loader(data, num_neighbors=[-1] * len(args.fanout),
-                         input_nodes=masks["test_mask"], **kwargs)
+                         input_nodes=data.test_mask, **kwargs)
 
-    model = GraphSAGE(1433, args.hidden, num_layers=len(args.fanout), out_channels=7,
-                      dropout=0.5).to(device)
+    model = GraphSAGE(data.num_features, args.hidden, num_layers=len(args.fanout),
+                      out_channels=data.num_classes, dropout=0.5).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
+    start = load_checkpoint(args.checkpoint, model, optimizer, train_loader)
     if dist.is_initialized():
         model = DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
-    for epoch in range(args.epochs):
+    for epoch in range(start, args.epochs):
         loss = train_epoch(model, train_loader, optimizer, device)
         if epoch % 10 == 0 and (not dist.is_initialized() or dist.get_rank() == 0):
             print(f"epoch={epoch} loss={loss:.4f}", flush=True)
+        save_checkpoint(args.checkpoint, model, optimizer, epoch + 1)
     acc = accuracy(model, test_loader, device)
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(f"test_acc={acc:.4f}", flush=True)

@@ -28,6 +28,7 @@ _EXPORTS = {
     "RemoteGraphStore": "pyg_dist.store.remote_graph_store",
     "CachedFeatureStore": "pyg_dist.store.cached_feature_store",
     "connect": "pyg_dist.store.connect",
+    "RemoteData": "pyg_dist.store.remote_data",
     "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
     "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",
     "DistLinkNeighborLoader": "pyg_dist.loader.dist_link_neighbor_loader",

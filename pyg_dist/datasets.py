@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any, Union
 
@@ -294,7 +296,7 @@ def fake_hetero(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: i
     return data
 
 
-def load_dataset(spec: str) -> Union[Data, HeteroData]:
+def load_dataset(spec: str, search_cwd: bool = False) -> Union[Data, HeteroData]:
     """Resolves a ``"module:attribute"`` string to a graph, like uvicorn's app string.
 
     The attribute may be dotted (``"pkg.mod:obj.method"``). A callable is
@@ -302,6 +304,10 @@ def load_dataset(spec: str) -> Union[Data, HeteroData]:
 
     Args:
         spec: ``"module:callable"``, e.g. ``"pyg_dist.datasets:cora"``.
+        search_cwd: Put the current directory first on ``sys.path``, as
+            uvicorn does (``--app-dir .``), so that ``mygraph:load`` finds
+            ``./mygraph.py`` from the ``pyg-dist`` console script too (whose
+            ``sys.path`` starts at its own directory). The CLI passes ``True``.
 
     Raises:
         DatasetResolveError: if the string is malformed, the module or the
@@ -314,6 +320,8 @@ def load_dataset(spec: str) -> Union[Data, HeteroData]:
         raise DatasetResolveError(
             f"dataset {spec!r} is not of the form 'module:callable', e.g. "
             f"'pyg_dist.datasets:cora'")
+    if search_cwd and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

@@ -33,6 +33,8 @@ The tree::
     │                                    carries op, address, remote type/message
     ├── StoreError                       bad TensorAttr/EdgeAttr, unknown attribute
     │   └── CacheError                   a feature cache cannot be built as asked
+    │   └── ServerListError              a server list (argument, PYG_DIST_SERVERS,
+    │                                    PYG_DIST_SERVERS_FILE) is missing or bad
     ├── SamplerError                     bad sampler configuration or input
     └── LoaderError                      bad loader configuration, pipeline failure
 
@@ -246,6 +248,10 @@ class CacheError(StoreError):
     """A feature cache cannot be built as asked: a capacity over the memory
     available, an unknown policy or one that answered wrongly, stores of two
     different graphs. Nothing is half-filled: the cache is not created."""
+class ServerListError(StoreError, ValueError):
+    """The list of server addresses a trainer was given is missing, empty,
+    unreadable or has a bad entry; the message names where it came from
+    (argument, variable, file and line)."""
 
 
 class SamplerError(PygDistError, ValueError):

@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Loads DATASET, a 'module:callable' string returning a torch_geometric Data or "
             "HeteroData (like uvicorn's app string, e.g. pyg_dist.datasets:cora or "
-            "pyg_dist.datasets:imdb), assigns every node "
+            "pyg_dist.datasets:imdb; the current directory is searched first, so "
+            "mygraph:load finds ./mygraph.py), assigns every node "
             "to a part with a partitioner plugin, and writes ROOT atomically: on any error "
             "nothing is left behind. 'pyg-dist plugins' lists the partitioners."))
     p.add_argument("dataset", metavar="DATASET",
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from pyg_dist.datasets import load_dataset
     from pyg_dist.partitioning import partition
 
-    data = load_dataset(args.dataset)
+    data = load_dataset(args.dataset, search_cwd=True)
     reader = partition(data, args.num_parts, args.root, args.partitioner,
                        overwrite=args.overwrite, progress=not args.no_progress,
                        graph_name=args.name or args.dataset, **options)

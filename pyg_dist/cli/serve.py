@@ -1,4 +1,9 @@
-"""``pyg-dist serve``: serve one part of a partitioned dataset."""
+"""``pyg-dist serve``: serve one or several parts of a partitioned dataset.
+
+A server host needs only ``ROOT/meta.json``, the partition book(s) and the
+``part-K/`` directories of the parts it serves; the other parts' files are
+neither read nor checked.
+"""
 
 from __future__ import annotations
 
@@ -68,24 +73,41 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def part_list(text: str) -> list[int]:
+    """An argparse type: ``K`` or a comma-separated list ``K,L,...`` of
+    distinct parts, each in ``[0, 2**15)``."""
+    one = int_in(0, (1 << 15) - 1)
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected K or K,L,... (e.g. 0,1), got {text[:64]!r}")
+    parts = [one(item) for item in items]
+    if len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(f"a part is listed twice in {text[:64]!r}")
+    return parts
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Registers ``pyg-dist serve``."""
     p = sub.add_parser(
         "serve",
-        help="serve one part of a partitioned dataset over ZeroMQ",
+        help="serve one or several parts of a partitioned dataset over ZeroMQ",
         description=(
-            "Loads part K of ROOT and serves sampling and feature requests until SIGTERM "
-            "or Ctrl-C. Prints one line 'ready ENDPOINT' on stdout once it serves (with "
-            "the real port when --bind uses port 0). Limits and deadlines come from "
+            "Loads part K of ROOT (or parts K,L,... in one process, each on its own "
+            "endpoint) and serves sampling and feature requests until SIGTERM "
+            "or Ctrl-C. Prints one line 'ready ENDPOINT [ENDPOINT...]' on stdout once it "
+            "serves, in the order of the parts (with the real ports when --bind uses port "
+            "0). Only ROOT/meta.json, the partition book and the served parts' part-K/ "
+            "directories need to exist on this host. Limits and deadlines come from "
             "PYG_DIST_* environment variables (see docs/wire-protocol.md). It keeps big "
             "reply buffers in the heap (glibc mallopt; PYG_DIST_TUNE_MALLOC=0 turns that "
             "off, see docs/performance.md)."))
     p.add_argument("root", help="the partitioned dataset (directory with meta.json)")
-    p.add_argument("--part", type=int_in(0, (1 << 15) - 1), required=True,
-                   help="the part to serve")
+    p.add_argument("--part", type=part_list, required=True, metavar="K[,L...]",
+                   help="the part to serve, or a comma-separated list of parts")
     p.add_argument("--bind", type=bind_endpoint, default="tcp://127.0.0.1:0",
                    help="endpoint to bind, tcp://HOST:PORT or HOST:PORT, port in 0..65535 "
-                        "(default: %(default)s; port 0 = any free)")
+                        "(default: %(default)s; port 0 = any free); with several parts, "
+                        "part i of the list gets PORT + i (or a free port each with 0)")
     p.add_argument("--feature-store", default="memory",
                    help="feature-store plugin (default: %(default)s; see 'pyg-dist plugins')")
     p.add_argument("--graph-store", default="memory",
@@ -166,19 +188,20 @@ def run(args: argparse.Namespace) -> int:
     (the error on stderr) when the server stopped on its own failure."""
     from pyg_dist.errors import TransportError
     from pyg_dist.malloc_tuning import tune_malloc
-    from pyg_dist.server import PartitionServer
+    from pyg_dist.server.group import ServerGroup
 
     config = _config(args)
-    _set_threads(args.threads, config.workers)
+    _set_threads(args.threads, config.workers * len(args.part))
     tune_malloc()  # before the server starts its threads
-    server = PartitionServer(args.root, args.part, bind=args.bind,
-                             feature_store=args.feature_store, graph_store=args.graph_store,
-                             config=config, verify=not args.no_verify)
+    group = ServerGroup(args.root, args.part, bind=args.bind,
+                        feature_store=args.feature_store, graph_store=args.graph_store,
+                        config=config, verify=not args.no_verify)
     # The ready line is the contract with launchers (LocalCluster, tests):
-    # exactly "ready <endpoint>", flushed at once.
+    # exactly "ready <endpoint> [<endpoint>...]", flushed at once.
     status = 0
     try:
-        server.serve_forever(on_ready=lambda endpoint: print(f"ready {endpoint}", flush=True))
+        group.serve_forever(
+            on_ready=lambda endpoints: print(f"ready {' '.join(endpoints)}", flush=True))
     except TransportError as exc:  # it stopped serving on its own: a failure
         print(f"pyg-dist serve: error: {exc}", file=sys.stderr)
         status = 1

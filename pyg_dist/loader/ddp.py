@@ -12,6 +12,8 @@ is then equal too.
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -42,6 +44,7 @@ def ddp_layout(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank(), dist.get_world_size()
+        _warn_without_process_group()
         return 0, 1
     if rank is None or world_size is None:
         raise LoaderError("pass both rank and world_size, or neither (then they come from "
@@ -50,6 +53,24 @@ def ddp_layout(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int
         raise LoaderError(f"need 0 <= rank < world_size, got rank={rank}, "
                           f"world_size={world_size}")
     return int(rank), int(world_size)
+
+
+def _warn_without_process_group() -> None:
+    """Warns when a launcher started several ranks but this one has no
+    process group: every rank would then load every input node and train
+    its own copy of the model, silently."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return
+    if world > 1:
+        warnings.warn(
+            f"WORLD_SIZE={world} but torch.distributed is not initialised: this loader takes "
+            f"every input node, and each of the {world} processes trains its own copy of "
+            f"the model. Call torch.distributed.init_process_group() before building the "
+            f"loader and wrap the model in DistributedDataParallel (docs/loader.md, "
+            f"porting checklist), or pass rank= and world_size= explicitly",
+            RuntimeWarning, stacklevel=4)
 
 
 def rank_sampler(num_inputs: int, rank: int, world_size: int, loader_kwargs: dict[str, Any],

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from pyg_dist.errors import LoaderError
 from pyg_dist.loader.arguments import pins_memory
 
 
@@ -33,6 +34,18 @@ class DistIteration:
     device: Any
     _epoch: int
     _rank_sampler: Any
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the next iteration epoch ``epoch`` (whose DDP shuffle it
+        then takes), e.g. after resuming from a checkpoint; epochs count on
+        by one per iteration from there.
+
+        Args:
+            epoch: The epoch number, ``>= 0``.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise LoaderError(f"epoch must be an int >= 0, got {epoch!r}")
+        self._epoch = epoch
 
     def __iter__(self) -> Iterator[Any]:
         if self._rank_sampler is not None:

@@ -18,7 +18,7 @@ Two moments, two costs:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Optional
 
@@ -79,12 +79,15 @@ def expected_edge_file(meta: dict[str, Any], part: int, edge_type: Any) -> Expec
                           _types(meta, "edge_types")[edge_type]["features"], edges)
 
 
-def check_headers(meta: dict[str, Any], file: Callable[[str], Path]) -> None:
+def check_headers(meta: dict[str, Any], file: Callable[[str], Path],
+                  parts: Optional[Collection[int]] = None) -> None:
     """Checks the header of every file ``meta.json`` names (see the module doc).
 
     Args:
         meta: A validated ``meta.json``.
         file: Name -> checked path (refuses links and escapes).
+        parts: Check only these parts' files (and the books); ``None``: all.
+            A server host holds only the parts it serves.
 
     Raises:
         PartitionFormatError: naming the file and the tensor that differs.
@@ -95,6 +98,8 @@ def check_headers(meta: dict[str, Any], file: Callable[[str], Path]) -> None:
         key = type_from_json(book["type"])
         _check_header(file(book["file"]), {book["key"]: (dtype, [node_counts[key]])})
     for k, entry in enumerate(meta["parts"]):
+        if parts is not None and k not in parts:
+            continue
         for item in entry["node_types"]:
             _check_header(file(item["file"]),
                           expected_node_file(meta, k, type_from_json(item["type"])))

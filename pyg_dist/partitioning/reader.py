@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from pyg_dist.errors import (
     ChecksumMismatchError,
@@ -53,19 +54,27 @@ class PartitionReader:
         root: The dataset directory (holding ``meta.json``).
         verify: Check each file's sha256 against ``meta.json`` before its
             first load (default). Skip only for trusted, very large datasets.
+        parts: The parts this reader may load; only their files (and
+            ``meta.json`` and the books) need to exist under ``root``, which
+            is all a server host needs. ``None`` (default): every part.
 
     Raises:
         PartitionFormatError: if ``meta.json`` is missing, malformed, of
             another format or version, inconsistent, names files outside
             ``root`` or through symbolic links, or a file's header disagrees
             with it (the message names the file and field).
+        InvalidPartitionArgumentError: if a part in ``parts`` is out of range.
     """
 
-    def __init__(self, root: Union[str, os.PathLike], verify: bool = True) -> None:
+    def __init__(self, root: Union[str, os.PathLike], verify: bool = True,
+                 parts: Optional[Iterable[int]] = None) -> None:
         self.root = Path(root)
         self.verify = verify
         self.meta = read_meta(self.root)
-        consistency.check_headers(self.meta, self._file)
+        self.parts: Optional[frozenset[int]] = None
+        if parts is not None:
+            self.parts = frozenset(self._check_part(k) for k in parts)
+        consistency.check_headers(self.meta, self._file, self.parts)
         self._verified: set[str] = set()
         self._lock = threading.Lock()
         self._books: dict[NodeTypeKey, PartitionBook] = {}
@@ -244,10 +253,17 @@ class PartitionReader:
     def verify_all(self) -> None:
         """Checks the sha256 of every file listed in ``meta.json``.
 
+        With ``parts`` given to the reader, the other parts' files are skipped.
+
         Raises:
             ChecksumMismatchError: on the first file whose content changed.
         """
+        skipped = {item["file"] for k, entry in enumerate(self.meta["parts"])
+                   if self.parts is not None and k not in self.parts
+                   for item in entry["node_types"] + entry["edge_types"]}
         for name in self.meta["files"]:
+            if name in skipped:
+                continue
             verify, self.verify = self.verify, True
             try:
                 self._checked(name)
@@ -258,7 +274,16 @@ class PartitionReader:
         if isinstance(part, bool) or not isinstance(part, int) \
                 or not 0 <= part < self.num_parts:
             raise InvalidPartitionArgumentError(
-                f"part must lie in [0, {self.num_parts}); got {part!r}")
+                f"part must lie in [0, {self.num_parts}) for {self.root}; got {part!r}")
+        return part
+
+    def _loadable(self, part: Any) -> int:
+        """``part``, checked in range and among the parts this reader was opened for."""
+        part = self._check_part(part)
+        if self.parts is not None and part not in self.parts:
+            raise InvalidPartitionArgumentError(
+                f"this reader of {self.root} was opened for parts {sorted(self.parts)}, "
+                f"not part {part}; open PartitionReader(root, parts=[...]) with it")
         return part
 
     def load_nodes(self, node_type: NodeTypeKey, part: int, *, mmap: bool = False,
@@ -277,7 +302,7 @@ class PartitionReader:
             ChecksumMismatchError: if the file changed since it was written.
             PartitionFormatError: if the file is missing or malformed.
         """
-        part = self._check_part(part)
+        part = self._loadable(part)
         node_type = self.node_type_key(node_type)
         entry = next(t for t in self.meta["parts"][part]["node_types"]
                      if type_from_json(t["type"]) == node_type)
@@ -308,7 +333,7 @@ class PartitionReader:
             ChecksumMismatchError: if the file changed since it was written.
             PartitionFormatError: if the file is missing or malformed.
         """
-        part = self._check_part(part)
+        part = self._loadable(part)
         edge_type = self.edge_type_key(edge_type)
         entry = next(t for t in self.meta["parts"][part]["edge_types"]
                      if type_from_json(t["type"]) == edge_type)
@@ -329,7 +354,7 @@ class PartitionReader:
         Raises:
             InvalidPartitionArgumentError: if ``part`` is out of range.
         """
-        return PartLoader(self, self._check_part(part), mmap)
+        return PartLoader(self, self._loadable(part), mmap)
 
     def load_part(self, part: int, mmap: bool = False, *, topology: bool = True,
                   features: bool = True) -> PartData:
@@ -347,7 +372,7 @@ class PartitionReader:
             ChecksumMismatchError: if a file changed since it was written.
             PartitionFormatError: if a file is missing or malformed.
         """
-        part = self._check_part(part)
+        part = self._loadable(part)
         nodes = {t: self.load_nodes(t, part, mmap=mmap, features=features)
                  for t in self.node_types}
         edges = {t: self.load_edges(t, part, mmap=mmap, features=features)

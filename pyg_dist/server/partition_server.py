@@ -43,6 +43,10 @@ class PartitionServer:
         registry: Plugin registry; :data:`pyg_dist.plugins.default_registry`
             by default.
         verify: Check file checksums against ``meta.json`` while loading.
+        reader: An open reader of ``root`` to share (a
+            :class:`~pyg_dist.server.group.ServerGroup` serving several parts
+            opens one); by default one is opened for ``part`` alone, so only
+            ``meta.json``, the books and ``part-K/`` need to exist.
         store_options: Extra keyword options for both store factories.
 
     Raises:
@@ -55,8 +59,13 @@ class PartitionServer:
                  bind: str = "tcp://127.0.0.1:0", feature_store: str = "memory",
                  graph_store: str = "memory", config: Optional[RpcConfig] = None,
                  registry: Optional[PluginRegistry] = None, verify: bool = True,
-                 **store_options: Any) -> None:
-        self.reader = PartitionReader(root, verify=verify)
+                 reader: Optional[PartitionReader] = None, **store_options: Any) -> None:
+        if reader is None:
+            if isinstance(part, bool) or not isinstance(part, int) or part < 0:
+                raise InvalidPartitionArgumentError(
+                    f"part must be an integer >= 0 for {root}; got {part!r}")
+            reader = PartitionReader(root, verify=verify, parts=[part])
+        self.reader = reader
         if isinstance(part, bool) or not isinstance(part, int) \
                 or not 0 <= part < self.reader.num_parts:
             raise InvalidPartitionArgumentError(
@@ -77,6 +86,16 @@ class PartitionServer:
     def endpoint(self) -> str:
         """The bound endpoint (with the real port)."""
         return self._rpc.endpoint
+
+    @property
+    def failure(self) -> Optional[BaseException]:
+        """What stopped the server on its own (a socket broke, a thread
+        died), or ``None``."""
+        return self._rpc.failure
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the server stopped; returns whether it has."""
+        return self._rpc.wait(timeout)
 
     def start(self) -> str:
         """Starts serving in background threads; returns the endpoint."""
@@ -117,9 +136,9 @@ class PartitionServer:
                 on_ready(endpoint)
             # A bounded wait keeps the main thread responsive to signals.
             while not stop.wait(0.5):
-                if self._rpc.wait(0):
+                if self.wait(0):
                     break
-            failure = self._rpc.failure
+            failure = self.failure
             if failure is None:
                 logger.info("part %d: stop requested", self.part)
         finally:

@@ -3,8 +3,10 @@
 :func:`pyg_dist.connect` (defined in :mod:`pyg_dist.store.connect`; the
 submodule keeps that name here, so the function is not re-exported beside
 it) returns the trainer's ``(RemoteFeatureStore, RemoteGraphStore)`` pair,
-with :class:`ServerMeta` describing each server; :class:`PartitionFeatureStore` and
-:class:`PartitionGraphStore` serve one part inside ``pyg-dist serve``.
+with :class:`ServerMeta` describing each server, and :class:`RemoteData`
+wraps that pair in a Data-like view (``num_features``, masks, labels);
+:class:`PartitionFeatureStore` and :class:`PartitionGraphStore` serve one
+part inside ``pyg-dist serve``.
 Names are imported on first use, as in :mod:`pyg_dist`, so that a server,
 which needs only the local stores, does not load the trainer's.
 """
@@ -21,6 +23,7 @@ _EXPORTS = {
     "RemoteGraphStore": "pyg_dist.store.remote_graph_store",
     "CachedFeatureStore": "pyg_dist.store.cached_feature_store",
     "CacheContext": "pyg_dist.store.cache_policy",
+    "RemoteData": "pyg_dist.store.remote_data",
     "PartitionFeatureStore": "pyg_dist.store.local",
     "PartitionGraphStore": "pyg_dist.store.local",
 }

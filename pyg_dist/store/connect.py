@@ -8,13 +8,13 @@ every part of one graph exactly once, orders them by part, and builds the
 of connections. Everything the trainer needs (sizes, feature names and
 dtypes, the partition book) comes from the servers: no partition files on
 the trainer. With no addresses, ``PYG_DIST_SERVERS`` (comma-separated, set by
-``pyg-dist launch``) is read.
+``pyg-dist launch``) or the file ``PYG_DIST_SERVERS_FILE`` names is read
+(:mod:`pyg_dist.discovery`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -22,10 +22,10 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import GraphKindMismatchError, ProtocolError, RpcError, StoreError
+from pyg_dist.discovery import SERVERS_ENV, server_addresses
+from pyg_dist.errors import GraphKindMismatchError, ProtocolError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
-from pyg_dist.rpc.endpoints import normalize_endpoint
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
@@ -33,7 +33,7 @@ from pyg_dist.store.routing import Router
 
 logger = logging.getLogger(__name__)
 
-SERVERS_ENV = "PYG_DIST_SERVERS"
+__all__ = ["SERVERS_ENV", "ServerMeta", "connect"]
 
 
 @dataclass
@@ -76,7 +76,9 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     Args:
         addresses: Server endpoints (any order): ``tcp://host:port``,
             ``host:port`` (read as TCP) or ``ipc://path``, as a list or a
-            comma-separated string, or ``None`` to read ``PYG_DIST_SERVERS``.
+            comma-separated string, or ``None`` to read ``PYG_DIST_SERVERS``
+            or else the file named by ``PYG_DIST_SERVERS_FILE``
+            (:mod:`pyg_dist.discovery`).
         config: An :class:`~pyg_dist.rpc.config.RpcConfig`; ``None`` uses the
             defaults and the environment.
         timeout: Deadline of the ``meta`` calls; ``None`` uses the config's
@@ -96,14 +98,15 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
         close the connections of both.
 
     Raises:
-        StoreError: if no address is given, an address does not parse
-            (checked before anything connects), or the servers do not serve
+        ServerListError: if no address is given or an address does not
+            parse (checked before anything connects).
+        StoreError: if the servers do not serve
             each part of one graph exactly once.
         RpcError: if a server cannot be reached within the deadline.
     """
     from pyg_dist.rpc.client import RpcClient
 
-    endpoints = _resolve(addresses)
+    endpoints = server_addresses(addresses)
     # Every batch brings tens of MB of feature rows into fresh tensors; with
     # glibc's defaults each one is new pages from the kernel (about 15% of
     # the loader's throughput on 2 cores). tune_malloc=False or
@@ -138,30 +141,6 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     # state built from one store (a feature cache) is checked against it.
     fs.graph_id = gs.graph_id = first.graph
     return fs, gs
-
-
-def _resolve(addresses: Union[Sequence[str], str, None]) -> list[str]:
-    """The endpoints to connect to, normalised (``host:port`` becomes
-    ``tcp://host:port``), before any socket or thread exists."""
-    source = "pyg_dist.connect()"
-    if addresses is None:
-        addresses, source = os.environ.get(SERVERS_ENV, ""), SERVERS_ENV
-        if not addresses.strip():
-            raise StoreError(f"no server addresses: pass them to pyg_dist.connect([...]) or "
-                             f"set {SERVERS_ENV} (pyg-dist launch does)")
-    if isinstance(addresses, str):
-        addresses = [a.strip() for a in addresses.split(",") if a.strip()]
-    if not addresses:
-        raise StoreError("pyg_dist.connect() needs at least one server address")
-    endpoints = []
-    for address in addresses:
-        try:
-            endpoints.append(normalize_endpoint(address))
-        except RpcError as exc:
-            raise StoreError(f"{exc} (from {source})") from exc
-    if len(set(endpoints)) != len(endpoints):
-        raise StoreError(f"server addresses repeat: {endpoints}")
-    return endpoints
 
 
 def _parse_meta(address: str, reply: Any) -> ServerMeta:

@@ -1,0 +1,129 @@
+"""Where a trainer finds its partition servers.
+
+:func:`server_addresses` turns what the user gave into endpoints, checked
+before any socket exists, from the first of:
+
+1. the ``addresses`` passed to :func:`pyg_dist.connect` (a list or a
+   comma-separated string);
+2. ``PYG_DIST_SERVERS``: comma-separated addresses (``pyg-dist launch`` sets
+   it; on many hosts set it in the trainers' environment);
+3. ``PYG_DIST_SERVERS_FILE``: a text file of addresses, separated by commas,
+   blanks or new lines, ``#`` starting a comment (a Slurm job or a
+   Kubernetes ConfigMap writes one; every trainer host reads it).
+
+An address is ``tcp://host:port``, ``host:port`` (read as TCP) or
+``ipc://path``; the order does not matter (servers say which part they
+serve). A bad entry is a :class:`~pyg_dist.errors.ServerListError` that names
+its source (and the file's line).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional, Union
+
+from pyg_dist.errors import RpcError, ServerListError
+from pyg_dist.rpc.endpoints import normalize_endpoint
+
+logger = logging.getLogger(__name__)
+
+SERVERS_ENV = "PYG_DIST_SERVERS"
+SERVERS_FILE_ENV = "PYG_DIST_SERVERS_FILE"
+
+# A server list of a real cluster is a few KiB; anything much bigger is not
+# one (a wrong path, a binary), and is refused before it is parsed.
+MAX_FILE_BYTES = 1 << 20
+MAX_SERVERS = 1 << 15
+
+
+def server_addresses(addresses: Union[Sequence[str], str, None] = None,
+                     environ: Optional[dict[str, str]] = None) -> list[str]:
+    """The normalised server endpoints a trainer should connect to.
+
+    Args:
+        addresses: Explicit addresses (a list, or one comma-separated
+            string); ``None`` reads the environment (see the module doc).
+        environ: The environment to read (default: ``os.environ``).
+
+    Returns:
+        Distinct endpoints such as ``tcp://10.0.0.5:5555``.
+
+    Raises:
+        ServerListError: if no list is given anywhere, the file cannot be
+            read or is too big, the list is empty, an entry does not parse,
+            or an address repeats.
+    """
+    env = os.environ if environ is None else environ
+    if addresses is not None:
+        source = "pyg_dist.connect()"
+        items = _split(addresses) if isinstance(addresses, str) else \
+            [(str(a).strip() if isinstance(a, str) else a, None) for a in addresses]
+    elif env.get(SERVERS_ENV, "").strip():
+        source = SERVERS_ENV
+        items = _split(env[SERVERS_ENV])
+        if env.get(SERVERS_FILE_ENV):
+            logger.info("%s is set; %s is ignored", SERVERS_ENV, SERVERS_FILE_ENV)
+    elif env.get(SERVERS_FILE_ENV, "").strip():
+        path = env[SERVERS_FILE_ENV].strip()
+        source = f"{SERVERS_FILE_ENV}={path}"
+        items = _split(_read(Path(path), source))
+    else:
+        raise ServerListError(
+            f"no server addresses: pass them to pyg_dist.connect([...]), or set {SERVERS_ENV} "
+            f"(comma-separated host:port, as pyg-dist launch does) or {SERVERS_FILE_ENV} (a "
+            f"file with one host:port a line) in every trainer's environment")
+    return _normalise(items, source)
+
+
+def _read(path: Path, source: str) -> str:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ServerListError(f"cannot read the server list ({source}): "
+                              f"{exc.strerror or exc}; write one host:port a line there, "
+                              f"or set {SERVERS_ENV} instead") from exc
+    if len(raw) > MAX_FILE_BYTES:
+        raise ServerListError(f"the server list ({source}) is over {MAX_FILE_BYTES} bytes; "
+                              f"is it the right file?")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ServerListError(f"the server list ({source}) is not UTF-8 text (byte "
+                              f"{exc.start}); is it the right file?") from exc
+
+
+def _split(text: str) -> list[tuple[str, Optional[int]]]:
+    """Entries with their line number (1-based), comments dropped."""
+    items = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for entry in line.split("#", 1)[0].replace(",", " ").split():
+            items.append((entry, number))
+    return items
+
+
+def _normalise(items: list[tuple[object, Optional[int]]], source: str) -> list[str]:
+    if not items:
+        raise ServerListError(f"the server list ({source}) is empty; give one host:port per "
+                              f"server (every part served once)")
+    if len(items) > MAX_SERVERS:
+        raise ServerListError(f"the server list ({source}) has {len(items)} entries, more "
+                              f"than {MAX_SERVERS} parts can exist")
+    endpoints: list[str] = []
+    seen: dict[str, str] = {}
+    for entry, line in items:
+        where = source if line is None or source == "pyg_dist.connect()" \
+            else f"{source}, line {line}"
+        try:
+            endpoint = normalize_endpoint(entry)
+        except RpcError as exc:
+            raise ServerListError(f"{exc} (from {where})") from exc
+        if endpoint in seen:
+            raise ServerListError(f"server address {endpoint} repeats ({seen[endpoint]} "
+                                  f"and {where}); list each server once")
+        seen[endpoint] = where
+        endpoints.append(endpoint)
+    return endpoints

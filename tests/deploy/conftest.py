@@ -1,0 +1,3 @@
+"""The recipes' tests place commands on simulated hosts."""
+
+from support.hosts import sim_hosts  # noqa: F401 (the fixture)
