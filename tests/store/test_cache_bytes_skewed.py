@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from support.servers import serve_parts
-from torch_geometric.data import Data
-from torch_geometric.utils import to_undirected
 
+from pyg_dist.datasets import power_law
 from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 from pyg_dist.partitioning.writer import partition
 from pyg_dist.store.cached_feature_store import CachedFeatureStore
@@ -27,16 +26,7 @@ def served_get_bytes(fs) -> int:
 
 @pytest.fixture(scope="module")
 def skewed(tmp_path_factory):
-    # Chung-Lu: endpoints drawn in proportion to weights i**-0.8 give
-    # power-law degrees (a few hubs in most neighbourhoods), as real graphs have.
-    generator = torch.Generator().manual_seed(0)
-    weight = torch.arange(1, NUM_NODES + 1, dtype=torch.float64).pow(-0.8)
-    ends = torch.multinomial(weight, 2 * 300_000, replacement=True, generator=generator)
-    ends = ends[torch.randperm(ends.numel(), generator=generator)].view(2, -1)
-    edge_index = to_undirected(ends[:, ends[0] != ends[1]], num_nodes=NUM_NODES)
-    data = Data(x=torch.randn(NUM_NODES, 64, generator=generator),
-                y=torch.randint(0, 10, (NUM_NODES,), generator=generator),
-                edge_index=edge_index, num_nodes=NUM_NODES)
+    data = power_law(NUM_NODES, 300_000, 64, seed=0)
     root = str(tmp_path_factory.mktemp("skewed") / "parts")
     partition(data, 4, root, "random")
     with serve_parts(root) as cluster:
