@@ -26,7 +26,11 @@ from torch_geometric.typing import FeatureTensorType
 
 from pyg_dist.errors import CacheError, PluginError, StoreError
 from pyg_dist.store.cache_policy import CacheContext, checked_choice
-from pyg_dist.store.remote_feature_store import RemoteFeatureStore, outputs_pinned
+from pyg_dist.store.remote_feature_store import (
+    RemoteFeatureStore,
+    copy_rows,
+    outputs_pinned,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -228,6 +232,7 @@ class CachedFeatureStore(FeatureStore):
         cached = [name for name in names if name in self._rows]
         slot = self._slot[ids.to(self.device)]
         hit = slot >= 0
+        hit_pos = hit.nonzero().view(-1)
         miss_pos = (~hit).nonzero().view(-1)
         miss_ids = ids[miss_pos.cpu()]
         # One index object for every name fetched: one request per server.
@@ -237,7 +242,7 @@ class CachedFeatureStore(FeatureStore):
               [TensorAttr(group, name, ids) for name in remote_names]
         fetched = dict(zip(cached + remote_names, self.remote.multi_get_tensor(ask))) \
             if ask and (miss_ids.numel() or remote_names) else {}
-        hits = int(hit.sum())
+        hits = hit_pos.numel()
         if cached:
             with self._lock:
                 self._stats["hits"] += hits
@@ -245,7 +250,7 @@ class CachedFeatureStore(FeatureStore):
                 self._stats["bytes_saved"] += hits * self.row_bytes
                 self._stats["bytes_fetched"] += miss_ids.numel() * self.row_bytes
         out = []
-        hit_slots = slot[hit]
+        hit_slots = slot.index_select(0, hit_pos)
         for name in names:
             if name in self._whole:
                 out.append(self._whole[name][ids.to(self.device)])
@@ -254,9 +259,10 @@ class CachedFeatureStore(FeatureStore):
                 result = torch.empty((ids.numel(), *rows.shape[1:]), dtype=rows.dtype,
                                      device=self.device,
                                      pin_memory=outputs_pinned() and self.device.type == "cpu")
-                result[hit] = rows[hit_slots]
+                # Row copies as wide words (copy_rows), not a masked assignment.
+                copy_rows(result, hit_pos, rows.index_select(0, hit_slots))
                 if miss_ids.numel():
-                    result[miss_pos] = fetched[name].to(self.device)
+                    copy_rows(result, miss_pos, fetched[name].to(self.device))
                 out.append(result)
             else:
                 out.append(fetched[name])

@@ -82,6 +82,8 @@ def copy_rows(out: Tensor, positions: Tensor, rows: Tensor) -> None:
         positions: int64 rows of ``out`` to fill, one per row of ``rows``.
         rows: Source, ``[len(positions), ...]``, same dtype and row shape.
     """
+    if positions.numel() == 0:
+        return  # nothing to copy (and an empty view cannot be widened)
     row_bytes = out[0].numel() * out.element_size() if out.numel() else 0
     if out.is_contiguous() and rows.is_contiguous() and out.dtype == rows.dtype \
             and row_bytes and out.dtype != torch.bool:
