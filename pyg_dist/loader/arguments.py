@@ -145,7 +145,7 @@ def pins_memory(pin_memory: bool, *, warn: bool = True) -> bool:
 
 
 def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
-                       temporal_strategy: str, **settings: Any) -> None:
+                       **settings: Any) -> None:
     """Refuses sampler settings that would not reach the sampler.
 
     Args:
@@ -154,18 +154,12 @@ def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
         num_neighbors: The loader's ``num_neighbors``.
         ddp: Whether the loader splits its inputs across DDP ranks (then
             ``seed`` also seeds the split's shuffle).
-        temporal_strategy: PyG's ``temporal_strategy``.
         **settings: The loader's other sampler settings, as
             ``name=(value, default)`` (``replace``, ``subgraph_type``, ...).
 
     Raises:
-        LoaderError: if ``temporal_strategy`` asks for temporal sampling, or
-            a setting is given together with ``neighbor_sampler``.
+        LoaderError: if a setting is given together with ``neighbor_sampler``.
     """
-    if temporal_strategy != "uniform":
-        raise LoaderError(f"temporal_strategy={temporal_strategy!r} applies to temporal "
-                          f"sampling, which DistNeighborLoader does not support yet; leave "
-                          f"it 'uniform'")
     if neighbor_sampler is None:
         if num_neighbors is None:
             raise LoaderError("num_neighbors is required (a list of ints, -1 for all "
