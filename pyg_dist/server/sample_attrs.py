@@ -130,7 +130,8 @@ class SampleAttributes:
         self._time_kind: dict[tuple, str] = {}
 
     def weight(self, edge_type: Any, name: str) -> Tensor:
-        """float64 weight of every CSC entry of ``edge_type``.
+        """Weight of every CSC entry of ``edge_type`` (float32 if stored so,
+        else float64).
 
         Raises:
             StoreError: if the part holds no such edge attribute, or its
@@ -210,7 +211,9 @@ class SampleAttributes:
         values = self._edge_values(edge_type, name, "weight_attr")
         if values.dtype == torch.bool or values.is_complex():
             raise StoreError(f"weight_attr {name!r} must be numeric, got {values.dtype}")
-        weight = values.double()
+        # float32 weights stay float32: the kernels race in float32 then.
+        weight = values.float() if values.dtype in (torch.float16, torch.bfloat16,
+                                                    torch.float32) else values.double()
         bad = ~torch.isfinite(weight) | (weight < 0)
         if bool(bad.any()):
             first = int(bad.nonzero()[0])
