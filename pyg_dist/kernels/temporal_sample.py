@@ -88,11 +88,12 @@ def sample_temporal_segments(start: Tensor, deg: Tensor, entry_time: Tensor,
     use_dense = dense if dense is not None else dense_fits(deg, width)
     if use_dense and (num_neighbors != -1 or weight is None and strategy == "uniform"):
         positions, real = padded(start, deg, width, entry_time.numel())
-        eligible_cells = real & (gather(entry_time, positions) <= seed_time.unsqueeze(1))
+        times = gather(entry_time, positions)
+        eligible_cells = real & (times <= seed_time.unsqueeze(1))
         if strategy == "last":
             if num_neighbors == -1:
                 return _all(narrow_dense(positions, eligible_cells))
-            return _most_recent_dense(positions, eligible_cells, entry_time, num_neighbors)
+            return _most_recent_dense(positions, eligible_cells, times, num_neighbors)
         if weight is None:
             return _uniform(narrow_dense(positions, eligible_cells), num_neighbors, replace,
                             generator)
@@ -138,11 +139,11 @@ def _past(start: Tensor, deg: Tensor, entry_time: Tensor, seed_time: Tensor,
     return eligible(positions, segment, keep, deg.numel())
 
 
-def _most_recent_dense(positions: Tensor, eligible_cells: Tensor, entry_time: Tensor,
+def _most_recent_dense(positions: Tensor, eligible_cells: Tensor, times: Tensor,
                        k: int) -> tuple[Tensor, Tensor]:
-    """The ``k`` latest eligible cells of every row of a padded matrix."""
+    """The ``k`` latest eligible cells of every row of a padded matrix
+    (``times``: every cell's time)."""
     width = positions.shape[1]
-    times = gather(entry_time, positions)
     low, high = (int(v) for v in torch.aminmax(times))
     if (high - low + 1) * width < (1 << 62):
         # One top-k over (time, column) packed into one int64: the later

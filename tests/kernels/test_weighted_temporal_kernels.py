@@ -207,6 +207,20 @@ def test_last_takes_exactly_the_most_recent_neighbours(k, dense):
 
 
 @WAYS
+def test_last_over_times_too_far_apart_to_pack_with_the_column(dense):
+    # Times spanning most of int64: the dense way cannot pack (time, column)
+    # into one int64 key and falls back to its sorts; same answer.
+    start, deg, entry_time, seed_time = _temporal_case(seed=40)
+    spread = 1 << 56  # 49 * 2**56 - 2**62 stays inside int64
+    entry_time, seed_time = entry_time * spread - (1 << 62), seed_time * spread - (1 << 62)
+    counts, positions = _temporal(start, deg, entry_time, seed_time, 3, "last", dense=dense)
+    for i, picked in enumerate(_segments(counts, positions)):
+        past = _past(start, deg, entry_time, seed_time, i)
+        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)[:3]
+        assert sorted(picked) == sorted(newest)
+
+
+@WAYS
 def test_uniform_temporal_subsets_are_uniform_over_the_past(dense):
     # 7 entries, times 0..6; the seed at time 5 may draw from 6 of them.
     draws = 20_000
