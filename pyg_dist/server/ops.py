@@ -180,7 +180,7 @@ class PartitionOps:
             self._csc[edge_type] = _Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),
                                         self._index(dst), int(deg.max()) if deg.numel() else 0)
         self._attributes = SampleAttributes(
-            reader, part, {t: (c.row, c.edge_ids) for t, c in self._csc.items()})
+            reader, part, {t: (c.row, c.edge_ids, c.deg) for t, c in self._csc.items()})
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}

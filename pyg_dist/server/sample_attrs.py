@@ -30,8 +30,9 @@ from torch import Tensor
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import (
     TEMPORAL_STRATEGIES,
-    sample_temporal_segments,
+    sample_time_sorted,
     sample_weighted_segments,
+    sort_by_time,
 )
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.partitioning.format import load_tensors, type_from_json
@@ -115,16 +116,17 @@ class SampleAttributes:
     Args:
         reader: The dataset.
         part: The part served.
-        csc: Edge type -> ``(row, edge_ids)`` of the part's CSC as served
-            (global sources, global edge ids).
+        csc: Edge type -> ``(row, edge_ids, deg)`` of the part's CSC as
+            served (global sources, global edge ids, every destination's
+            in-degree).
     """
 
     def __init__(self, reader: PartitionReader, part: int,
-                 csc: dict[Any, tuple[Tensor, Tensor]]) -> None:
+                 csc: dict[Any, tuple[Tensor, Tensor, Tensor]]) -> None:
         self.reader = reader
         self.part = part
         self.csc = csc
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a sorted layout loads its times inside
         # (kind, edge_type, name) -> Tensor, or the StoreError that refused it.
         self._cache: dict[tuple, Any] = {}
         self._time_kind: dict[tuple, str] = {}
@@ -191,7 +193,7 @@ class SampleAttributes:
         path = self.reader.path(entry["file"])
         loaded = load_tensors(path, [name, "edge_ids"], mmap_=True)
         values, file_ids = loaded[name], loaded["edge_ids"]
-        _, served_ids = self.csc[edge_type]
+        _, served_ids, _ = self.csc[edge_type]
         if values.dim() != 1 and not (values.dim() == 2 and values.shape[1] == 1):
             raise StoreError(f"{what} {name!r} must hold one value per edge, got rows of "
                              f"shape {list(values.shape[1:])}")
@@ -227,8 +229,8 @@ class SampleAttributes:
         node_specs = self.reader.node_feature_specs(src)
         if name in node_specs:
             self._time_kind[key] = "node"
-            row, _ = self.csc[edge_type]
-            return self._node_times(src, name)[row]
+            row = self.csc[edge_type][0]
+            return self._node_times(src, name).index_select(0, row)
         if name not in self._edge_specs(edge_type):
             raise StoreError(f"time_attr {name!r} is neither a node nor an edge attribute of "
                              f"this graph; nodes hold {sorted(node_specs)}, edges "
@@ -255,6 +257,19 @@ class SampleAttributes:
                 table[loaded["node_ids"]] = _int_time(values, name)
         return table
 
+    def time_sorted(self, edge_type: Any, name: str) -> tuple[Tensor, Tensor]:
+        """``(perm, sorted_time)``: the part's CSC sorted by ``name`` within
+        every destination (:func:`~pyg_dist.kernels.sort_by_time`), once."""
+        key = ("sorted", edge_type, name)
+        return self._cached(key, lambda: sort_by_time(self.csc[edge_type][2],
+                                                      self.time(edge_type, name)[0]))
+
+    def sorted_weight(self, edge_type: Any, weight_attr: str, time_attr: str) -> Tensor:
+        """The weights in the layout of :meth:`time_sorted`."""
+        key = ("sorted-weight", edge_type, weight_attr, time_attr)
+        return self._cached(key, lambda: self.weight(edge_type, weight_attr).index_select(
+            0, self.time_sorted(edge_type, time_attr)[0]))
+
     # Sampling ##############################################################
 
     def sample(self, edge_type: Any, request: SampleRequest, start: Tensor, deg: Tensor,
@@ -270,10 +285,12 @@ class SampleAttributes:
             self.weight(edge_type, request.weight_attr)
         if request.time_attr is None:
             return sample_weighted_segments(start, deg, weight, k, replace, generator)
-        entry_time, _ = self.time(edge_type, request.time_attr)
+        perm, sorted_time = self.time_sorted(edge_type, request.time_attr)
+        if weight is not None:
+            weight = self.sorted_weight(edge_type, request.weight_attr, request.time_attr)
         try:
-            return sample_temporal_segments(start, deg, entry_time, request.seed_time, k,
-                                            request.strategy, replace, weight, generator)
+            return sample_time_sorted(start, deg, sorted_time, perm, request.seed_time, k,
+                                      request.strategy, replace, weight, generator)
         except ValueError as exc:
             raise ProtocolError(f"temporal sampling by {request.time_attr!r}: {exc}") from exc
 
