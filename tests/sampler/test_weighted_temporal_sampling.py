@@ -313,3 +313,21 @@ def test_the_server_refuses_malformed_seed_times_and_keeps_serving(served):
                                         "temporal_strategy": "last"}, [owned])])
     reply = router.call_all([(0, "sample", args, [owned, torch.zeros(5, dtype=torch.long)])])
     assert reply[0].result["time_kind"] == "node"
+
+
+def test_seed_links_with_times_sample_only_their_past(graph, served):
+    from torch_geometric.sampler import EdgeSamplerInput
+
+    sampler = DistNeighborSampler(served[3], num_neighbors=[-1, -1], seed=4, time_attr="time")
+    src, dst = torch.tensor([3, 17, HUB]), torch.tensor([40, 5, 9])
+    times = torch.tensor([10, 20, 29])
+    out = sampler.sample_from_edges(EdgeSamplerInput(None, src, dst, time=times))
+    # Disjoint: the source and the destination of link i grow one tree each
+    # at times[i], both reported as batch i (PyG's edge_sample: batch % links).
+    assert out.node[:6].tolist() == src.tolist() + dst.tolist()
+    assert bool((graph.time[out.node[out.row]] <= times[out.batch[out.col]]).all())
+    reference = ReferenceSampler(graph, "time")
+    trees = _per_seed(out, 3)
+    for i, t in enumerate(times.tolist()):
+        (n1, e1), (n2, e2) = (reference.full(int(v), t, hops=2) for v in (src[i], dst[i]))
+        assert trees[i] == (n1 | n2, e1 | e2)
