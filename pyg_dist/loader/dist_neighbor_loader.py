@@ -174,7 +174,8 @@ class DistNeighborLoader(NodeLoader):
         check_sampler_args(
             neighbor_sampler, num_neighbors, ddp=ddp,
             temporal_strategy=(temporal_strategy, "uniform"), time_attr=(time_attr, None),
-            weight_attr=(weight_attr, None), replace=(replace, False), disjoint=(disjoint, False), directed=(directed, True),
+            weight_attr=(weight_attr, None), replace=(replace, False),
+            disjoint=(disjoint, False), directed=(directed, True),
             subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
             seed=(seed, None), timeout=(timeout, None))
         if not directed:

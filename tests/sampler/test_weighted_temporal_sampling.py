@@ -17,6 +17,7 @@ import math
 
 import pytest
 import torch
+from support.servers import serve_parts
 from torch_geometric.data import Data
 
 from pyg_dist.errors import LoaderError, RemoteError, SamplerError
@@ -24,7 +25,6 @@ from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.partitioning.writer import partition
 from pyg_dist.sampler import DistNeighborSampler
 from pyg_dist.store.connect import connect
-from support.servers import serve_parts
 
 # chi-square critical values at p = 0.001, by degrees of freedom.
 CRITICAL_001 = {4: 18.47, 9: 27.88}
