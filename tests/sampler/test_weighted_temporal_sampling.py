@@ -331,3 +331,23 @@ def test_seed_links_with_times_sample_only_their_past(graph, served):
     for i, t in enumerate(times.tolist()):
         (n1, e1), (n2, e2) = (reference.full(int(v), t, hops=2) for v in (src[i], dst[i]))
         assert trees[i] == (n1 | n2, e1 | e2)
+
+
+@pytest.mark.parametrize("path", [{"prefetch": 2}, {"num_workers": 2}],
+                         ids=["prefetch", "workers"])
+def test_every_loader_path_samples_temporally_and_by_weight(graph, served, path):
+    seeds, times = _seeds(graph, 24)
+    settings = dict(num_neighbors=[3, 2], input_nodes=seeds, input_time=times,
+                    time_attr="edge_time", weight_attr="edge_weight", batch_size=8, seed=5)
+    sync = list(DistNeighborLoader(served[2], **settings))
+    other = list(DistNeighborLoader(served[2], **settings, **path))
+    assert len(sync) == len(other) == 3
+    for a, b in zip(sync, other):
+        # Worker processes draw their own randomness (docs/loader.md); threads
+        # reproduce the synchronous batches exactly.
+        if "prefetch" in path:
+            assert torch.equal(a.n_id, b.n_id) and torch.equal(a.e_id, b.e_id)
+            assert torch.equal(a.batch, b.batch)
+        assert torch.equal(a.seed_time, b.seed_time) and b.e_id.numel() > 0
+        assert bool((graph.edge_time[b.e_id] <= b.seed_time[b.batch[b.edge_index[1]]]).all())
+        assert bool((graph.edge_weight[b.e_id] > 0).all())
