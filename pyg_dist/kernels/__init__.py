@@ -5,6 +5,9 @@
 * :func:`sample_weighted_segments`: by edge weight (:mod:`.weighted_sample`).
 * :func:`sample_temporal_segments`: no neighbour from a seed's future,
   uniform, by weight or most recent (:mod:`.temporal_sample`).
+* :func:`sample_time_sorted`: the same over segments sorted by time once
+  (:func:`sort_by_time`), the past of a seed a prefix found by binary
+  search (:mod:`.time_sorted`; what the server uses).
 
 The weighted and temporal kernels work on a padded ``[seeds, max degree]``
 matrix, or, for frontiers where that padding costs too much, narrow every
@@ -13,7 +16,9 @@ segment to the entries it may draw from (:mod:`.candidates`) first.
 
 from pyg_dist.kernels.neighbor_sample import sample_neighbors, sample_segments, segment_arange
 from pyg_dist.kernels.temporal_sample import TEMPORAL_STRATEGIES, sample_temporal_segments
+from pyg_dist.kernels.time_sorted import past_counts, sample_time_sorted, sort_by_time
 from pyg_dist.kernels.weighted_sample import sample_weighted_segments
 
-__all__ = ["TEMPORAL_STRATEGIES", "sample_neighbors", "sample_segments",
-           "sample_temporal_segments", "sample_weighted_segments", "segment_arange"]
+__all__ = ["TEMPORAL_STRATEGIES", "past_counts", "sample_neighbors", "sample_segments",
+           "sample_temporal_segments", "sample_time_sorted", "sample_weighted_segments",
+           "segment_arange", "sort_by_time"]

@@ -75,6 +75,20 @@ DENSE_MAX_PADDING = 4
 DENSE_MIN_CELLS = 1024
 
 
+def gather(values: Tensor, positions: Tensor) -> Tensor:
+    """``values[positions]`` for 1-D ``values``: one ``index_select`` over the
+    flat positions, several times faster on the CPU than advanced indexing
+    by a 2-D tensor."""
+    return values.index_select(0, positions.reshape(-1)).view(positions.shape)
+
+
+def narrow_dense(positions: Tensor, keep: Tensor) -> Candidates:
+    """The cells ``keep`` marks of a padded matrix, as :class:`Candidates`
+    (row after row, in CSC order within a row)."""
+    deg = keep.sum(1)
+    return Candidates(positions[keep], torch.cumsum(deg, 0) - deg, deg)
+
+
 def dense_fits(deg: Tensor, width: int) -> bool:
     """Whether a padded ``[len(deg), width]`` matrix is the cheaper way."""
     return deg.numel() * width <= DENSE_MAX_PADDING * int(deg.sum()) + DENSE_MIN_CELLS

@@ -21,8 +21,22 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.kernels.candidates import Candidates, dense_fits, eligible, expand, padded
-from pyg_dist.kernels.weighted_sample import check_fanout, draw_by_rate, sample_candidates
+from pyg_dist.kernels.candidates import (
+    Candidates,
+    dense_fits,
+    eligible,
+    expand,
+    gather,
+    narrow_dense,
+    padded,
+)
+from pyg_dist.kernels.neighbor_sample import sample_segments
+from pyg_dist.kernels.weighted_sample import (
+    check_fanout,
+    draw_by_rate,
+    race_dtype,
+    sample_candidates,
+)
 
 TEMPORAL_STRATEGIES = ("uniform", "last")
 
@@ -71,17 +85,24 @@ def sample_temporal_segments(start: Tensor, deg: Tensor, entry_time: Tensor,
     if deg.numel() == 0 or int(deg.max()) == 0:
         return torch.zeros_like(deg), deg.new_empty(0)
     width = int(deg.max())
-    if num_neighbors != -1 and (dense if dense is not None else dense_fits(deg, width)):
+    use_dense = dense if dense is not None else dense_fits(deg, width)
+    if use_dense and (num_neighbors != -1 or weight is None and strategy == "uniform"):
         positions, real = padded(start, deg, width, entry_time.numel())
-        eligible_cells = real & (entry_time[positions] <= seed_time.unsqueeze(1))
+        times = gather(entry_time, positions)
+        eligible_cells = real & (times <= seed_time.unsqueeze(1))
         if strategy == "last":
-            return _most_recent_dense(positions, eligible_cells, entry_time, num_neighbors)
+            if num_neighbors == -1:
+                return _all(narrow_dense(positions, eligible_cells))
+            return _most_recent_dense(positions, eligible_cells, times, num_neighbors)
         if weight is None:
-            rates = eligible_cells.double()
-        else:
-            rates = torch.where(eligible_cells, weight[positions].double(), 0.0)
+            return _uniform(narrow_dense(positions, eligible_cells), num_neighbors, replace,
+                            generator)
+        rates = torch.where(eligible_cells,
+                            gather(weight, positions).to(race_dtype(weight, replace)), 0.0)
         return draw_by_rate(positions, rates, num_neighbors, replace, generator)
     candidates = _past(start, deg, entry_time, seed_time, weight)
+    if strategy == "uniform" and weight is None:
+        return _uniform(candidates, num_neighbors, replace, generator)
     if strategy == "last":
         positions, start, deg = candidates
         if num_neighbors == -1 or positions.numel() == 0:
@@ -94,23 +115,51 @@ def sample_temporal_segments(start: Tensor, deg: Tensor, entry_time: Tensor,
     return sample_candidates(candidates, rates, num_neighbors, replace, generator)
 
 
+def _all(candidates: Candidates) -> tuple[Tensor, Tensor]:
+    return candidates.deg, candidates.positions
+
+
+def _uniform(candidates: Candidates, k: int, replace: bool,
+             generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
+    """Uniform draws among the eligible entries: the uniform kernel itself
+    over the narrowed segments (Floyd's algorithm, no sort, no top-k)."""
+    positions, start, deg = candidates
+    if positions.numel() == 0:
+        return deg, positions
+    counts, local = sample_segments(start, deg, k, replace, generator)
+    return counts, positions.index_select(0, local)
+
+
 def _past(start: Tensor, deg: Tensor, entry_time: Tensor, seed_time: Tensor,
           weight: Optional[Tensor]) -> Candidates:
     positions, segment, _ = expand(start, deg)
-    keep = entry_time[positions] <= seed_time[segment]
+    keep = entry_time.index_select(0, positions) <= seed_time.index_select(0, segment)
     if weight is not None:
-        keep &= weight[positions] > 0
+        keep &= weight.index_select(0, positions) > 0
     return eligible(positions, segment, keep, deg.numel())
 
 
-def _most_recent_dense(positions: Tensor, eligible_cells: Tensor, entry_time: Tensor,
+def _most_recent_dense(positions: Tensor, eligible_cells: Tensor, times: Tensor,
                        k: int) -> tuple[Tensor, Tensor]:
-    """The ``k`` latest eligible cells of every row of a padded matrix."""
+    """The ``k`` latest eligible cells of every row of a padded matrix
+    (``times``: every cell's time)."""
     width = positions.shape[1]
+    low, high = (int(v) for v in torch.aminmax(times))
+    if (high - low + 1) * width < (1 << 62):
+        # One top-k over (time, column) packed into one int64: the later
+        # column wins a tie, as in the sorts below; ineligible cells -1.
+        k = min(k, width)
+        columns = torch.arange(width, device=positions.device)
+        keys = (times - low).mul_(width).add_(columns)
+        keys.masked_fill_(~eligible_cells, -1)
+        picked = keys.topk(k, dim=1).indices
+        counts = torch.clamp(eligible_cells.sum(1), max=k)
+        first = torch.arange(k, device=positions.device) < counts.unsqueeze(1)
+        return counts, positions.gather(1, picked)[first]
     # Two stable sorts per row: by time, then ineligible cells first. Equal
     # times keep CSC order, so a row's tail holds its latest eligible
     # entries, the later CSC position of two equal times last.
-    by_time = torch.sort(entry_time[positions], dim=1, stable=True).indices
+    by_time = torch.sort(times, dim=1, stable=True).indices
     flags = eligible_cells.gather(1, by_time).to(torch.int8)
     order = by_time.gather(1, torch.sort(flags, dim=1, stable=True).indices)
     counts = torch.clamp(eligible_cells.sum(1), max=k)

@@ -33,9 +33,27 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.kernels.candidates import Candidates, dense_fits, eligible, expand, padded
+from pyg_dist.kernels.candidates import (
+    Candidates,
+    dense_fits,
+    eligible,
+    expand,
+    gather,
+    padded,
+)
 
-_LATEST = torch.finfo(torch.float64).max
+# Races run in float32 when the weights are float32 at most (half the
+# memory traffic, and float32 random numbers and logarithms cost a third of
+# float64's); draws with replacement locate points in running sums, which
+# need float64 to keep a tiny weight's stretch distinct.
+_RACE32 = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def race_dtype(weight: Optional[Tensor], replace: bool) -> torch.dtype:
+    """The float dtype a draw over these weights runs in."""
+    if replace or weight is None or weight.dtype not in _RACE32:
+        return torch.float64 if replace or weight is not None else torch.float32
+    return torch.float32
 
 
 def check_fanout(num_neighbors: int) -> None:
@@ -72,7 +90,8 @@ def sample_weighted_segments(start: Tensor, deg: Tensor, weight: Tensor, num_nei
     width = int(deg.max())
     if num_neighbors != -1 and (dense if dense is not None else dense_fits(deg, width)):
         positions, real = padded(start, deg, width, weight.numel())
-        rates = torch.where(real, weight[positions].double(), 0.0)
+        rates = torch.where(real, gather(weight, positions).to(race_dtype(weight, replace)),
+                            0.0)
         return draw_by_rate(positions, rates, num_neighbors, replace, generator)
     candidates = _positive(start, deg, weight)
     return sample_candidates(candidates, weight[candidates.positions].double(),
@@ -85,7 +104,7 @@ def draw_by_rate(positions: Tensor, rates: Tensor, k: int, replace: bool,
 
     Args:
         positions: ``[seeds, width]`` CSC position of every cell.
-        rates: ``[seeds, width]`` float64 weight of every cell; 0 where the
+        rates: ``[seeds, width]`` float weight of every cell; 0 where the
             cell must not be drawn (padding, a weight of 0, the future).
         k: Fan-out (at least 0).
         replace: Draw with replacement.
@@ -99,7 +118,7 @@ def draw_by_rate(positions: Tensor, rates: Tensor, k: int, replace: bool,
     available = drawable.sum(1)
     if replace:
         counts = torch.where(available > 0, k, 0)
-        running = torch.cumsum(rates, 1)
+        running = torch.cumsum(rates, 1, dtype=torch.float64)
         draw = torch.rand((n, k), dtype=torch.float64, device=rates.device, generator=generator)
         # right=True skips cells of rate 0: their running sum equals the
         # previous cell's, so no point lands on them.
@@ -110,11 +129,12 @@ def draw_by_rate(positions: Tensor, rates: Tensor, k: int, replace: bool,
         picked = torch.minimum(picked, last.unsqueeze(1))
         return counts, positions.gather(1, picked)[available > 0].view(-1)
     k = min(k, width)
-    draw = torch.rand((n, width), dtype=torch.float64, device=rates.device, generator=generator)
+    draw = torch.rand((n, width), dtype=rates.dtype, device=rates.device, generator=generator)
     # -log(1 - u) is Exp(1) and finite for u in [0, 1); divided by the rate it
     # is the arrival time in a race of that rate (inf for a rate of 0). The
     # clamp keeps a denormal rate's time below the never-drawn cells'.
-    arrival = torch.log1p(-draw).neg_().div_(rates).clamp_(max=_LATEST)
+    arrival = torch.log1p(draw.neg_()).neg_().div_(rates).clamp_(
+        max=torch.finfo(rates.dtype).max)
     arrival.masked_fill_(~drawable, math.inf)
     picked = arrival.topk(k, dim=1, largest=False).indices  # earliest first
     counts = torch.clamp(available, max=k)
@@ -124,7 +144,7 @@ def draw_by_rate(positions: Tensor, rates: Tensor, k: int, replace: bool,
 
 def _positive(start: Tensor, deg: Tensor, weight: Tensor) -> Candidates:
     positions, segment, _ = expand(start, deg)
-    return eligible(positions, segment, weight[positions] > 0, deg.numel())
+    return eligible(positions, segment, weight.index_select(0, positions) > 0, deg.numel())
 
 
 def sample_candidates(candidates: Candidates, rates: Tensor, k: int, replace: bool,

@@ -18,6 +18,7 @@ import warnings
 from typing import Any, Optional
 
 import torch
+from torch import Tensor
 
 from pyg_dist.errors import LoaderError
 
@@ -147,7 +148,7 @@ def pins_memory(pin_memory: bool, *, warn: bool = True) -> bool:
 
 
 def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
-                       temporal_strategy: str, **settings: Any) -> None:
+                       **settings: Any) -> None:
     """Refuses sampler settings that would not reach the sampler.
 
     Args:
@@ -156,18 +157,12 @@ def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
         num_neighbors: The loader's ``num_neighbors``.
         ddp: Whether the loader splits its inputs across DDP ranks (then
             ``seed`` also seeds the split's shuffle).
-        temporal_strategy: PyG's ``temporal_strategy``.
         **settings: The loader's other sampler settings, as
             ``name=(value, default)`` (``replace``, ``subgraph_type``, ...).
 
     Raises:
-        LoaderError: if ``temporal_strategy`` asks for temporal sampling, or
-            a setting is given together with ``neighbor_sampler``.
+        LoaderError: if a setting is given together with ``neighbor_sampler``.
     """
-    if temporal_strategy != "uniform":
-        raise LoaderError(f"temporal_strategy={temporal_strategy!r} applies to temporal "
-                          f"sampling, which pyg-dist's loaders do not support yet; leave "
-                          f"it 'uniform'")
     if neighbor_sampler is None:
         if num_neighbors is None:
             raise LoaderError("num_neighbors is required (a list of ints, -1 for all "
@@ -222,3 +217,31 @@ def check_store_pair(data: Any, loader: str, local_loader: str) -> tuple[Any, An
             f"got {type(data).__name__}; for an in-memory Data use "
             f"torch_geometric.loader.{local_loader}")
     return data[0], data[1]
+
+
+def check_seed_times(times: Any, num_seeds: int, time_attr: Optional[str],
+                     name: str) -> Optional[Tensor]:
+    """Seed times (``input_time``, ``edge_label_time``) as int64 on the CPU,
+    one per seed.
+
+    Args:
+        times: What the user passed, or ``None``.
+        num_seeds: Seed nodes or links.
+        time_attr: The time attribute they are compared with, for the message.
+        name: The argument's name, for the message.
+
+    Raises:
+        LoaderError: naming the argument and ``time_attr``.
+    """
+    if times is None:
+        return None
+    if not isinstance(times, Tensor):
+        times = torch.as_tensor(times)
+    if times.is_floating_point() or times.is_complex() or times.dtype == torch.bool \
+            or times.dim() != 1:
+        raise LoaderError(f"{name} (seed times for time_attr {time_attr!r}) must be a 1-D "
+                          f"integer tensor, got {times.dtype} of shape {tuple(times.shape)}")
+    if times.numel() != num_seeds:
+        raise LoaderError(f"{name} (seed times for time_attr {time_attr!r}) needs one time "
+                          f"per seed ({num_seeds}), got {times.numel()}")
+    return times.to(torch.long).cpu()

@@ -30,10 +30,11 @@ from torch_geometric.loader.utils import filter_custom_store
 from torch_geometric.sampler import BaseSampler, NegativeSampling, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
-from pyg_dist.errors import LoaderError
+from pyg_dist.errors import LoaderError, SamplerError
 from pyg_dist.loader.arguments import (
     check_dataloader_kwargs,
     check_sampler_args,
+    check_seed_times,
     check_store_pair,
 )
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
@@ -72,21 +73,24 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         edge_label: Labels of the seed links, ``E`` entries (PyG's rules:
             with binary negatives, labels starting at 0 are shifted by one
             so that 0 means negative).
-        edge_label_time: Not supported yet (temporal sampling); must be
-            ``None``.
+        edge_label_time: One integer time per seed link (with
+            ``time_attr``): each link's endpoints are sampled only in their
+            past; negatives get the times of the positives, as in PyG.
         replace: Sample with replacement.
         subgraph_type: ``"directional"``, ``"bidirectional"`` or
             ``"induced"``.
         disjoint: Give every seed link its own subgraph (adds ``batch``).
-        temporal_strategy: Only ``"uniform"``.
+        temporal_strategy: ``"uniform"`` or ``"last"`` (with ``time_attr``).
         neg_sampling: ``None``, ``"binary"``, ``"triplet"`` or a PyG
             :class:`~torch_geometric.sampler.NegativeSampling`. Negative
             endpoints are drawn uniformly over all nodes (or by its
             ``src_weight`` / ``dst_weight``), reproducibly from ``seed``.
         neg_sampling_ratio: PyG's deprecated shortcut for
             ``NegativeSampling("binary", neg_sampling_ratio)``.
-        time_attr: Not supported; must be ``None``.
-        weight_attr: Not supported; must be ``None``.
+        time_attr: A node or edge time of the served graph (see
+            :class:`~pyg_dist.DistNeighborLoader`); needs ``edge_label_time``.
+        weight_attr: An edge attribute of the served graph to draw neighbours
+            in proportion to (see :class:`~pyg_dist.DistNeighborLoader`).
         transform: Applied to every finished batch.
         transform_sampler_output: Applied to every ``SamplerOutput``.
         is_sorted: Accepted hint, as in ``DistNeighborLoader``.
@@ -148,11 +152,11 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         **kwargs: Any,
     ) -> None:
         fs, gs = check_store_pair(data, "DistLinkNeighborLoader", "LinkNeighborLoader")
-        for name, value in (("edge_label_time", edge_label_time), ("time_attr", time_attr),
-                            ("weight_attr", weight_attr)):
-            if value is not None:
-                raise LoaderError(f"{name} is not supported yet by DistLinkNeighborLoader "
-                                  f"(temporal and weighted sampling); leave it None")
+        if (edge_label_time is None) != (time_attr is None):
+            raise LoaderError("temporal link sampling needs both time_attr (the node or edge "
+                              "time to sample by) and edge_label_time (one time per seed "
+                              "link), as PyG's LinkNeighborLoader does; got only "
+                              + ("edge_label_time" if time_attr is None else "time_attr"))
         if not isinstance(prefetch, int) or prefetch < 0:
             raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.rank, self.world_size = ddp_layout(rank, world_size)
@@ -161,7 +165,9 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
                                 filter_per_worker=filter_per_worker)
         check_sampler_args(
-            neighbor_sampler, num_neighbors, ddp=ddp, temporal_strategy=temporal_strategy,
+            neighbor_sampler, num_neighbors, ddp=ddp,
+            temporal_strategy=(temporal_strategy, "uniform"), weight_attr=(weight_attr, None),
+            time_attr=(time_attr, None),
             replace=(replace, False), disjoint=(disjoint, False), directed=(directed, True),
             subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
             seed=(seed, None), timeout=(timeout, None))
@@ -176,9 +182,14 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         if not directed:
             subgraph_type = SubgraphType.induced
         if neighbor_sampler is None:
-            neighbor_sampler = DistNeighborSampler(
-                (fs, gs), num_neighbors=num_neighbors, replace=replace,
-                subgraph_type=subgraph_type, disjoint=disjoint, seed=seed, timeout=timeout)
+            try:
+                neighbor_sampler = DistNeighborSampler(
+                    (fs, gs), num_neighbors=num_neighbors, replace=replace,
+                    subgraph_type=subgraph_type, disjoint=disjoint, seed=seed,
+                    timeout=timeout, weight_attr=weight_attr, time_attr=time_attr,
+                    temporal_strategy=temporal_strategy)
+            except SamplerError as exc:
+                raise LoaderError(str(exc)) from exc
         self.prefetch = prefetch
         self.device = device
         self._epoch = 0
@@ -190,6 +201,8 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         try:
             super().__init__(data=(fs, gs), link_sampler=neighbor_sampler,
                              edge_label_index=(None, seeds), edge_label=edge_label,
+                             edge_label_time=check_seed_times(
+                                 edge_label_time, seeds.size(1), time_attr, "edge_label_time"),
                              neg_sampling=neg_sampling, transform=transform,
                              transform_sampler_output=transform_sampler_output,
                              filter_per_worker=filter_per_worker, custom_cls=custom_cls,

@@ -36,10 +36,11 @@ from torch_geometric.loader.utils import filter_custom_store
 from torch_geometric.sampler import BaseSampler, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
-from pyg_dist.errors import LoaderError
+from pyg_dist.errors import LoaderError, SamplerError
 from pyg_dist.loader.arguments import (
     check_dataloader_kwargs,
     check_sampler_args,
+    check_seed_times,
     check_store_pair,
 )
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
@@ -83,15 +84,21 @@ class DistNeighborLoader(DistIteration, NodeLoader):
             ``None`` or the sampler's own list).
         input_nodes: Seed nodes: global ids, a boolean mask over all nodes,
             ``(None, ids_or_mask)``, or ``None`` for every node.
-        input_time: Not supported (temporal sampling); must be ``None``.
+        input_time: One integer time per seed (after ``input_nodes`` is
+            resolved): only neighbours no later than it are sampled. Needs
+            ``time_attr``; without it, a node ``time_attr`` gives the seeds'
+            own times.
         replace: Sample with replacement.
         subgraph_type: ``"directional"``, ``"bidirectional"`` or
             ``"induced"``.
         disjoint: Give every seed its own subgraph (adds ``batch``).
-        temporal_strategy: Only ``"uniform"`` (the others select temporal
-            sampling, not supported).
-        time_attr: Not supported; must be ``None``.
-        weight_attr: Not supported; must be ``None``.
+        temporal_strategy: With ``time_attr``: ``"uniform"`` draws among
+            the past neighbours, ``"last"`` takes the most recent ones.
+        time_attr: A node or edge attribute of integer times served with the
+            partition; sampling is then temporal and disjoint (every seed its
+            own subgraph, ``batch`` and ``seed_time`` in the batch), as PyG's.
+        weight_attr: An edge attribute of finite, non-negative weights;
+            neighbours are drawn with probability proportional to it.
         transform: Applied to every finished batch.
         transform_sampler_output: Applied to every ``SamplerOutput``.
         is_sorted: PyG's hint that a local ``edge_index`` is sorted by
@@ -167,11 +174,10 @@ class DistNeighborLoader(DistIteration, NodeLoader):
         **kwargs: Any,
     ) -> None:
         fs, gs = check_store_pair(data, "DistNeighborLoader", "NeighborLoader")
-        for name, value in (("input_time", input_time), ("time_attr", time_attr),
-                            ("weight_attr", weight_attr)):
-            if value is not None:
-                raise LoaderError(f"{name} is not supported by DistNeighborLoader yet "
-                                  f"(temporal and weighted sampling); leave it None")
+        if input_time is not None and time_attr is None:
+            raise LoaderError("input_time is set while time_attr is not; name the node or "
+                              "edge time to sample by with time_attr (as PyG's "
+                              "NeighborLoader requires)")
         if not isinstance(prefetch, int) or prefetch < 0:
             raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.rank, self.world_size = ddp_layout(rank, world_size)
@@ -180,17 +186,25 @@ class DistNeighborLoader(DistIteration, NodeLoader):
         check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
                                 filter_per_worker=filter_per_worker)
         check_sampler_args(
-            neighbor_sampler, num_neighbors, ddp=ddp, temporal_strategy=temporal_strategy,
-            replace=(replace, False), disjoint=(disjoint, False), directed=(directed, True),
+            neighbor_sampler, num_neighbors, ddp=ddp,
+            temporal_strategy=(temporal_strategy, "uniform"), time_attr=(time_attr, None),
+            weight_attr=(weight_attr, None), replace=(replace, False),
+            disjoint=(disjoint, False), directed=(directed, True),
             subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
             seed=(seed, None), timeout=(timeout, None))
         if not directed:
             subgraph_type = SubgraphType.induced
         if neighbor_sampler is None:
-            neighbor_sampler = DistNeighborSampler(
-                (fs, gs), num_neighbors=num_neighbors, replace=replace,
-                subgraph_type=subgraph_type, disjoint=disjoint, seed=seed, timeout=timeout)
+            try:
+                neighbor_sampler = DistNeighborSampler(
+                    (fs, gs), num_neighbors=num_neighbors, replace=replace,
+                    subgraph_type=subgraph_type, disjoint=disjoint, seed=seed,
+                    timeout=timeout, weight_attr=weight_attr, time_attr=time_attr,
+                    temporal_strategy=temporal_strategy)
+            except SamplerError as exc:
+                raise LoaderError(str(exc)) from exc
         nodes, input_id = _input_ids(input_nodes, gs.num_nodes)
+        input_time = check_seed_times(input_time, nodes.numel(), time_attr, "input_time")
         self.prefetch = prefetch
         self.device = device
         self._epoch = 0
@@ -202,7 +216,7 @@ class DistNeighborLoader(DistIteration, NodeLoader):
             kwargs["sampler"] = self._rank_sampler
         try:
             super().__init__(data=(fs, gs), node_sampler=neighbor_sampler, input_nodes=nodes,
-                             transform=transform,
+                             input_time=input_time, transform=transform,
                              transform_sampler_output=transform_sampler_output,
                              filter_per_worker=filter_per_worker, custom_cls=custom_cls,
                              input_id=input_id, **kwargs)

@@ -9,6 +9,11 @@ seeds first, then each new node in order of first appearance, hop by hop;
 destination, ``edge`` the global edge id. With full fan-out (``-1``) the
 output equals PyG's local ``NeighborSampler`` on the unpartitioned graph.
 
+Weighted and temporal sampling (``weight_attr``, ``time_attr``) happen on
+the servers (:mod:`pyg_dist.server.sample_attrs`); every hop sends each
+frontier node's seed time with it. Temporal sampling is disjoint, as PyG's:
+each seed grows its own tree, and a node's seed time is that of its root.
+
 Randomness: every batch draws one 63-bit seed from the sampler's generator
 (on the caller's thread), and every hop and server derives its own seed from
 it. A fixed ``seed`` therefore reproduces every batch, whatever order the
@@ -24,6 +29,7 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
+from torch_geometric.data import TensorAttr
 from torch_geometric.sampler import (
     BaseSampler,
     EdgeSamplerInput,
@@ -33,7 +39,7 @@ from torch_geometric.sampler import (
 )
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
-from pyg_dist.errors import SamplerError
+from pyg_dist.errors import RemoteError, SamplerError, StoreError
 from pyg_dist.sampler import link_sampling
 from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.relabel import node_index
@@ -63,9 +69,18 @@ class DistNeighborSampler(BaseSampler):
             building the sampler reproduces its batches.
         timeout: Deadline of every sampling call in seconds; ``None`` uses
             the RPC configuration's.
+        weight_attr: An edge attribute of the partitioned graph to draw
+            neighbours by (probability proportional to it; weight 0 never
+            drawn), with or without replacement.
+        time_attr: A node or edge attribute holding integer times: only
+            neighbours (or edges) no later than the seed's time are drawn.
+            Makes sampling disjoint, as in PyG.
+        temporal_strategy: ``"uniform"`` or ``"last"`` (the most recent
+            neighbours), with ``time_attr``.
 
     Raises:
-        SamplerError: on an unsupported or invalid configuration.
+        SamplerError: on an unsupported or invalid configuration, naming
+            an attribute the servers cannot draw by.
     """
 
     def __init__(
@@ -77,6 +92,9 @@ class DistNeighborSampler(BaseSampler):
         disjoint: bool = False,
         seed: Optional[int] = None,
         timeout: Optional[float] = None,
+        weight_attr: Optional[str] = None,
+        time_attr: Optional[str] = None,
+        temporal_strategy: str = "uniform",
     ) -> None:
         graph_store = data[1] if isinstance(data, (tuple, list)) else data
         if not isinstance(graph_store, RemoteGraphStore):
@@ -92,6 +110,12 @@ class DistNeighborSampler(BaseSampler):
         except ValueError as exc:
             raise SamplerError(f"subgraph_type must be one of 'directional', 'bidirectional', "
                                f"'induced'; got {subgraph_type!r}") from exc
+        self.feature_store = data[0] if isinstance(data, (tuple, list)) else None
+        self.weight_attr, self.time_attr = weight_attr, time_attr
+        self.temporal_strategy = temporal_strategy
+        self.time_kind = self._check_attributes(timeout)
+        # Temporal sampling is disjoint (PyG's is_temporal implies disjoint).
+        disjoint = bool(disjoint) or time_attr is not None
         if disjoint and self.subgraph_type == SubgraphType.induced:
             raise SamplerError("disjoint sampling with subgraph_type='induced' is not "
                                "supported (PyG does not support it either)")
@@ -109,8 +133,55 @@ class DistNeighborSampler(BaseSampler):
 
     @property
     def is_temporal(self) -> bool:
-        """Always ``False``: temporal sampling is not supported."""
-        return False
+        """Whether sampling follows ``time_attr``."""
+        return self.time_attr is not None
+
+    def _check_attributes(self, timeout: Optional[float]) -> Optional[str]:
+        """Checks the weight and time settings here and on every server;
+        returns where the time lives (``"node"``, ``"edge"`` or ``None``)."""
+        for name, value in (("weight_attr", self.weight_attr), ("time_attr", self.time_attr)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise SamplerError(f"{name} must be an attribute name, got {value!r}")
+        if self.temporal_strategy not in ("uniform", "last"):
+            raise SamplerError(f"temporal_strategy must be 'uniform' or 'last', got "
+                               f"{self.temporal_strategy!r}")
+        if self.temporal_strategy == "last" and self.time_attr is None:
+            raise SamplerError("temporal_strategy='last' takes the most recent neighbours "
+                               "and needs a time_attr")
+        if self.temporal_strategy == "last" and (self.replace or self.weight_attr is not None):
+            raise SamplerError("temporal_strategy='last' is deterministic: it cannot draw "
+                               "with replacement or by weight_attr")
+        if self.weight_attr is None and self.time_attr is None:
+            return None
+        try:
+            return self.graph_store.check_sample_attributes(
+                self.weight_attr, self.time_attr, self.temporal_strategy, timeout=timeout)
+        except (RemoteError, StoreError) as exc:
+            raise SamplerError(f"the servers cannot sample by weight_attr="
+                               f"{self.weight_attr!r}, time_attr={self.time_attr!r}: "
+                               f"{getattr(exc, 'remote_message', None) or exc}") from exc
+
+    def _seed_times(self, seeds: Tensor, time: Optional[Tensor]) -> Optional[Tensor]:
+        """The int64 time of every seed: ``time`` (``input_time``) checked,
+        or the seeds' own node times; ``None`` without ``time_attr``."""
+        if self.time_attr is None:
+            if time is not None:
+                raise SamplerError("seed times (input_time) were given but time_attr is "
+                                   "None; set time_attr to sample temporally")
+            return None
+        if time is None:
+            if self.time_kind != "node" or self.feature_store is None:
+                raise SamplerError(f"time_attr {self.time_attr!r} is an edge time: pass "
+                                   f"input_time, one time per seed")
+            time = self.feature_store.get_tensor(TensorAttr(None, self.time_attr, seeds))
+        if not isinstance(time, Tensor) or time.is_floating_point() or time.is_complex() \
+                or time.dtype == torch.bool or time.numel() != seeds.numel():
+            raise SamplerError(
+                f"input_time for time_attr {self.time_attr!r} must hold one integer time per "
+                f"seed ({seeds.numel()}), got "
+                f"{getattr(time, 'dtype', type(time).__name__)} of "
+                f"{getattr(time, 'numel', lambda: '?')()} values")
+        return time.view(-1).to(torch.long).cpu()
 
     def draw_seed(self) -> int:
         """Draws the random seed of one batch (thread-safe).
@@ -147,10 +218,7 @@ class DistNeighborSampler(BaseSampler):
         if index.input_type is not None:
             raise SamplerError("heterogeneous input nodes are not supported by "
                                "DistNeighborSampler yet")
-        if index.time is not None:
-            raise SamplerError("temporal sampling (seed times) is not supported by "
-                               "DistNeighborSampler")
-        out = self._sample(index.node, seed=seed)
+        out = self._sample(index.node, index.time, seed=seed)
         # A tuple that refuses PyG's NodeLoader reading features from its end.
         out.metadata = SamplerMetadata((index.input_id, index.time))
         return self._finish(out)
@@ -188,9 +256,8 @@ class DistNeighborSampler(BaseSampler):
     def _sample(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
                 seed: Optional[int] = None) -> SamplerOutput:
         """Samples all hops around ``seed_nodes`` (global ids)."""
-        if seed_time is not None:
-            raise SamplerError("temporal sampling is not supported by DistNeighborSampler")
         seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(), "seed nodes")
+        seed_time = self._seed_times(seed_nodes, seed_time)
         base_seed = self.draw_seed() if seed is None else int(seed)
         n = self.num_nodes
         num_seeds = seed_nodes.numel()
@@ -203,7 +270,10 @@ class DistNeighborSampler(BaseSampler):
         for hop, fanout in enumerate(self.num_neighbors):
             ids = frontier_keys % n if self.disjoint else frontier_keys
             counts, nbrs, eids = self.graph_store.sample_neighbors(
-                ids, fanout, self.replace, _hop_seed(base_seed, hop), timeout=self.timeout)
+                ids, fanout, self.replace, _hop_seed(base_seed, hop), timeout=self.timeout,
+                weight_attr=self.weight_attr, time_attr=self.time_attr,
+                seed_time=None if seed_time is None else seed_time[frontier_keys // n],
+                temporal_strategy=self.temporal_strategy)
             counts = counts.to(torch.long)
             total = int(counts.sum())
             if self.disjoint:
@@ -245,7 +315,8 @@ class DistNeighborSampler(BaseSampler):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "
                 f"replace={self.replace}, subgraph_type={self.subgraph_type.value}, "
-                f"disjoint={self.disjoint})")
+                f"disjoint={self.disjoint}, weight_attr={self.weight_attr!r}, "
+                f"time_attr={self.time_attr!r})")
 
 
 def _check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors]) -> list[int]:

@@ -16,9 +16,11 @@ uses a generator seeded from the batch's seed, so a fixed loader seed
 reproduces every negative whatever thread samples the batch (PyG's own
 ``NegativeSampling.sample`` draws from torch's global generator).
 
-Heterogeneous seed links (an edge type) and temporal ones
-(``edge_label_time``) raise :class:`~pyg_dist.errors.SamplerError`: the
-servers serve homogeneous graphs without time stamps for now.
+Temporal seed links (``edge_label_time``) are sampled in their past by the
+sampler's node path; negatives take the times of the positives (PyG's
+``edge_sample`` without node times). Heterogeneous seed links (an edge type)
+raise :class:`~pyg_dist.errors.SamplerError`: the trainer side reads
+homogeneous graphs only for now.
 """
 
 from __future__ import annotations
@@ -134,16 +136,13 @@ def sample_from_edges(
         with triplet ones; indices point into ``node``.
 
     Raises:
-        SamplerError: on heterogeneous or temporal seed links, or when
+        SamplerError: on heterogeneous seed links, or when
             negatives cannot be drawn.
     """
     if index.input_type is not None:
         raise SamplerError(f"seed links of edge type {index.input_type!r}: heterogeneous "
                            f"graphs are not served yet; pass edge_label_index as a [2, E] "
                            f"tensor of a homogeneous graph")
-    if index.time is not None:
-        raise SamplerError("edge_label_time (temporal link sampling) is not supported yet; "
-                           "leave it None")
     _check_seed_links(index, num_nodes)
     neg = None
     if neg_sampling is not None:

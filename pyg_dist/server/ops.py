@@ -29,6 +29,7 @@ from pyg_dist.rpc import shared_memory
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.wire_values import describe
+from pyg_dist.server.sample_attrs import SampleAttributes, parse_request, wants_attributes
 from pyg_dist.store.local import PartitionFeatureStore, local_rows
 
 Result = tuple[dict[str, Any], list[Tensor]]
@@ -183,6 +184,8 @@ class PartitionOps:
             deg = colptr.diff()
             self._csc[edge_type] = _Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),
                                         self._index(dst), int(deg.max()) if deg.numel() else 0)
+        self._attributes = SampleAttributes(
+            reader, part, {t: (c.row, c.edge_ids, c.deg) for t, c in self._csc.items()})
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
@@ -328,6 +331,8 @@ class PartitionOps:
         """
         csc = self._csc_of(args)
         k, replace = self._fan_out(args)
+        if wants_attributes(args):
+            return self._attribute_sample_bytes(args, tensors, csc, k, replace)
         if len(tensors) == 1:
             # The bound from the graph's largest degree spares small
             # requests (the inline ones) the gather.
@@ -347,15 +352,33 @@ class PartitionOps:
             work += _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
         return work
 
+    def _attribute_sample_bytes(self, args: dict[str, Any], tensors: list[Tensor], csc: _Csc,
+                                k: int, replace: bool) -> int:
+        """``sample_bytes`` by weight or time: the weighted and temporal
+        kernels work over every entry of the seeds' segments (a padded
+        matrix or narrowed candidates) whatever the fan-out."""
+        parse_request(args, tensors)
+        rows = self._ids(tensors[:1], csc.dst)
+        deg = csc.deg.index_select(0, rows)
+        answer = 8 * (rows.numel() + 2 * self._sampled(deg, k, replace))
+        self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
+        return _SAMPLE_WORK_FACTOR * answer + _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
+
     def sample(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """One hop for owned seeds: tensors ``counts``, ``neighbours``, ``edge_ids``.
 
         Args ``num_neighbors`` (``-1``: all), ``replace`` (bool), ``seed``
-        (int or nil: same seed, same answer), ``edge_type`` (nil).
+        (int or nil: same seed, same answer), ``edge_type`` (nil); optional
+        ``weight_attr`` (an edge attribute to draw by), ``time_attr`` (a node
+        or edge time; the second tensor then holds one int64 time per seed)
+        and ``temporal_strategy`` (``"uniform"`` or ``"last"``), see
+        :mod:`pyg_dist.server.sample_attrs`.
         """
         csc = self._csc_of(args)
         k, replace = self._fan_out(args)
         seed = _int_arg(args, "seed", None, *_SEED_RANGE)
+        if wants_attributes(args):
+            return self._sample_by_attributes(args, tensors, csc, k, replace, seed)
         rows = self._ids(tensors, csc.dst)
         start = csc.colptr.index_select(0, rows)
         deg = csc.deg.index_select(0, rows)
@@ -372,6 +395,28 @@ class PartitionOps:
         counts, positions = sample_segments(start, deg, k, replace, generator)
         return {}, [counts, csc.row.index_select(0, positions),
                     csc.edge_ids.index_select(0, positions)]
+
+    def _sample_by_attributes(self, args: dict[str, Any], tensors: list[Tensor], csc: _Csc,
+                              k: int, replace: bool, seed: Optional[int]) -> Result:
+        request = parse_request(args, tensors)
+        rows = self._ids(tensors[:1], csc.dst)
+        start = csc.colptr.index_select(0, rows)
+        deg = csc.deg.index_select(0, rows)
+        self._check_reply(8 * (rows.numel() + 2 * self._sampled(deg, k, replace)),
+                          "sample", "use a smaller fan-out or fewer seeds per request")
+        generator = torch.Generator()
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        edge_type = _edge_type(args.get("edge_type"))
+        counts, positions = self._attributes.sample(edge_type, request, start, deg, k,
+                                                    replace, generator)
+        result = {}
+        if request.time_attr is not None:
+            result["time_kind"] = self._attributes.time(edge_type, request.time_attr)[1]
+        return result, [counts, csc.row.index_select(0, positions),
+                        csc.edge_ids.index_select(0, positions)]
 
     def _get_plan(self, args: dict[str, Any]) -> tuple[Optional[str], list[str],
                                                       dict[str, dict[str, Any]], int]:

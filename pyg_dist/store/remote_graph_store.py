@@ -81,7 +81,10 @@ class RemoteGraphStore(GraphStore):
     # Sampling ##############################################################
 
     def sample_neighbors(self, ids: Tensor, num_neighbors: int, replace: bool, seed: int,
-                         timeout: Optional[float] = None) -> tuple[Tensor, Tensor, Tensor]:
+                         timeout: Optional[float] = None, *,
+                         weight_attr: Optional[str] = None, time_attr: Optional[str] = None,
+                         seed_time: Optional[Tensor] = None,
+                         temporal_strategy: str = "uniform") -> tuple[Tensor, Tensor, Tensor]:
         """Samples one hop of in-neighbours of ``ids`` on the owning servers.
 
         Args:
@@ -91,6 +94,12 @@ class RemoteGraphStore(GraphStore):
             seed: Random seed of this hop; every server gets one derived from
                 it and its part, so the answer does not depend on timing.
             timeout: Deadline of every call; ``None`` uses the config's.
+            weight_attr: An edge attribute to draw by (probability
+                proportional to weight; weight 0 never drawn).
+            time_attr: A node or edge time: only entries whose time is at
+                most the seed's time are drawn.
+            seed_time: With ``time_attr``, one int64 time per id.
+            temporal_strategy: ``"uniform"`` or ``"last"`` (the most recent).
 
         Returns:
             ``(counts, neighbours, edge_ids)`` in the order of ``ids``:
@@ -100,9 +109,16 @@ class RemoteGraphStore(GraphStore):
         if ids.numel() == 0:
             empty = torch.empty(0, dtype=torch.long)
             return empty, empty, empty
-        args = {"num_neighbors": int(num_neighbors), "replace": bool(replace)}
+        args = {"num_neighbors": int(num_neighbors), "replace": bool(replace),
+                **_attribute_args(weight_attr, time_attr, temporal_strategy)}
+        aligned = ()
+        if time_attr is not None:
+            if seed_time is None or seed_time.numel() != ids.numel():
+                raise StoreError(f"time_attr {time_attr!r} needs one seed time per id")
+            aligned = (seed_time.to(torch.long).view(-1),)
         extra = {part: {"seed": _mix_seed(seed, part)} for part in range(self.router.num_parts)}
-        answers = self.router.route(ids, "sample", args, extra_args=extra, timeout=timeout)
+        answers = self.router.route(ids, "sample", args, extra_args=extra, timeout=timeout,
+                                    aligned=aligned)
         for answer in answers:
             _check_sample_reply(answer.tensors, answer.positions.numel(),
                                 self.router.endpoints[answer.part])
@@ -110,6 +126,37 @@ class RemoteGraphStore(GraphStore):
             ids.numel(), [a.positions for a in answers], [a.tensors[0] for a in answers],
             [(a.tensors[1], a.tensors[2]) for a in answers])
         return counts, nbrs, eids
+
+    def check_sample_attributes(self, weight_attr: Optional[str], time_attr: Optional[str],
+                                temporal_strategy: str = "uniform",
+                                timeout: Optional[float] = None) -> Optional[str]:
+        """Asks every server to sample no seeds by these attributes, so that
+        each one loads and checks them now rather than at the first batch.
+
+        Returns:
+            Where every server found ``time_attr``: ``"node"`` or ``"edge"``
+            (``None`` without a time).
+
+        Raises:
+            RemoteError: naming the attribute, if a server cannot draw by it
+                (unknown, negative or NaN weights, a time of the wrong dtype).
+        """
+        args = {"num_neighbors": 0, "replace": False,
+                **_attribute_args(weight_attr, time_attr, temporal_strategy)}
+        empty = torch.empty(0, dtype=torch.long)
+        tensors = [empty, empty] if time_attr is not None else [empty]
+        replies = self.router.call_all(
+            [(part, "sample", args, tensors) for part in range(self.router.num_parts)],
+            timeout)
+        kinds = {reply.result.get("time_kind") for reply in replies}
+        if len(kinds) != 1:
+            raise StoreError(f"the servers disagree on where time_attr {time_attr!r} lives: "
+                             f"{sorted(map(str, kinds))}; serve one partitioned dataset")
+        kind = kinds.pop()
+        if time_attr is not None and kind not in ("node", "edge"):
+            raise StoreError(f"a server did not say where time_attr {time_attr!r} lives "
+                             f"(an older server?); upgrade the servers")
+        return kind
 
     # PyG GraphStore interface ##############################################
 
@@ -242,6 +289,19 @@ class RemoteGraphStore(GraphStore):
 
 # Bytes an edge takes in an ``edge_index`` answer: source, destination, id.
 _EDGE_BYTES = 24
+
+
+def _attribute_args(weight_attr: Optional[str], time_attr: Optional[str],
+                    temporal_strategy: str) -> dict[str, Any]:
+    """The optional arguments of a weighted or temporal ``sample``; none
+    for a uniform one, whose request stays as it was."""
+    args: dict[str, Any] = {}
+    if weight_attr is not None:
+        args["weight_attr"] = weight_attr
+    if time_attr is not None:
+        args["time_attr"] = time_attr
+        args["temporal_strategy"] = temporal_strategy
+    return args
 
 
 def _mix_seed(seed: int, part: int) -> int:

@@ -318,7 +318,8 @@ class Router:
                 address=self.endpoints[part], op=op) from exc
 
     def route(self, ids: Tensor, op: str, args: dict, *, extra_args: Optional[dict] = None,
-              timeout: Optional[float] = None) -> list[Routed]:
+              timeout: Optional[float] = None,
+              aligned: tuple[Tensor, ...] = ()) -> list[Routed]:
         """Sends every owner its share of ``ids`` (one request each, concurrently).
 
         Args:
@@ -327,17 +328,20 @@ class Router:
             args: The operation's arguments, the same for every server.
             extra_args: Per-part argument overrides ``{part: {...}}``.
             timeout: Deadline of every call; ``None`` uses the config's.
+            aligned: Tensors with one row per id (e.g. seed times), sent
+                after the ids, each server getting the rows of its ids.
 
         Returns:
             One :class:`Routed` per server that owns at least one id.
         """
         shares = self.split(ids)
         requests = []
-        for part, _, part_ids in shares:
+        for part, positions, part_ids in shares:
             part_args = dict(args)
             if extra_args and part in extra_args:
                 part_args.update(extra_args[part])
-            requests.append((part, op, part_args, [part_ids]))
+            requests.append((part, op, part_args,
+                             [part_ids, *(t.index_select(0, positions) for t in aligned)]))
         replies = self.call_all(requests, timeout)
         return [Routed(part, positions, reply.result, list(reply.tensors))
                 for (part, positions, _), reply in zip(shares, replies)]

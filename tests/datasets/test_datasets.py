@@ -120,3 +120,20 @@ def test_fake_hetero_is_deterministic_and_resolvable():
     data = load_dataset("pyg_dist.datasets:fake_hetero")
     assert isinstance(data, HeteroData) and data["v0"].num_nodes > 0
     assert torch.equal(state, torch.get_rng_state()), "the global RNG must be untouched"
+def test_lastfm_is_a_temporal_graph_of_tag_events():
+    from pyg_dist.datasets import lastfm, lastfm_events
+
+    data = lastfm()
+    assert data.num_nodes == 19914 and data.edge_index.size(1) == 2 * 186479
+    assert int(data.x[:, 0].sum()) == 1892 and int(data.x[:, 1].sum()) == 18022
+    user, artist, time = lastfm_events(data)
+    assert user.numel() == 186479 and bool((user < 1892).all() and (artist >= 1892).all())
+    assert bool((time[1:] >= time[:-1]).all())  # in time order
+    half = user.numel()  # the second half: the same events reversed
+    assert torch.equal(data.edge_index[:, half:], data.edge_index[:, :half].flip(0))
+    assert data.edge_time.dtype == torch.int64 and data.edge_weight.min() >= 1.0
+    # Tags on artists the user played weigh more than 1: 39% of the events.
+    assert 0.35 < float((data.edge_weight[:half] > 1).float().mean()) < 0.45
+    small = lastfm(max_events=100)
+    assert small.edge_index.size(1) == 200 and torch.equal(lastfm_events(small)[2],
+                                                           time[:100])

@@ -207,6 +207,20 @@ def test_last_takes_exactly_the_most_recent_neighbours(k, dense):
 
 
 @WAYS
+def test_last_over_times_too_far_apart_to_pack_with_the_column(dense):
+    # Times spanning most of int64: the dense way cannot pack (time, column)
+    # into one int64 key and falls back to its sorts; same answer.
+    start, deg, entry_time, seed_time = _temporal_case(seed=40)
+    spread = 1 << 56  # 49 * 2**56 - 2**62 stays inside int64
+    entry_time, seed_time = entry_time * spread - (1 << 62), seed_time * spread - (1 << 62)
+    counts, positions = _temporal(start, deg, entry_time, seed_time, 3, "last", dense=dense)
+    for i, picked in enumerate(_segments(counts, positions)):
+        past = _past(start, deg, entry_time, seed_time, i)
+        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)[:3]
+        assert sorted(picked) == sorted(newest)
+
+
+@WAYS
 def test_uniform_temporal_subsets_are_uniform_over_the_past(dense):
     # 7 entries, times 0..6; the seed at time 5 may draw from 6 of them.
     draws = 20_000
@@ -258,3 +272,67 @@ def test_temporal_bad_input_is_refused():
         _temporal(start, deg, times, seed_time, -2)
     with pytest.raises(ValueError, match=">= 0"):
         sample_weighted_segments(start, deg, times.double(), -2)
+
+
+# Time-sorted segments (the server's way) ####################################
+
+def _sorted_case(seed: int):
+    """Every seed's segment, the whole CSC tiled by them, sorted by time."""
+    from pyg_dist.kernels import sort_by_time
+
+    start, deg, entry_time, seed_time = _temporal_case(seed)
+    perm, sorted_time = sort_by_time(deg, entry_time)
+    return start, deg, entry_time, seed_time, perm, sorted_time
+
+
+@pytest.mark.parametrize("k", [-1, 1, 3, 6])
+def test_time_sorted_last_equals_the_brute_force(k):
+    from pyg_dist.kernels import sample_time_sorted
+
+    start, deg, entry_time, seed_time, perm, sorted_time = _sorted_case(seed=k + 30)
+    assert bool((sorted_time == entry_time[perm]).all())
+    counts, positions = sample_time_sorted(start, deg, sorted_time, perm, seed_time, k, "last")
+    for i, picked in enumerate(_segments(counts, positions)):
+        past = _past(start, deg, entry_time, seed_time, i)
+        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)
+        assert sorted(picked) == sorted(newest if k == -1 else newest[:k])
+
+
+@pytest.mark.parametrize("k", [-1, 0, 2, 5])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_time_sorted_uniform_and_weighted_stay_in_the_past(k, replace, weighted):
+    from pyg_dist.kernels import sample_time_sorted
+
+    start, deg, entry_time, seed_time, perm, sorted_time = _sorted_case(seed=k + 50)
+    weight = torch.rand(entry_time.numel(), generator=torch.Generator().manual_seed(k + 3))
+    weight[::4] = 0
+    counts, positions = sample_time_sorted(
+        start, deg, sorted_time, perm, seed_time, k, "uniform", replace,
+        weight[perm] if weighted else None, torch.Generator().manual_seed(1))
+    for i, picked in enumerate(_segments(counts, positions)):
+        past = [p for p in _past(start, deg, entry_time, seed_time, i)
+                if not weighted or weight[p] > 0]
+        assert all(p in past for p in picked)
+        if k == -1:
+            assert sorted(picked) == past
+        elif replace:
+            assert len(picked) == (k if past else 0)
+        else:
+            assert len(picked) == min(k, len(past)) == len(set(picked))
+
+
+def test_time_sorted_uniform_is_uniform_over_the_past():
+    from pyg_dist.kernels import sample_time_sorted, sort_by_time
+
+    draws = 20_000
+    entry_time = torch.tensor([3, 0, 6, 5, 1, 4, 2])
+    perm, sorted_time = sort_by_time(torch.tensor([7]), entry_time)
+    start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 7)
+    seed_time = torch.full((draws,), 5)
+    counts, positions = sample_time_sorted(start, deg, sorted_time, perm, seed_time, 2,
+                                           generator=torch.Generator().manual_seed(4))
+    observed = torch.bincount(positions, minlength=7)
+    assert observed[2] == 0  # time 6: the future
+    keep = torch.tensor([0, 1, 3, 4, 5, 6])
+    assert _chi_square(observed[keep], torch.full((6,), 2 * draws / 6)) < CRITICAL_001[5]

@@ -208,7 +208,7 @@ def test_bad_labels_and_negative_sampling_raise_typed_errors(cora_data, cora_sto
     with pytest.raises(SamplerError, match="dst_weight.*2708"):
         DistLinkNeighborLoader(cora_stores3, neg_sampling=NegativeSampling(
             "binary", dst_weight=torch.ones(5)), **kw)
-    with pytest.raises(LoaderError, match="edge_label_time.*not supported yet"):
+    with pytest.raises(LoaderError, match="needs both time_attr.*got only edge_label_time"):
         DistLinkNeighborLoader(cora_stores3, edge_label_time=torch.zeros(10), **kw)
 
 

@@ -50,12 +50,16 @@ def test_arguments_the_loader_builds_itself_are_refused(cora_stores3, path, name
         _loader(cora_stores3, **ALL_PATHS[path], **{name: value})
 
 
-@pytest.mark.parametrize("name, value", [("input_time", torch.zeros(28)),
-                                         ("weight_attr", "w"), ("time_attr", "t"),
-                                         ("temporal_strategy", "last")])
-def test_temporal_and_weighted_sampling_are_refused(cora_stores3, name, value):
-    with pytest.raises(LoaderError, match=name):
-        _loader(cora_stores3, **{name: value})
+@pytest.mark.parametrize("settings, match", [
+    ({"input_time": torch.zeros(28, dtype=torch.long)}, "input_time is set while time_attr"),
+    ({"weight_attr": "edge_w"}, "weight_attr 'edge_w' is not an edge attribute"),
+    ({"time_attr": "t"}, "time_attr 't' is neither a node nor an edge attribute"),
+    ({"temporal_strategy": "last"}, "needs a time_attr"),
+    ({"temporal_strategy": "newest"}, "temporal_strategy must be"),
+])
+def test_bad_temporal_and_weighted_settings_are_refused(cora_stores3, settings, match):
+    with pytest.raises(LoaderError, match=match):
+        _loader(cora_stores3, **settings)
 
 
 def test_batch_size_none_and_invalid_dataloader_combinations_are_loader_errors(cora_stores3):
