@@ -17,7 +17,7 @@ What is measured, each through a real server process on 127.0.0.1:
   the same request with a precomputed reply of the same byte size (no gather,
   no validation, no protocol), driven by a bare DEALER;
 * the same-host path: ``get`` with the rows written into shared memory the
-  client lends the server (``pyg_dist.rpc.shared_memory``; one segment per
+  client lends the server (``pyg_dist.rpc.shm``; one segment per
   request in flight), against the same TCP ceiling. It only exists where
   client and server share a host.
 
@@ -51,7 +51,7 @@ import pyg_dist
 from pyg_dist.cluster import LocalCluster
 from pyg_dist.malloc_tuning import tune_malloc
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.shared_memory import host_id
+from pyg_dist.rpc.shm import host_id
 
 FEATURES = 128
 
@@ -132,7 +132,7 @@ def bench_pyg(client: RpcClient, op: str, args: dict, ids: Optional[torch.Tensor
 def bench_pyg_shm(client: RpcClient, ids: torch.Tensor, reply_bytes: int, depth: int,
                   seconds: float) -> tuple[int, float]:
     """Requests/s of ``get`` into shared memory, ``depth`` segments in turn."""
-    from pyg_dist.rpc.shared_memory import Segment
+    from pyg_dist.rpc.shm import Segment
 
     segments = collections.deque(Segment(reply_bytes + 4096) for _ in range(depth))
     try:

@@ -24,7 +24,7 @@ from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc import shared_memory
+from pyg_dist.rpc import shm
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.wire_values import describe
@@ -181,8 +181,8 @@ class PartitionOps:
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
-        self.segments = shared_memory.AttachedSegments()
-        self._host = shared_memory.host_id()
+        self.segments = shm.AttachedSegments()
+        self._host = shm.host_id()
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
@@ -406,7 +406,7 @@ class PartitionOps:
         """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
 
         With ``shm`` (a segment of a client on this host, see
-        :mod:`pyg_dist.rpc.shared_memory`) the rows are written into the
+        :mod:`pyg_dist.rpc.shm`) the rows are written into the
         segment, one region per attribute at the offsets the result's
         ``shm_offsets`` lists, and the reply carries no tensors.
         """
@@ -422,10 +422,10 @@ class PartitionOps:
         shapes = [(rows.numel(), *specs[a]["shape"]) for a in attrs]
         dtypes = [DTYPES[specs[a]["dtype"]] for a in attrs]
         sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes)]
-        offsets, total = shared_memory.layout(sizes)
+        offsets, total = shm.layout(sizes)
         payload = self.segments.payload(spec, total)
         for name, offset, dtype, shape in zip(attrs, offsets, dtypes, shapes):
-            self._rows(group, name, rows, out=shared_memory.view(payload, offset, dtype, shape))
+            self._rows(group, name, rows, out=shm.view(payload, offset, dtype, shape))
         return {"attrs": attrs, "shm_offsets": offsets}, []
 
     def _rows(self, group: Optional[str], name: str, rows: Tensor,
@@ -446,7 +446,7 @@ class PartitionOps:
     def release(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """Unmaps the client segments ``segments`` (``[name, token]`` pairs;
         a client closing); returns ``released``, how many were mapped."""
-        keys = shared_memory.release_keys(args.get("segments"))
+        keys = shm.release_keys(args.get("segments"))
         return {"released": self.segments.release(keys)}, []
 
     def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:

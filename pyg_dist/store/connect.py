@@ -51,7 +51,7 @@ class ServerMeta:
             equal on every server of one graph.
         book: The partition book tensor, if the server sent one.
         host: The server's host identity for shared memory
-            (:func:`pyg_dist.rpc.shared_memory.host_id`), if it sent one.
+            (:func:`pyg_dist.rpc.shm.host_id`), if it sent one.
         max_reply_bytes: The server's reply limit, if it sent one; the
             feature store splits bigger ``get`` answers into several calls.
     """

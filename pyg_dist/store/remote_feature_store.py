@@ -7,7 +7,7 @@ and the rows are put back in the caller's order. PyG builds a batch with one
 ``multi_get_tensor`` call (``x``, ``y``, masks, ... all indexed by the
 batch's nodes), so one batch costs one round trip per server. A server on the
 same host writes a big answer straight into shared memory the store lends it
-(:mod:`pyg_dist.rpc.shared_memory`) instead of sending it over the socket.
+(:mod:`pyg_dist.rpc.shm`) instead of sending it over the socket.
 
 The store is read-only: ``put_tensor`` / ``remove_tensor`` raise
 :class:`~pyg_dist.errors.StoreError`.
@@ -31,8 +31,8 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
 from pyg_dist.errors import RemoteError, RpcTimeoutError, StoreError, TransportError
-from pyg_dist.rpc import shared_memory
-from pyg_dist.rpc.shared_memory import ClientSegments, Segment
+from pyg_dist.rpc import shm
+from pyg_dist.rpc.shm import ClientSegments, Segment
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.routing import Router
 
@@ -118,7 +118,7 @@ class RemoteFeatureStore(FeatureStore):
             store).
         features: ``{(group, name): FeatureInfo}`` for every feature served.
         server_hosts: Each part's server's host identity as its ``meta``
-            reported it (:func:`pyg_dist.rpc.shared_memory.host_id`); servers
+            reported it (:func:`pyg_dist.rpc.shm.host_id`); servers
             on this host get shared memory for big replies. ``None``: none.
         reply_limits: Each part's server's ``max_reply_bytes`` as its
             ``meta`` reported it; a share of a ``get`` whose answer would be
@@ -298,7 +298,7 @@ class RemoteFeatureStore(FeatureStore):
         for part, positions, part_ids in shares:
             args: dict[str, Any] = {"attrs": names, "group": group}
             pool = pools.pool(part)
-            _, total = shared_memory.layout([positions.numel() * b for b in row_bytes])
+            _, total = shm.layout([positions.numel() * b for b in row_bytes])
             segment = pool.acquire(total) if lend else None
             drop = pool.take_dropped() if segment is not None else []
             if segment is not None:
@@ -350,7 +350,7 @@ class RemoteFeatureStore(FeatureStore):
                     or not all(isinstance(o, int) for o in offsets):
                 raise StoreError(f"server {address} answered 'get' into shared memory "
                                  f"without one offset per attribute: got {describe(offsets)}")
-            tensors = [shared_memory.view(segment.payload, offset, out.dtype,
+            tensors = [shm.view(segment.payload, offset, out.dtype,
                                           (positions.numel(), *out.shape[1:]))
                        for offset, out in zip(offsets, outs)]
         else:

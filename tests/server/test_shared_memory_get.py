@@ -12,9 +12,9 @@ import pytest
 import torch
 from support.rawzmq import RawDealer
 
-from pyg_dist.rpc import shared_memory
+from pyg_dist.rpc import shm as shared_memory
 from pyg_dist.rpc.protocol import ErrorReply
-from pyg_dist.rpc.shared_memory import SHM_DIR, Segment
+from pyg_dist.rpc.shm import SHM_DIR, Segment
 
 pytestmark = pytest.mark.skipif(shared_memory.host_id() is None,
                                 reason="this host has no usable /dev/shm")
@@ -189,7 +189,7 @@ def test_no_segment_file_is_left_behind(dealer, part0):
 _DYING_CLIENT = """
 import os, sys, torch
 from pyg_dist.rpc import RpcClient
-from pyg_dist.rpc.shared_memory import Segment
+from pyg_dist.rpc.shm import Segment
 endpoint, node = sys.argv[1], int(sys.argv[2])
 client = RpcClient([endpoint])
 seg = Segment(1 << 20)

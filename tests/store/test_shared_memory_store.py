@@ -11,9 +11,9 @@ import torch
 from support.threads import run_in_threads
 from torch_geometric.data import TensorAttr
 
-from pyg_dist.rpc import shared_memory
+from pyg_dist.rpc import shm as shared_memory
 from pyg_dist.rpc.config import RpcConfig
-from pyg_dist.rpc.shared_memory import (
+from pyg_dist.rpc.shm import (
     MIN_BYTES,
     SHM_DIR,
     ClientSegments,
@@ -219,7 +219,7 @@ def test_files_left_by_killed_clients_are_removed_after_an_hour():
 
 _CLOSE_WHILE_READING = """
 import torch
-from pyg_dist.rpc.shared_memory import SegmentPool, view
+from pyg_dist.rpc.shm import SegmentPool, view
 pool = SegmentPool(64 << 20, "tcp://127.0.0.1:1")
 segment = pool.acquire(1 << 20)
 rows = view(segment.payload, 0, torch.float32, (1000, 64))
