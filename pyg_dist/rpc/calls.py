@@ -30,9 +30,9 @@ import zmq
 
 from pyg_dist.errors import (
     ProtocolError,
-    RemoteError,
     RpcTimeoutError,
     ServerUnavailableError,
+    remote_error,
 )
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.liveness import DOWN, PeerStates
@@ -157,8 +157,8 @@ class IoState:
         if call is None:
             logger.debug("late or unknown reply %s from %s", req_id, address)
         elif isinstance(content, ErrorReply):
-            fail(call.future, RemoteError(content.message, address=address, op=call.op,
-                                           remote_type=content.type))
+            fail(call.future, remote_error(content.type, content.message, address=address,
+                                           op=call.op))
         else:
             call.future.set_result(content)
 

@@ -46,7 +46,7 @@ import zmq
 from torch import Tensor
 from zmq.auth.thread import ThreadAuthenticator
 
-from pyg_dist.errors import ProtocolError, PygDistError, TransportError
+from pyg_dist.errors import ProtocolError, PygDistError, TransportError, wire_type
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
@@ -445,13 +445,13 @@ class RpcServer:
             result, tensors = handler(request.args, request.tensors)
             return protocol.encode_reply(request.id, result, tensors)
         except _EXPECTED as exc:
-            kind, message = type(exc).__name__, error_text(exc)  # bounded, cannot raise
+            kind, message = wire_type(exc), error_text(exc)  # bounded, cannot raise
             logger.debug("op %r refused: %s: %s", request.op, kind, message)
         except FATAL:
             raise
         except BaseException as exc:  # a handler's bug fails only its request
             self._failure_log(f"{self._name}: op {request.op!r}", exc)
-            kind, message = type(exc).__name__, error_text(exc)
+            kind, message = wire_type(exc), error_text(exc)
         return protocol.encode_error(request.id, kind, message)
 
     def _ping(self, args: dict[str, Any], tensors: list[Tensor]
