@@ -30,13 +30,14 @@ import zmq
 
 from pyg_dist.errors import (
     ProtocolError,
+    RpcError,
     RpcTimeoutError,
     ServerUnavailableError,
     remote_error,
 )
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.liveness import DOWN, PeerStates
-from pyg_dist.rpc.protocol import ErrorReply
+from pyg_dist.rpc.protocol import ErrorReply, Reply
 from pyg_dist.rpc.sockets import NOBLOCK, POLLIN, send_frames
 from pyg_dist.rpc.wire_values import error_text
 
@@ -65,6 +66,7 @@ class Call:
     sent: bool = False
     # When the call gives up waiting for its lost server to come back.
     unavailable_at: float = float("inf")
+    lent: bool = False  # it lent memory for its reply
 
 
 class IoState:
@@ -159,6 +161,10 @@ class IoState:
         elif isinstance(content, ErrorReply):
             fail(call.future, remote_error(content.type, content.message, address=address,
                                            op=call.op))
+        elif content.shm is not None and not call.lent:
+            fail(call.future, ProtocolError(f"{address} answered {call.op!r} into shared "
+                                            f"memory that was not lent", address=address,
+                                            op=call.op))
         else:
             call.future.set_result(content)
 
@@ -278,3 +284,15 @@ def fail(future: futures.Future, exc: BaseException) -> None:
     """Fails ``future`` unless it already completed."""
     if not future.done():
         future.set_exception(exc)
+
+
+def wait_result(future: futures.Future, wait: float, address: str, op: str) -> Reply:
+    """The reply ``future`` holds, waiting at most ``wait`` seconds for it."""
+    try:
+        return future.result(wait)
+    except RpcError:  # RpcTimeoutError is a TimeoutError too: keep it as is
+        raise
+    except futures.TimeoutError as exc:  # the I/O thread itself is stuck
+        raise RpcTimeoutError(f"no reply from {address} to {op!r} within {wait:.3g}s "
+                              f"(client I/O thread unresponsive)",
+                              address=address, op=op) from exc

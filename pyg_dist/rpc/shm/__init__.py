@@ -53,8 +53,9 @@ from pyg_dist.rpc.shm.files import (
     remove_stale_segments,
     view,
 )
-from pyg_dist.rpc.shm.lending import ClientSegments, SegmentPool
+from pyg_dist.rpc.shm.lender import Lease, Lender
+from pyg_dist.rpc.shm.lending import SegmentPool
 
 __all__ = ["HEADER_BYTES", "MIN_BYTES", "NAME_PATTERN", "SHM_DIR", "AttachedSegments",
-           "ClientSegments", "Segment", "SegmentPool", "host_id", "layout", "release_keys",
+           "Lease", "Lender", "Segment", "SegmentPool", "host_id", "layout", "release_keys",
            "remove_stale_segments", "view"]

@@ -67,7 +67,7 @@ class AttachedSegments:
                 mapped, or ``nbytes`` do not fit.
         """
         if not isinstance(spec, dict):
-            raise SharedMemoryError(f"argument 'shm' must be a map with a segment 'name' "
+            raise SharedMemoryError(f"header field 'shm' must be a map with a segment 'name' "
                                     f"and 'token', got {describe(spec)}")
         name, token = _key([spec.get("name"), spec.get("token")], "'shm'")
         self.release(_keys(spec.get("drop", []), "'shm.drop'"))

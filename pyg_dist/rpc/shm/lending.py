@@ -11,15 +11,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from pyg_dist.errors import SharedMemoryError
-from pyg_dist.rpc.shm.files import (
-    _GRANULE,
-    _HEADROOM,
-    MIN_BYTES,
-    Segment,
-    remove_stale_segments,
-    room_for,
-    this_host,
-)
+from pyg_dist.rpc.shm.files import _GRANULE, _HEADROOM, MIN_BYTES, Segment, room_for
 
 logger = logging.getLogger(__name__)
 
@@ -148,46 +140,3 @@ class SegmentPool:
         # before its request failed (an unknown name costs it nothing).
         self._dropped.append(segment.key)
         segment.close()
-
-
-class ClientSegments:
-    """One client process's segment pools, one per server, created on first
-    use. Not for a forked child: its owner starts a new one there (the
-    parent's segments are the parent's).
-
-    Args:
-        endpoints: The servers, by index.
-        server_hosts: Each server's :func:`host_id` as it reported it
-            (``None``: unknown); only servers on this host get segments.
-        limit_bytes: Most bytes lent to each server (``0``: none).
-    """
-
-    def __init__(self, endpoints: Sequence[str], server_hosts: Sequence[Optional[str]],
-                 limit_bytes: int) -> None:
-        self.endpoints = list(endpoints)
-        self.server_hosts = list(server_hosts)
-        self.limit_bytes = int(limit_bytes)
-        self._lock = threading.Lock()
-        self._pools: dict[int, SegmentPool] = {}
-
-    def pool(self, server: int) -> SegmentPool:
-        """The pool of segments lent to ``server`` by this process."""
-        with self._lock:
-            pool = self._pools.get(server)
-            if pool is None:
-                if not self._pools and self.limit_bytes:
-                    remove_stale_segments()
-                here = this_host()
-                limit = self.limit_bytes if here is not None \
-                    and self.server_hosts[server] == here else 0
-                pool = self._pools[server] = SegmentPool(limit, self.endpoints[server])
-                if self.limit_bytes and not limit:
-                    pool.disabled = "the server runs on another host"
-            return pool
-
-    def close(self) -> dict[int, list[list[str]]]:
-        """Closes this process's pools; returns, per server, the keys of
-        segments it may still map (for its ``release`` op)."""
-        with self._lock:
-            pools, self._pools = self._pools, {}
-        return {server: names for server, pool in pools.items() if (names := pool.close())}
