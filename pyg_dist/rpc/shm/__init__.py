@@ -1,8 +1,15 @@
-"""Same-host shared memory for big replies: the client's segments, the server's mappings.
+"""Same-host shared memory for big replies, a transport of the RPC layer.
+
+A caller of :meth:`RpcClient.call_async <pyg_dist.rpc.RpcClient.call_async>`
+says how many bytes its reply's tensors take (``reply_bytes``); a handler
+takes its outputs from its call context (:mod:`pyg_dist.rpc.context`).
+Neither sees a segment: lending, mapping, views and releases happen here.
 
 Modules: :mod:`~pyg_dist.rpc.shm.files` (segment files, layout, views),
-:mod:`~pyg_dist.rpc.shm.lending` (the client's pools),
-:mod:`~pyg_dist.rpc.shm.attached` (the server's mappings).
+:mod:`~pyg_dist.rpc.shm.lending` (the client's pool per server),
+:mod:`~pyg_dist.rpc.shm.lender` (the client's calls into lent memory),
+:mod:`~pyg_dist.rpc.shm.attached` (the server's mappings),
+:mod:`~pyg_dist.rpc.shm.serving` (serving a call into them, ``release``).
 
 When a trainer and a partition server run on one machine, a ``get`` reply of
 tens of MB crossing loopback TCP costs more CPU than gathering the rows did:
@@ -14,7 +21,7 @@ carries only a header.
 
 The trainer (client) owns every segment:
 
-* :class:`SegmentPool` (one per server, per process) creates segments as
+* :class:`SegmentPool` (one per server, per client) creates segments as
   files under ``/dev/shm`` with mode 0600, reserves their pages up front
   (``posix_fallocate``: a full ``/dev/shm`` is a clean error now, not a
   ``SIGBUS`` in the server later), and writes a random token into a header
@@ -28,7 +35,8 @@ The trainer (client) owns every segment:
   that its size and token are what the client said (it really is the same
   memory, on the same host), and keeps it mapped, least recently used first
   out beyond a bound. A client that discards a segment tells the server with
-  the ``drop`` list of its next request, or the ``release`` op on close; the
+  the ``drop`` list of its next request, or the ``release`` op (every
+  :class:`~pyg_dist.rpc.RpcServer` serves it) when the client closes; the
   segments of a client process that exited without either are unmapped the
   next time the server maps a segment.
 
