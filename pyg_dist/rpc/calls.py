@@ -286,8 +286,17 @@ def fail(future: futures.Future, exc: BaseException) -> None:
         future.set_exception(exc)
 
 
-def wait_result(future: futures.Future, wait: float, address: str, op: str) -> Reply:
-    """The reply ``future`` holds, waiting at most ``wait`` seconds for it."""
+# Extra time ``RpcClient.call`` waits beyond a deadline for the I/O thread itself.
+_GRACE = 5.0
+
+
+def wait_result(future: futures.Future, config: Any, timeout: Optional[float],
+                idempotent: bool, address: str, op: str) -> Reply:
+    """The reply ``future`` holds, waited for as long as the call's attempts
+    (``config``'s timeout or ``timeout``, retries, backoff) may take."""
+    attempts = 1 + (config.retries if idempotent else 0)
+    each = (config.timeout if timeout is None else timeout) + config.retry_backoff_max
+    wait = attempts * each + _GRACE
     try:
         return future.result(wait)
     except RpcError:  # RpcTimeoutError is a TimeoutError too: keep it as is

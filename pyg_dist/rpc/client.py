@@ -24,9 +24,8 @@ by the I/O thread from one monitor socket per server that no other thread
 touches), not at the deadline: its calls fail with
 :class:`~pyg_dist.errors.ServerUnavailableError` (see
 :mod:`pyg_dist.rpc.calls`). A reply or event the I/O thread cannot handle
-is logged and dropped; it never stops the thread. A call that gives
-``reply_bytes`` to a server on this host gets its reply through shared memory
-the client lends (:mod:`pyg_dist.rpc.shm.lender`).
+is logged and dropped; it never stops the thread. Replies into lent shared
+memory: :mod:`pyg_dist.rpc.shm.lender`.
 """
 
 from __future__ import annotations
@@ -56,9 +55,6 @@ from pyg_dist.rpc.shm.lender import Lease, Lender
 from pyg_dist.rpc.wire_values import describe
 
 logger = logging.getLogger(__name__)
-
-# Extra time ``call`` waits beyond a deadline for the I/O thread itself.
-_GRACE = 5.0
 
 
 class RpcClient:
@@ -221,10 +217,9 @@ class RpcClient:
     def _send_now(self, call: Call) -> Literal["sent", "wake", "busy", "closed"]:
         """Sends ``call`` from the caller's thread if the I/O lock is free.
 
-        Returns ``"sent"``; ``"wake"`` when it was sent (or left to libzmq's
-        backlog) but the I/O thread must look at it before it would wake by
-        itself; ``"busy"`` when the lock was taken (or the sockets are not
-        open yet): the caller queues the call; ``"closed"``.
+        Returns ``"sent"``; ``"wake"`` when sent (or left to libzmq's backlog)
+        but the I/O thread must look at it before it would wake by itself;
+        ``"busy"`` (lock taken or no sockets yet: the caller queues); ``"closed"``.
         """
         if not self._io_lock.acquire(blocking=False):
             return "busy"
@@ -266,9 +261,8 @@ class RpcClient:
             RemoteError, RpcTimeoutError, RpcError: see :meth:`call_async`.
         """
         future = self.call_async(server, op, args, tensors, timeout, idempotent)
-        cfg, attempts = self._config, 1 + (self._config.retries if idempotent else 0)
-        each = (cfg.timeout if timeout is None else timeout) + cfg.retry_backoff_max
-        return wait_result(future, attempts * each + _GRACE, self._endpoints[server], op)
+        return wait_result(future, self._config, timeout, idempotent, self._endpoints[server],
+                           op)
 
     def ping(self, server: int, timeout: Optional[float] = None) -> dict[str, Any]:
         """Asks a server for its protocol version, name, host and ops.
