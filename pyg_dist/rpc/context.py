@@ -72,12 +72,12 @@ class CallContext:
                 here, foreign, or too small (the client then asks again
                 without lending).
         """
-        if not self.lent:
+        segments = self._segments
+        if self._shm is None or segments is None:
             return [torch.empty(tuple(shape), dtype=dtype) for dtype, shape in specs]
         sizes = [math.prod(shape) * dtype.itemsize for dtype, shape in specs]
         offsets, total = layout(sizes)
-        assert self._segments is not None
-        payload = self._segments.payload(self._shm, total)
+        payload = segments.payload(self._shm, total)
         outs = [view(payload, offset, dtype, shape)
                 for offset, (dtype, shape) in zip(offsets, specs)]
         self._offsets = {out.data_ptr(): offset for out, offset in zip(outs, offsets)}
