@@ -131,8 +131,8 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     router = Router(by_part, book, first.num_nodes, config=config, client=client)
     logger.info("connected to %d servers of a graph with %d nodes, %d edges",
                 len(by_part), first.num_nodes, first.num_edges)
-    return (RemoteFeatureStore(router, first.features, [metas[i].host for i in order],
-                               [metas[i].max_reply_bytes for i in order]),
+    return (RemoteFeatureStore(router, first.features,
+                               reply_limits=[metas[i].max_reply_bytes for i in order]),
             RemoteGraphStore(router, first.num_edges,
                              [metas[i].max_reply_bytes for i in order]))
 

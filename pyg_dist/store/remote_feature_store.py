@@ -114,15 +114,12 @@ class RemoteFeatureStore(FeatureStore):
         router: Routes requests to the owning servers (shared with the graph
             store).
         features: ``{(group, name): FeatureInfo}`` for every feature served.
-        server_hosts: Unused (the RPC client learns which servers share its
-            host); kept for callers that pass it.
         reply_limits: Each part's server's ``max_reply_bytes`` as its
             ``meta`` reported it; a share of a ``get`` whose answer would be
             bigger is asked for in several calls. ``None``: no limit known.
     """
 
     def __init__(self, router: Router, features: dict[tuple[Optional[str], str], FeatureInfo],
-                 server_hosts: Optional[Sequence[Optional[str]]] = None,
                  reply_limits: Optional[Sequence[Optional[int]]] = None) -> None:
         super().__init__()
         self.router = router
