@@ -17,8 +17,9 @@ What is measured, each through a real server process on 127.0.0.1:
   the same request with a precomputed reply of the same byte size (no gather,
   no validation, no protocol), driven by a bare DEALER;
 * the same-host path: ``get`` with the rows written into shared memory the
-  client lends the server (``pyg_dist.rpc.shared_memory``; one segment per
-  request in flight), against the same TCP ceiling. It only exists where
+  client lends the server (``reply_bytes`` of ``RpcClient.call_async``,
+  :mod:`pyg_dist.rpc.shm`; one segment per request in flight), against the
+  same TCP ceiling. It only exists where
   client and server share a host.
 
 Every figure is taken with ``--depth`` requests kept in flight by one client
@@ -51,7 +52,7 @@ import pyg_dist
 from pyg_dist.cluster import LocalCluster
 from pyg_dist.malloc_tuning import tune_malloc
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.shared_memory import host_id
+from pyg_dist.rpc.shm import host_id
 
 FEATURES = 128
 
@@ -131,29 +132,24 @@ def bench_pyg(client: RpcClient, op: str, args: dict, ids: Optional[torch.Tensor
 
 def bench_pyg_shm(client: RpcClient, ids: torch.Tensor, reply_bytes: int, depth: int,
                   seconds: float) -> tuple[int, float]:
-    """Requests/s of ``get`` into shared memory, ``depth`` segments in turn."""
-    from pyg_dist.rpc.shared_memory import Segment
+    """Requests/s of ``get`` into shared memory the client lends
+    (``reply_bytes``: one segment per request in flight, from its pool)."""
+    client.ping(0)  # the client learns that the server shares its host
 
-    segments = collections.deque(Segment(reply_bytes + 4096) for _ in range(depth))
-    try:
-        def issue():
-            segment = segments[0]
-            segments.rotate(-1)
-            future = client.call_async(0, "get", {"attrs": ["x"], "shm": segment.spec()}, [ids])
-            return segment, future
+    def issue():
+        return client.call_async(0, "get", {"attrs": ["x"]}, [ids], reply_bytes=reply_bytes)
 
-        def wait(pending) -> None:
-            segment, future = pending
-            future.result(timeout=60)
-            segment.announce()
+    def wait(future) -> None:
+        reply = future.result(timeout=60)
+        try:
+            if reply.shm is None:
+                raise RuntimeError("a reply travelled over the socket: raise the client's "
+                                   "shared_memory_bytes or free /dev/shm")
+        finally:
+            reply.release()
 
-        _pipelined(issue, wait, depth, 0.3)
-        return _pipelined(issue, wait, depth, seconds)
-    finally:
-        keys = [s.key for s in segments]
-        for segment in segments:
-            segment.close()
-        client.call(0, "release", {"segments": keys})
+    _pipelined(issue, wait, depth, 0.3)
+    return _pipelined(issue, wait, depth, seconds)
 
 
 def build_dataset(root: str, num_nodes: int) -> None:
@@ -200,13 +196,21 @@ def main() -> None:
         try:
             bare_endpoint = bare.stdout.readline().split()[1]
             with LocalCluster(root, serve_args=["--workers", str(args.workers)]) as cluster, \
-                    RpcClient(cluster.endpoints, RpcConfig(timeout=60)) as client:
+                    RpcClient(cluster.endpoints, RpcConfig(
+                        timeout=60, shared_memory_bytes=_lent_bytes(rows_list, args.depth))
+                    ) as client:
                 run_all(client, bare_endpoint, rows_list, num_nodes, args.depth, seconds,
                         args.rounds, cluster.processes[0].pid, bare.pid,
                         shm=not args.no_shm and host_id() is not None)
         finally:
             bare.terminate()
             bare.wait(10)
+
+
+def _lent_bytes(rows_list: list[int], depths: list[int]) -> int:
+    """Room for one segment per request in flight of the biggest reply (each
+    made a quarter bigger than its reply, rounded up to MiB)."""
+    return max(depths) * (int(max(rows_list) * FEATURES * 4 * 1.25) + (2 << 20))
 
 
 def cpu_seconds(pids: list[int]) -> float:

@@ -30,13 +30,19 @@ The tree::
     │   ├── ServerBusyError              a server's reply byte budget is spent
     │   │                                (sent as an error reply; retry later)
     │   └── RemoteError                  the server answered with an error;
-    │                                    carries op, address, remote type/message
+    │       └── Remote<Name>             carries op, address, remote type/message;
+    │                                    one twin per class here, also an
+    │                                    instance of it (RemoteStoreError is a
+    │                                    StoreError): see remote_error()
     ├── StoreError                       bad TensorAttr/EdgeAttr, unknown attribute
     │   └── CacheError                   a feature cache cannot be built as asked
     │   └── ServerListError              a server list (argument, PYG_DIST_SERVERS,
     │                                    PYG_DIST_SERVERS_FILE) is missing or bad
     ├── SamplerError                     bad sampler configuration or input
     └── LoaderError                      bad loader configuration, pipeline failure
+
+Error replies name their class (:data:`WIRE_TYPES`, :func:`wire_type`); the
+client turns them back into local classes in one place, :func:`remote_error`.
 
 Lower-level exceptions (``zmq.ZMQError``, ``OSError``, ``json`` and
 ``msgpack`` errors) are translated into these in exactly one place per layer,
@@ -212,12 +218,18 @@ class ServerBusyError(RpcError):
     for unsent replies (of this client, or of all) over its budget.
 
     Servers send it as an error reply of this type; the client raises it as
-    :class:`RemoteError` with ``remote_type == "ServerBusyError"``.
+    ``RemoteServerBusyError`` (a :class:`RemoteError` with ``remote_type ==
+    "ServerBusyError"``).
     """
 
 
 class RemoteError(RpcError):
     """The server received the request and answered with an error.
+
+    A reply naming one of pyg-dist's error classes is raised as that class's
+    ``Remote<Name>`` twin (see :func:`remote_error`), which is both a
+    ``RemoteError`` and the class the server raised: ``except StoreError``
+    catches a store error of the server too.
 
     Args:
         message: The server's error message, intact.
@@ -229,12 +241,26 @@ class RemoteError(RpcError):
     def __init__(self, message: str, *, address: Optional[str] = None,
                  op: Optional[str] = None,
                  remote_type: str = "RemoteError") -> None:
+        self.address = address
+        self.op = op
         self.remote_type = remote_type
         self.remote_message = message
         where = f" from {address}" if address else ""
         what = f" to {op!r}" if op else ""
-        super().__init__(f"{remote_type}{where} in reply{what}: {message}",
-                         address=address, op=op)
+        # Not super().__init__: the twin's other base may take other
+        # arguments (PluginNotFoundError, ChecksumMismatchError).
+        Exception.__init__(self, f"{remote_type}{where} in reply{what}: {message}")
+
+    def __reduce__(self) -> tuple:
+        # Pickled whole (DataLoader workers hand exceptions to their parent),
+        # not from the formatted text in ``args``.
+        return _unpickle_remote, (type(self), self.remote_message, self.address, self.op,
+                                  self.remote_type)
+
+
+def _unpickle_remote(cls: type[RemoteError], message: str, address: Optional[str],
+                     op: Optional[str], remote_type: str) -> RemoteError:
+    return cls(message, address=address, op=op, remote_type=remote_type)
 
 
 # Stores, sampler, loader ###################################################
@@ -260,3 +286,57 @@ class SamplerError(PygDistError, ValueError):
 
 class LoaderError(PygDistError):
     """The loader was configured wrongly, or its pipeline failed."""
+
+
+# Errors on the wire ########################################################
+
+# Every public error class, by the name an error reply carries for it (its
+# class name). The one place remote error types meet local classes.
+WIRE_TYPES: dict[str, type[PygDistError]] = {
+    cls.__name__: cls for cls in (
+        PygDistError, PluginError, PluginNotFoundError, PluginLoadError,
+        DuplicatePluginError, PartitionError, InvalidPartitionArgumentError,
+        PartitionFormatError, ChecksumMismatchError, DatasetResolveError, RpcError,
+        TransportError, ServerUnavailableError, SharedMemoryError, RpcTimeoutError,
+        ProtocolError, ServerBusyError, RemoteError, StoreError, SamplerError, LoaderError)
+}
+
+# The ``Remote<Name>`` twin of each class: a RemoteError that is also an
+# instance of the class the server raised. Module attributes, so that they
+# pickle (DataLoader workers send exceptions to their parent).
+_REMOTE: dict[str, type[RemoteError]] = {"RemoteError": RemoteError}
+for _name, _cls in WIRE_TYPES.items():
+    if _cls is not RemoteError and _cls is not RpcError and _cls is not PygDistError:
+        _twin = type(f"Remote{_name}", (RemoteError, _cls),
+                     {"__module__": __name__,
+                      "__doc__": f"A :class:`{_name}` raised by the server, as a "
+                                 f":class:`RemoteError`."})
+        _REMOTE[_name] = globals()[_twin.__name__] = _twin
+# A server's RpcError or PygDistError is a plain RemoteError (one already).
+_REMOTE["RpcError"] = _REMOTE["PygDistError"] = RemoteError
+
+
+def wire_type(exc: BaseException) -> str:
+    """The type name an error reply carries for ``exc``: its class's name,
+    or for a :class:`RemoteError` (a server relaying another's error) the
+    name that one carried."""
+    if isinstance(exc, RemoteError):
+        return exc.remote_type
+    return type(exc).__name__
+
+
+def remote_error(remote_type: str, message: str, *, address: Optional[str] = None,
+                 op: Optional[str] = None) -> RemoteError:
+    """The exception for an error reply: the ``Remote<Name>`` twin of the
+    pyg-dist class ``remote_type`` names, or a plain :class:`RemoteError`
+    for any other name (``ValueError``, a handler's own class).
+
+    Args:
+        remote_type: The type name the reply carries (already validated as
+            a bounded string by the protocol decoder).
+        message: The server's message.
+        address: The server's endpoint.
+        op: The operation that was called.
+    """
+    cls = _REMOTE.get(remote_type, RemoteError)
+    return cls(message, address=address, op=op, remote_type=remote_type)

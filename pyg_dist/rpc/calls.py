@@ -30,13 +30,14 @@ import zmq
 
 from pyg_dist.errors import (
     ProtocolError,
-    RemoteError,
+    RpcError,
     RpcTimeoutError,
     ServerUnavailableError,
+    remote_error,
 )
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.liveness import DOWN, PeerStates
-from pyg_dist.rpc.protocol import ErrorReply
+from pyg_dist.rpc.protocol import ErrorReply, Reply
 from pyg_dist.rpc.sockets import NOBLOCK, POLLIN, send_frames
 from pyg_dist.rpc.wire_values import error_text
 
@@ -65,6 +66,7 @@ class Call:
     sent: bool = False
     # When the call gives up waiting for its lost server to come back.
     unavailable_at: float = float("inf")
+    lent: bool = False  # it lent memory for its reply
 
 
 class IoState:
@@ -157,8 +159,12 @@ class IoState:
         if call is None:
             logger.debug("late or unknown reply %s from %s", req_id, address)
         elif isinstance(content, ErrorReply):
-            fail(call.future, RemoteError(content.message, address=address, op=call.op,
-                                           remote_type=content.type))
+            fail(call.future, remote_error(content.type, content.message, address=address,
+                                           op=call.op))
+        elif content.shm is not None and not call.lent:
+            fail(call.future, ProtocolError(f"{address} answered {call.op!r} into shared "
+                                            f"memory that was not lent", address=address,
+                                            op=call.op))
         else:
             call.future.set_result(content)
 
@@ -278,3 +284,24 @@ def fail(future: futures.Future, exc: BaseException) -> None:
     """Fails ``future`` unless it already completed."""
     if not future.done():
         future.set_exception(exc)
+
+
+# Extra time ``RpcClient.call`` waits beyond a deadline for the I/O thread itself.
+_GRACE = 5.0
+
+
+def wait_result(future: futures.Future, config: Any, timeout: Optional[float],
+                idempotent: bool, address: str, op: str) -> Reply:
+    """The reply ``future`` holds, waited for as long as the call's attempts
+    (``config``'s timeout or ``timeout``, retries, backoff) may take."""
+    attempts = 1 + (config.retries if idempotent else 0)
+    each = (config.timeout if timeout is None else timeout) + config.retry_backoff_max
+    wait = attempts * each + _GRACE
+    try:
+        return future.result(wait)
+    except RpcError:  # RpcTimeoutError is a TimeoutError too: keep it as is
+        raise
+    except futures.TimeoutError as exc:  # the I/O thread itself is stuck
+        raise RpcTimeoutError(f"no reply from {address} to {op!r} within {wait:.3g}s "
+                              f"(client I/O thread unresponsive)",
+                              address=address, op=op) from exc

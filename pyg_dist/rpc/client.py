@@ -24,7 +24,8 @@ by the I/O thread from one monitor socket per server that no other thread
 touches), not at the deadline: its calls fail with
 :class:`~pyg_dist.errors.ServerUnavailableError` (see
 :mod:`pyg_dist.rpc.calls`). A reply or event the I/O thread cannot handle
-is logged and dropped; it never stops the thread.
+is logged and dropped; it never stops the thread. Replies into lent shared
+memory: :mod:`pyg_dist.rpc.shm.lender`.
 """
 
 from __future__ import annotations
@@ -44,18 +45,16 @@ from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, RpcError, RpcTimeoutError, TransportError
 from pyg_dist.rpc import protocol
-from pyg_dist.rpc.calls import Call, IoState, fail
+from pyg_dist.rpc.calls import Call, IoState, fail, wait_result
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.dealer import open_dealer
 from pyg_dist.rpc.endpoints import normalize_endpoint
 from pyg_dist.rpc.liveness import PeerStates, close_monitor
 from pyg_dist.rpc.protocol import Reply
+from pyg_dist.rpc.shm.lender import Lease, Lender
 from pyg_dist.rpc.wire_values import describe
 
 logger = logging.getLogger(__name__)
-
-# Extra time ``call`` waits beyond a deadline for the I/O thread itself.
-_GRACE = 5.0
 
 
 class RpcClient:
@@ -106,6 +105,7 @@ class RpcClient:
         self._wake_w.setblocking(False)
         self._slots = threading.BoundedSemaphore(self._config.max_in_flight)
         self._ids = itertools.count(1)
+        self._lender = Lender(self._endpoints, self._config.shared_memory_bytes)
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._io_main, name="pyg-dist-rpc-client",
                                         daemon=True)
@@ -126,7 +126,8 @@ class RpcClient:
 
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
                    tensors: Sequence[Tensor] = (), timeout: Optional[float] = None,
-                   idempotent: bool = False) -> futures.Future:
+                   idempotent: bool = False, *, reply_bytes: Optional[int] = None
+                   ) -> futures.Future:
         """Sends a request and returns a future of its :class:`Reply`.
 
         The future fails with :class:`RemoteError` (the server's error
@@ -150,12 +151,27 @@ class RpcClient:
                 ``config.retries`` more
                 attempts, after a pause of ``config.retry_backoff`` doubling
                 up to ``config.retry_backoff_max``. Only for reads.
+            reply_bytes: Bytes the reply's tensors take (a handler that
+                allocates them from its call context): a server on this host
+                writes them into memory lent for it; they are views, valid
+                until :meth:`Reply.release`; the call is not re-sent.
 
         Raises:
             RpcError: if the client is closed, ``server`` is out of range or
                 the arguments cannot be encoded.
             RpcTimeoutError: if no in-flight slot frees up within the deadline.
         """
+        if reply_bytes is not None and 0 <= server < len(self._endpoints):
+            lease = self._lender.lease(server, reply_bytes, lambda i: self._send(
+                i, "ping", None, (), self._config.connect_timeout, False))
+            if lease is not None:
+                return self._lender.call(self._send, server, op, args, tensors, timeout,
+                                         lease)
+        return self._send(server, op, args, tensors, timeout, idempotent)
+
+    def _send(self, server: int, op: str, args: Optional[dict[str, Any]],
+              tensors: Sequence[Tensor], timeout: Optional[float], idempotent: bool,
+              lease: Optional[Lease] = None) -> futures.Future:
         if not 0 <= server < len(self._endpoints):
             raise RpcError(f"server index {server} is out of range; this client "
                            f"knows {len(self._endpoints)} servers", op=op)
@@ -169,7 +185,8 @@ class RpcClient:
                 f"RpcConfig.max_in_flight or wait for replies)", address=address, op=op)
         try:
             req_id = next(self._ids)
-            frames = protocol.encode_request(req_id, op, args, tensors)
+            frames = protocol.encode_request(req_id, op, args, tensors,
+                                             None if lease is None else lease.spec())
         except BaseException:
             self._slots.release()
             raise
@@ -177,7 +194,8 @@ class RpcClient:
         future.set_running_or_notify_cancel()  # calls cannot be cancelled
         retries = self._config.retries if idempotent else 0
         call = Call(server, req_id, op, frames, future, deadline, timeout, retries,
-                    self._config.retry_backoff, self._config.retry_backoff_max, 1 + retries)
+                    self._config.retry_backoff, self._config.retry_backoff_max, 1 + retries,
+                    lent=lease is not None)
         outcome = self._send_now(call)
         wake = outcome == "wake"
         if outcome == "busy":
@@ -199,10 +217,9 @@ class RpcClient:
     def _send_now(self, call: Call) -> Literal["sent", "wake", "busy", "closed"]:
         """Sends ``call`` from the caller's thread if the I/O lock is free.
 
-        Returns ``"sent"``; ``"wake"`` when it was sent (or left to libzmq's
-        backlog) but the I/O thread must look at it before it would wake by
-        itself; ``"busy"`` when the lock was taken (or the sockets are not
-        open yet): the caller queues the call; ``"closed"``.
+        Returns ``"sent"``; ``"wake"`` when sent (or left to libzmq's backlog)
+        but the I/O thread must look at it before it would wake by itself;
+        ``"busy"`` (lock taken or no sockets yet: the caller queues); ``"closed"``.
         """
         if not self._io_lock.acquire(blocking=False):
             return "busy"
@@ -244,13 +261,11 @@ class RpcClient:
             RemoteError, RpcTimeoutError, RpcError: see :meth:`call_async`.
         """
         future = self.call_async(server, op, args, tensors, timeout, idempotent)
-        attempts = 1 + (self._config.retries if idempotent else 0)
-        each = (self._config.timeout if timeout is None else timeout) \
-            + self._config.retry_backoff_max
-        return _result(future, attempts * each + _GRACE, self._endpoints[server], op)
+        return wait_result(future, self._config, timeout, idempotent, self._endpoints[server],
+                           op)
 
     def ping(self, server: int, timeout: Optional[float] = None) -> dict[str, Any]:
-        """Asks a server for its protocol version, name and ops.
+        """Asks a server for its protocol version, name, host and ops.
 
         Args:
             server: Index of the server in :attr:`endpoints`.
@@ -261,6 +276,7 @@ class RpcClient:
         """
         timeout = self._config.connect_timeout if timeout is None else timeout
         result = self.call(server, "ping", timeout=timeout).result
+        self._lender.learn(server, result.get("host"))  # may lend it memory now
         if result.get("version") != protocol.PROTOCOL_VERSION:
             raise ProtocolError(f"server {self._endpoints[server]} speaks protocol "
                                 f"{describe(result.get('version'))}, this client "
@@ -268,7 +284,9 @@ class RpcClient:
         return result
 
     def close(self) -> None:
-        """Fails outstanding calls, stops the I/O thread, closes sockets."""
+        """Hands back lent memory, fails outstanding calls, stops the I/O
+        thread, closes sockets."""
+        self._lender.close(self.call)
         with self._lock:
             if self._closed:
                 return
@@ -379,13 +397,3 @@ class RpcClient:
             state.send(sockets[call.server], call)
         return closing
 
-
-def _result(future: futures.Future, wait: float, address: str, op: str) -> Reply:
-    try:
-        return future.result(wait)
-    except RpcError:  # RpcTimeoutError is a TimeoutError too: keep it as is
-        raise
-    except futures.TimeoutError as exc:  # the I/O thread itself is stuck
-        raise RpcTimeoutError(f"no reply from {address} to {op!r} within {wait:.3g}s "
-                              f"(client I/O thread unresponsive)",
-                              address=address, op=op) from exc

@@ -151,7 +151,7 @@ class RpcConfig:
             of shared memory (``/dev/shm``) a client process lends that
             server for feature replies, which the server then writes straight
             into instead of sending them over the socket. ``0`` sends every
-            reply over the socket. See :mod:`pyg_dist.rpc.shared_memory`.
+            reply over the socket. See :mod:`pyg_dist.rpc.shm`.
         heartbeat_interval: Seconds between the ZMTP heartbeats (PING) that
             clients and servers send on every connection; libzmq answers
             them on its own I/O thread, so a peer busy in Python still

@@ -7,16 +7,19 @@ whose dtype and shape the header declares. Nothing is ever pickled.
 Request header::
 
     {"version": 1, "id": <uint>, "op": <str>, "args": <map>,
-     "tensors": [[<dtype>, [<dim>, ...]], ...]}
+     "tensors": [[<dtype>, [<dim>, ...]], ...], "shm": <map, optional>}
 
 Reply header::
 
     {"version": 1, "id": <uint or nil>, "status": "ok", "result": <map>,
-     "tensors": [[<dtype>, [<dim>, ...]], ...]}
+     "tensors": [[<dtype>, [<dim>, ...]], ...], "shm": [<offset>, ...]}
     {"version": 1, "id": <uint or nil>, "status": "error",
      "error": {"type": <str>, "message": <str>}}
 
-The full write-up lives in ``docs/wire-protocol.md``. Decoding validates the
+``shm`` (optional) names a segment of shared memory the client lends for the
+reply's tensors (:mod:`pyg_dist.rpc.shm`); a reply written into it lists each
+tensor's offset there instead of sending frames. The full write-up lives in
+``docs/wire-protocol.md``. Decoding validates the
 whole structure (types, dtype whitelist, shape versus byte count, sizes)
 before any tensor is built, and raises :class:`~pyg_dist.errors.ProtocolError`
 with a message meant for the peer. Headers are read within the bounds of
@@ -29,7 +32,6 @@ size (:func:`~pyg_dist.rpc.wire_values.describe`), never ``repr``-ed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import msgpack
@@ -38,6 +40,7 @@ from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc import wire_values
+from pyg_dist.rpc.messages import ErrorReply, Reply, Request
 from pyg_dist.rpc.wire_values import MAX_ID, describe
 
 PROTOCOL_VERSION = 1
@@ -65,49 +68,9 @@ MAX_ARGS_DEPTH = 8
 # A result may carry a request's args one level down (an echo).
 MAX_RESULT_DEPTH = 2 * MAX_ARGS_DEPTH
 
-
-@dataclass
-class Request:
-    """A decoded request.
-
-    Args:
-        id: The request id chosen by the client; echoed in the reply.
-        op: The operation's name.
-        args: The operation's msgpack-native arguments.
-        tensors: The tensors sent with the request.
-    """
-
-    id: int
-    op: str
-    args: dict[str, Any] = field(default_factory=dict)
-    tensors: list[Tensor] = field(default_factory=list)
-
-
-@dataclass
-class Reply:
-    """The answer to a successful call.
-
-    Args:
-        result: The operation's msgpack-native result.
-        tensors: The tensors sent with the reply.
-    """
-
-    result: dict[str, Any] = field(default_factory=dict)
-    tensors: list[Tensor] = field(default_factory=list)
-
-
-@dataclass
-class ErrorReply:
-    """A server-side failure as carried on the wire.
-
-    Args:
-        type: The error class name on the server.
-        message: The error message, intact.
-    """
-
-    type: str
-    message: str
-
+__all__ = ["DTYPES", "DTYPE_NAMES", "PROTOCOL_VERSION", "ErrorReply", "Reply", "Request",
+           "decode_reply", "decode_request", "encode_error", "encode_reply", "encode_request",
+           "peek_id", "tensor_frame"]
 
 # Encoding ##################################################################
 
@@ -142,20 +105,27 @@ def tensor_frame(tensor: Tensor) -> tuple[list[Any], memoryview]:
     return [name, [*tensor.shape]], raw
 
 
-def _frames(header: dict[str, Any], tensors: Sequence[Tensor]) -> list[Any]:
+def _frames(header: dict[str, Any], tensors: Sequence[Tensor],
+            shm_offsets: Optional[list[int]] = None) -> list[Any]:
     frames: list[Any] = [None]
     specs = []
     for tensor in tensors:
+        if shm_offsets is not None:  # already in the client's memory
+            specs.append([DTYPE_NAMES[tensor.dtype], [*tensor.shape]])
+            continue
         spec, raw = tensor_frame(tensor)
         specs.append(spec)
         frames.append(raw)
     header["tensors"] = specs
+    if shm_offsets is not None:
+        header["shm"] = shm_offsets
     frames[0] = msgpack.packb(header, use_bin_type=True)
     return frames
 
 
 def encode_request(req_id: int, op: str, args: Optional[dict[str, Any]],
-                   tensors: Sequence[Tensor]) -> list[Any]:
+                   tensors: Sequence[Tensor], shm: Optional[dict[str, Any]] = None
+                   ) -> list[Any]:
     """Encodes a request into the frames to send.
 
     Args:
@@ -163,6 +133,7 @@ def encode_request(req_id: int, op: str, args: Optional[dict[str, Any]],
         op: The operation's name.
         args: msgpack-native arguments (``None`` for none).
         tensors: Tensors to send as raw frames.
+        shm: The segment lent for the reply (:mod:`pyg_dist.rpc.shm`).
 
     Raises:
         ProtocolError: if ``args`` are not msgpack-native or a dtype is not
@@ -170,6 +141,8 @@ def encode_request(req_id: int, op: str, args: Optional[dict[str, Any]],
     """
     header = {"version": PROTOCOL_VERSION, "id": req_id, "op": op,
               "args": args or {}}
+    if shm is not None:
+        header["shm"] = shm
     try:
         return _frames(header, tensors)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -178,17 +151,20 @@ def encode_request(req_id: int, op: str, args: Optional[dict[str, Any]],
 
 
 def encode_reply(req_id: Optional[int], result: dict[str, Any],
-                 tensors: Sequence[Tensor]) -> list[Any]:
+                 tensors: Sequence[Tensor], shm_offsets: Optional[list[int]] = None
+                 ) -> list[Any]:
     """Encodes a successful reply.
 
     Args:
         req_id: The id of the request being answered.
         result: msgpack-native result map.
         tensors: Tensors to send as raw frames.
+        shm_offsets: The tensors' offsets in the segment the client lent,
+            when they were written there (no frames are sent then).
     """
     header = {"version": PROTOCOL_VERSION, "id": req_id, "status": "ok",
               "result": result}
-    return _frames(header, tensors)
+    return _frames(header, tensors, shm_offsets)
 
 
 def encode_error(req_id: Optional[int], error_type: str, message: str) -> list[Any]:
@@ -351,7 +327,9 @@ def decode_request(frames: Sequence[Any], max_bytes: int) -> Request:
     if type(args) is not dict:
         raise ProtocolError(f"args must be a map, got {describe(args)}")
     _check_plain(args, "args", MAX_ARGS_DEPTH)
-    return Request(req_id, op, args, _tensors(header, frames[1:]))
+    shm = header.get("shm")
+    _check_plain(shm, "shm", 3)
+    return Request(req_id, op, args, _tensors(header, frames[1:]), shm)
 
 
 def decode_reply(frames: Sequence[Any]) -> tuple[Optional[int], Reply | ErrorReply]:
@@ -384,4 +362,19 @@ def decode_reply(frames: Sequence[Any]) -> tuple[Optional[int], Reply | ErrorRep
         raise ProtocolError(f"result must be a map, got {describe(result)}")
     # The caller's code gets the result: nothing deeper than args may reach it.
     _check_plain(result, "result", MAX_RESULT_DEPTH)
+    if "shm" in header:
+        return req_id, Reply(result, [], _shm_layout(header, header["shm"], len(frames) - 1))
     return req_id, Reply(result, _tensors(header, frames[1:]))
+
+
+def _shm_layout(header: dict[str, Any], offsets: Any, frames: int
+                ) -> list[tuple[torch.dtype, list[int], int]]:
+    """``(dtype, shape, offset)`` of each tensor of a reply written into lent
+    memory (whether they fit it is checked against the segment)."""
+    specs = header.get("tensors", [])
+    if type(specs) is not list or type(offsets) is not list or len(specs) != len(offsets) \
+            or len(specs) > MAX_TENSORS or frames \
+            or not all(type(o) is int and o >= 0 for o in offsets):
+        raise ProtocolError(f"a reply into shared memory needs one offset per tensor and no "
+                            f"tensor frames, got {describe(offsets)} and {frames} frames")
+    return [(*_spec(spec, i)[:2], offset) for i, (spec, offset) in enumerate(zip(specs, offsets))]

@@ -91,7 +91,8 @@ class FailoverClient:
 
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
                    tensors: Sequence[Tensor] = (), timeout: Optional[float] = None,
-                   idempotent: bool = False) -> futures.Future:
+                   idempotent: bool = False, *, reply_bytes: Optional[int] = None
+                   ) -> futures.Future:
         """Like :meth:`RpcClient.call_async`, with failover inside group
         ``server`` for idempotent ops.
 
@@ -103,6 +104,7 @@ class FailoverClient:
             timeout: Deadline of each attempt; ``config.timeout`` by default.
             idempotent: Allow failover for an op outside
                 :data:`IDEMPOTENT_OPS` (the listed ones always may).
+            reply_bytes: See :meth:`RpcClient.call_async`.
         """
         if not 0 <= server < len(self.groups):
             raise RpcError(f"server index {server} is out of range; this client knows "
@@ -113,14 +115,15 @@ class FailoverClient:
             candidates = candidates[:1]
         outer: futures.Future = futures.Future()
         outer.set_running_or_notify_cancel()
-        self._attempt(outer, server, candidates, 0, (op, args, tensors, timeout))
+        self._attempt(outer, server, candidates, 0, (op, args, tensors, timeout, reply_bytes))
         return outer
 
     def _attempt(self, outer: futures.Future, server: int, candidates: list[int], i: int,
                  call: tuple) -> None:
-        op, args, tensors, timeout = call
+        op, args, tensors, timeout, reply_bytes = call
         try:
-            inner = self._client.call_async(candidates[i], op, args, tensors, timeout)
+            inner = self._client.call_async(candidates[i], op, args, tensors, timeout,
+                                            reply_bytes=reply_bytes)
         except RpcError as exc:
             self._failed(outer, server, candidates, i, call, exc)
             return

@@ -46,20 +46,22 @@ import zmq
 from torch import Tensor
 from zmq.auth.thread import ThreadAuthenticator
 
-from pyg_dist.errors import ProtocolError, PygDistError, TransportError
+from pyg_dist.errors import ProtocolError, PygDistError, TransportError, wire_type
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.containment import FATAL, FailureLog
 from pyg_dist.rpc.router import router_socket, start_authenticator
+from pyg_dist.rpc.shm.serving import SegmentService
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
 from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.rpc.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[dict[str, Any], list[Tensor]], tuple[dict[str, Any], Sequence[Tensor]]]
-"""``handler(args, tensors) -> (result, tensors)``."""
+Handler = Callable[..., tuple[dict[str, Any], Sequence[Tensor]]]
+"""``handler(args, tensors) -> (result, tensors)``, or ``handler(args,
+tensors, ctx)`` when marked with :func:`~pyg_dist.rpc.context.uses_context`."""
 
 __all__ = ["Estimator", "Handler", "RpcServer"]
 
@@ -76,7 +78,9 @@ class RpcServer:
     """Serves a table of operations over a ZeroMQ ROUTER socket.
 
     Besides the given handlers every server answers ``ping`` with the
-    protocol version, its name and the operations it serves.
+    protocol version, its name, its host (:func:`pyg_dist.rpc.shm.host_id`)
+    and the operations it serves, and ``release`` (a client hands back
+    shared memory it lent, :mod:`pyg_dist.rpc.shm`).
 
     Args:
         handlers: Operation name -> ``handler(args, tensors) -> (result,
@@ -104,7 +108,9 @@ class RpcServer:
         self._admission = Admission(self._config, estimators or {}, worker_ops, name)
         # Per server: one flooded server must not silence another's log.
         self._failure_log = FailureLog(logger)
-        self._handlers: dict[str, Handler] = {"ping": self._ping, **handlers}
+        self._shm = SegmentService()
+        self._handlers: dict[str, Handler] = {"ping": self._ping,
+                                              "release": self._shm.release, **handlers}
         self._bind = bind
         self._name = name
         self._ctx: Optional[zmq.Context] = None
@@ -204,6 +210,7 @@ class RpcServer:
                 alive.append(thread.name)
         if self._auth is not None:
             self._auth.stop()
+        self._shm.close()
         if alive:
             # Terminating the context would block on their sockets.
             logger.warning("threads still running after stop: %s", ", ".join(alive))
@@ -442,19 +449,18 @@ class RpcServer:
                 request.id, "ProtocolError",
                 f"unknown op {request.op!r}; this server serves {sorted(self._handlers)}")
         try:
-            result, tensors = handler(request.args, request.tensors)
-            return protocol.encode_reply(request.id, result, tensors)
+            return self._shm.serve(handler, request)
         except _EXPECTED as exc:
-            kind, message = type(exc).__name__, error_text(exc)  # bounded, cannot raise
+            kind, message = wire_type(exc), error_text(exc)  # bounded, cannot raise
             logger.debug("op %r refused: %s: %s", request.op, kind, message)
         except FATAL:
             raise
         except BaseException as exc:  # a handler's bug fails only its request
             self._failure_log(f"{self._name}: op {request.op!r}", exc)
-            kind, message = type(exc).__name__, error_text(exc)
+            kind, message = wire_type(exc), error_text(exc)
         return protocol.encode_error(request.id, kind, message)
 
     def _ping(self, args: dict[str, Any], tensors: list[Tensor]
               ) -> tuple[dict[str, Any], list[Tensor]]:
         return {"version": protocol.PROTOCOL_VERSION, "name": self._name,
-                "ops": sorted(self._handlers)}, []
+                "host": self._shm.host, "ops": sorted(self._handlers)}, []

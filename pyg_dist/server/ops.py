@@ -1,5 +1,5 @@
 """The partition server's operations: ``meta``, ``sample``, ``get``, ``sizes``,
-``edge_index``, ``release``.
+``edge_index``.
 
 Every handler validates its arguments and tensors (types, dtype, shape, id
 range, ownership) before it touches data; a refusal raises
@@ -25,9 +25,10 @@ from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc import shared_memory
+from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
+from pyg_dist.rpc.shm import host_id
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.sample_attrs import SampleAttributes, parse_request, wants_attributes
 from pyg_dist.store.local import PartitionFeatureStore, local_rows
@@ -189,8 +190,7 @@ class PartitionOps:
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
-        self.segments = shared_memory.AttachedSegments()
-        self._host = shared_memory.host_id()
+        self._host = host_id()
         # What `get` served, for `stats` (a trainer-side cache is judged by
         # the bytes the servers did not have to send).
         self._served_lock = threading.Lock()
@@ -199,7 +199,7 @@ class PartitionOps:
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
         return {"meta": self.meta, "sample": self.sample, "get": self.get,
-                "sizes": self.sizes, "edge_index": self.edge_index, "release": self.release,
+                "sizes": self.sizes, "edge_index": self.edge_index,
                 "degree": self.degree, "stats": self.stats}
 
     def estimators(self) -> dict[str, Estimator]:
@@ -208,10 +208,6 @@ class PartitionOps:
         ``meta`` and ``sizes`` answer with views or a few bytes: none."""
         return {"sample": self.sample_bytes, "get": self.get_bytes,
                 "edge_index": self.edge_index_bytes}
-
-    def close(self) -> None:
-        """Unmaps every client segment still mapped."""
-        self.segments.close()
 
     # Validation ############################################################
 
@@ -449,8 +445,7 @@ class PartitionOps:
         return group, attrs, specs, row_bytes
 
     def get_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Bytes of ``get``'s answer (rows times the attributes' row bytes),
-        written into shared memory or sent.
+        """Bytes of ``get``'s answer (rows times the attributes' row bytes).
 
         Raises:
             ProtocolError: if the answer would exceed the reply limit, or
@@ -478,14 +473,11 @@ class PartitionOps:
         count = _int_arg(args, "count", None, 0, 1 << 62)
         return start, total if count is None else min(total, start + count)
 
-    def get(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Rows of features ``attrs`` (list of names) of ``group`` for the ids.
-
-        With ``shm`` (a segment of a client on this host, see
-        :mod:`pyg_dist.rpc.shared_memory`) the rows are written into the
-        segment, one region per attribute at the offsets the result's
-        ``shm_offsets`` lists, and the reply carries no tensors.
-        """
+    @uses_context
+    def get(self, args: dict[str, Any], tensors: list[Tensor], ctx: CallContext) -> Result:
+        """Rows of features ``attrs`` (list of names) of ``group`` for the ids,
+        one tensor per attribute, written into the outputs the call context
+        allocates (memory the client lent, when it did)."""
         group, attrs, specs, row_bytes = self._get_plan(args)
         rows = self._ids(tensors, self._index(group))
         self._check_reply(rows.numel() * row_bytes, "get", "ask for fewer ids per request")
@@ -493,20 +485,10 @@ class PartitionOps:
             self._served["get_calls"] += 1
             self._served["get_rows"] += rows.numel()
             self._served["get_bytes"] += rows.numel() * row_bytes
-        if "shm" in args:
-            return self._get_into_segment(args["shm"], group, attrs, specs, rows)
-        return {"attrs": attrs}, [self._rows(group, name, rows) for name in attrs]
-
-    def _get_into_segment(self, spec: Any, group: Optional[str], attrs: list[str],
-                          specs: dict[str, dict[str, Any]], rows: Tensor) -> Result:
-        shapes = [(rows.numel(), *specs[a]["shape"]) for a in attrs]
-        dtypes = [DTYPES[specs[a]["dtype"]] for a in attrs]
-        sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes)]
-        offsets, total = shared_memory.layout(sizes)
-        payload = self.segments.payload(spec, total)
-        for name, offset, dtype, shape in zip(attrs, offsets, dtypes, shapes):
-            self._rows(group, name, rows, out=shared_memory.view(payload, offset, dtype, shape))
-        return {"attrs": attrs, "shm_offsets": offsets}, []
+        outs = ctx.alloc([(DTYPES[specs[a]["dtype"]], (rows.numel(), *specs[a]["shape"]))
+                          for a in attrs])
+        return {"attrs": attrs}, [self._rows(group, name, rows, out)
+                                  for name, out in zip(attrs, outs)]
 
     def _rows(self, group: Optional[str], name: str, rows: Tensor,
               out: Optional[Tensor] = None) -> Tensor:
@@ -522,12 +504,6 @@ class PartitionOps:
             # A plugin's store is promised int64 indices, as PyG's loaders give.
             gathered = self.features.get_tensor(TensorAttr(group, name, rows.long()))
         return gathered if out is None else out.copy_(gathered)
-
-    def release(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Unmaps the client segments ``segments`` (``[name, token]`` pairs;
-        a client closing); returns ``released``, how many were mapped."""
-        keys = shared_memory.release_keys(args.get("segments"))
-        return {"released": self.segments.release(keys)}, []
 
     def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""

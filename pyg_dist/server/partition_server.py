@@ -105,7 +105,6 @@ class PartitionServer:
         """Stops serving and releases the sockets and client segments. Safe
         to call twice."""
         self._rpc.stop()
-        self.ops.close()
 
     def serve_forever(self, on_ready: Optional[Callable[[str], None]] = None) -> None:
         """Serves until SIGTERM or SIGINT (or :meth:`stop` from another

@@ -51,7 +51,7 @@ class ServerMeta:
             equal on every server of one graph.
         book: The partition book tensor, if the server sent one.
         host: The server's host identity for shared memory
-            (:func:`pyg_dist.rpc.shared_memory.host_id`), if it sent one.
+            (:func:`pyg_dist.rpc.shm.host_id`), if it sent one.
         max_reply_bytes: The server's reply limit, if it sent one; the
             feature store splits bigger ``get`` answers into several calls.
     """
@@ -134,12 +134,13 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
     router = Router(by_part, book, first.num_nodes, config=config, client=client)
     logger.info("connected to %d servers of a graph with %d nodes, %d edges",
                 len(by_part), first.num_nodes, first.num_edges)
-    fs = RemoteFeatureStore(router, first.features, [metas[i].host for i in order],
-                            [metas[i].max_reply_bytes for i in order])
+    fs = RemoteFeatureStore(router, first.features,
+                            reply_limits=[metas[i].max_reply_bytes for i in order])
     gs = RemoteGraphStore(router, first.num_edges, [metas[i].max_reply_bytes for i in order])
     # What tells one graph from another (name and partition checksums):
     # state built from one store (a feature cache) is checked against it.
     fs.graph_id = gs.graph_id = first.graph
+    fs.server_hosts = [metas[i].host for i in order]
     return fs, gs
 
 

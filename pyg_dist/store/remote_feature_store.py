@@ -5,9 +5,10 @@ are grouped by owning server, each server gets one ``get`` request carrying
 *all* the attributes asked for with that index, the requests fly at once,
 and the rows are put back in the caller's order. PyG builds a batch with one
 ``multi_get_tensor`` call (``x``, ``y``, masks, ... all indexed by the
-batch's nodes), so one batch costs one round trip per server. A server on the
-same host writes a big answer straight into shared memory the store lends it
-(:mod:`pyg_dist.rpc.shared_memory`) instead of sending it over the socket.
+batch's nodes), so one batch costs one round trip per server. Each request
+says how many bytes its answer takes, so that the RPC client can lend a
+server on the same host shared memory for it (:mod:`pyg_dist.rpc.shm`)
+instead of the answer crossing the socket; the store only asks for rows.
 
 The store is read-only: ``put_tensor`` / ``remove_tensor`` raise
 :class:`~pyg_dist.errors.StoreError`.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,10 +30,7 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
-from pyg_dist.errors import RemoteError, RpcTimeoutError, StoreError, TransportError
-from pyg_dist.rpc import shared_memory
-from pyg_dist.rpc.shared_memory import ClientSegments, Segment
-from pyg_dist.rpc.wire_values import describe
+from pyg_dist.errors import StoreError
 from pyg_dist.store.routing import Router
 
 logger = logging.getLogger(__name__)
@@ -124,33 +121,30 @@ class RemoteFeatureStore(FeatureStore):
         router: Routes requests to the owning servers (shared with the graph
             store).
         features: ``{(group, name): FeatureInfo}`` for every feature served.
-        server_hosts: Each part's server's host identity as its ``meta``
-            reported it (:func:`pyg_dist.rpc.shared_memory.host_id`); servers
-            on this host get shared memory for big replies. ``None``: none.
         reply_limits: Each part's server's ``max_reply_bytes`` as its
             ``meta`` reported it; a share of a ``get`` whose answer would be
             bigger is asked for in several calls. ``None``: no limit known.
     """
 
     def __init__(self, router: Router, features: dict[tuple[Optional[str], str], FeatureInfo],
-                 server_hosts: Optional[Sequence[Optional[str]]] = None,
                  reply_limits: Optional[Sequence[Optional[int]]] = None) -> None:
         super().__init__()
         self.router = router
         self.num_nodes = router.num_nodes
         self.features = dict(features)
-        self._server_hosts = list(server_hosts or [None] * router.num_parts)
         self._reply_limits = list(reply_limits or [None] * router.num_parts)
-        self._segments: Optional[ClientSegments] = None
-        self.graph_id: Any = None  # set by connect(): the servers' graph identity
-        self._segments_lock = threading.Lock()
-        self._segments_pid = os.getpid()
+        # Set by connect() from the servers' meta: the graph's identity, and
+        # each part's server's host identity (pyg_dist.rpc.shm.host_id).
+        self.graph_id: Any = None
+        self.server_hosts: list[Optional[str]] = [None] * router.num_parts
 
     def local_parts(self) -> list[int]:
-        """The parts whose servers run on this host (they get shared memory)."""
-        host = shared_memory.host_id()
-        return [part for part, server in enumerate(self._server_hosts)
-                if server is not None and server == host]
+        """The parts whose servers run on this host (as their ``meta`` said)."""
+        from pyg_dist.rpc.shm import host_id
+
+        here = host_id()
+        return [part for part, host in enumerate(self.server_hosts)
+                if host is not None and host == here]
 
     def node_ids(self, index: Any) -> tuple[Tensor, bool]:
         """Global int64 ids of a ``TensorAttr.index`` (see the class
@@ -163,18 +157,8 @@ class RemoteFeatureStore(FeatureStore):
         return self._to_ids(index)
 
     def close(self) -> None:
-        """Hands back the servers' mappings of this process's shared memory
-        and closes the connections shared with the graph store."""
-        self._forget_parents_segments()
-        with self._segments_lock:
-            segments, self._segments = self._segments, None
-        if segments is not None:
-            for part, keys in segments.close().items():
-                try:
-                    self.router.client.call(part, "release", {"segments": keys}, timeout=2.0)
-                except Exception as exc:  # the server unmaps them at its bound anyway
-                    logger.debug("release of %d segments on %s failed: %s", len(keys),
-                                 self.router.endpoints[part], exc)
+        """Closes the connections shared with the graph store (the RPC
+        client hands back the memory it lent)."""
         self.router.close()
 
     def __enter__(self) -> RemoteFeatureStore:
@@ -253,23 +237,6 @@ class RemoteFeatureStore(FeatureStore):
             return index.nonzero().view(-1), False
         return self.router.check_ids(index.view(-1).cpu(), "TensorAttr.index"), False
 
-    def _forget_parents_segments(self) -> None:
-        # In a forked child (DataLoader workers) the parent's segments are the
-        # parent's, and its lock may have been copied held by a thread that
-        # does not exist here: start over without touching either.
-        if self._segments_pid != os.getpid():
-            self._segments_lock = threading.Lock()
-            self._segments = None
-            self._segments_pid = os.getpid()
-
-    def _segment_pools(self) -> ClientSegments:
-        self._forget_parents_segments()
-        with self._segments_lock:
-            if self._segments is None:
-                limit = self.router.client.config.shared_memory_bytes
-                self._segments = ClientSegments(self.router.endpoints, self._server_hosts, limit)
-            return self._segments
-
     def _fetch(self, ids: Tensor, group: Optional[str], names: list[str]) -> list[Tensor]:
         """Rows ``ids`` of features ``names`` of ``group``, in the order of ``ids``."""
         infos = [self.features[(group, name)] for name in names]
@@ -280,16 +247,16 @@ class RemoteFeatureStore(FeatureStore):
             return outs
         row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
         shares = self._within_reply_limits(self.router.split(ids), row_bytes)
-        # A server that lost a segment (it restarted) costs one more try; a
-        # server that cannot map one at all gets no more (its pool is off).
-        # What still fails goes over the socket, with the config's retries.
-        for _ in range(3):
-            done = self._fetch_shares(shares, group, names, outs)
-            if done:
-                return outs
-            if done is None:
-                break
-        self._fetch_shares(shares, group, names, outs, lend=False)
+        requests = [(part, "get", {"attrs": names, "group": group}, [part_ids])
+                    for part, _, part_ids in shares]
+        replies = self.router.call_all(
+            requests, reply_bytes=[positions.numel() * row_bytes for _, positions, _ in shares])
+        try:
+            for (part, positions, _), reply in zip(shares, replies):
+                self._take_reply(part, positions, reply, names, outs)
+        finally:
+            for reply in replies:  # rows copied out: lent memory may be reused
+                reply.release()
         return outs
 
     def _within_reply_limits(self, shares: list[tuple[int, Tensor, Tensor]], row_bytes: int
@@ -307,78 +274,10 @@ class RemoteFeatureStore(FeatureStore):
                     for i in range(0, positions.numel(), step)]
         return out
 
-    def _fetch_shares(self, shares: list[tuple[int, Tensor, Tensor]], group: Optional[str],
-                      names: list[str], outs: list[Tensor], lend: bool = True
-                      ) -> Optional[bool]:
-        """Asks every server for its share, lending a segment where it can.
-
-        Returns ``True`` when done, ``False`` if a server could not use its
-        segment (try again), ``None`` if a call into lent memory failed and
-        the config wants retries (which go over the socket).
-        """
-        pools = self._segment_pools()
-        row_bytes = [math.prod(out.shape[1:]) * out.element_size() for out in outs]
-        requests, lent, drops = [], [], []
-        for part, positions, part_ids in shares:
-            args: dict[str, Any] = {"attrs": names, "group": group}
-            pool = pools.pool(part)
-            _, total = shared_memory.layout([positions.numel() * b for b in row_bytes])
-            segment = pool.acquire(total) if lend else None
-            drop = pool.take_dropped() if segment is not None else []
-            if segment is not None:
-                args["shm"] = segment.spec(drop)
-            requests.append((part, "get", args, [part_ids]))
-            lent.append(segment)
-            drops.append(drop)
-        any_lent = any(segment is not None for segment in lent)
-        try:
-            # No re-sends into lent memory: a late first attempt could write
-            # into a segment already reused for the next batch.
-            replies = self.router.call_all(requests, retry=not any_lent)
-            for (part, positions, _), reply, segment in zip(shares, replies, lent):
-                self._take_reply(part, positions, reply, segment, names, outs)
-        except BaseException as exc:
-            # Requests may still be in flight: their segments are never reused,
-            # and the segments they asked to drop are asked again next time.
-            for (part, _, _), segment, drop in zip(shares, lent, drops):
-                if segment is not None:
-                    pools.pool(part).restore_dropped(drop)
-                    pools.pool(part).discard(segment)
-            if any_lent and isinstance(exc, (RpcTimeoutError, TransportError)) \
-                    and self.router.client.config.retries:
-                logger.info("a fetch into shared memory failed (%s); retrying over the socket",
-                            exc)
-                return None
-            if not (isinstance(exc, RemoteError) and exc.remote_type == "SharedMemoryError"
-                    and exc.address in self.router.endpoints):
-                raise
-            part = self.router.endpoints.index(exc.address)
-            segment = dict(zip((p for p, _, _ in shares), lent)).get(part)
-            if segment is not None and not segment.announced:
-                pools.pool(part).disable(exc.remote_message)  # it cannot map ours at all
-            else:
-                pools.pool(part).discard_idle()  # it lost them: restarted, or over its bound
-            return False
-        for (part, _, _), segment in zip(shares, lent):
-            if segment is not None:
-                pools.pool(part).release(segment)
-        return True
-
-    def _take_reply(self, part: int, positions: Tensor, reply: Any,
-                    segment: Optional[Segment], names: list[str], outs: list[Tensor]) -> None:
+    def _take_reply(self, part: int, positions: Tensor, reply: Any, names: list[str],
+                    outs: list[Tensor]) -> None:
         address = self.router.endpoints[part]
-        if segment is not None:
-            segment.announce()
-            offsets = reply.result.get("shm_offsets")
-            if not isinstance(offsets, list) or len(offsets) != len(names) \
-                    or not all(isinstance(o, int) for o in offsets):
-                raise StoreError(f"server {address} answered 'get' into shared memory "
-                                 f"without one offset per attribute: got {describe(offsets)}")
-            tensors = [shared_memory.view(segment.payload, offset, out.dtype,
-                                          (positions.numel(), *out.shape[1:]))
-                       for offset, out in zip(offsets, outs)]
-        else:
-            tensors = list(reply.tensors)
+        tensors = list(reply.tensors)
         if len(tensors) != len(names):
             raise StoreError(f"server {address} answered 'get' with "
                              f"{len(tensors)} tensors for {len(names)} attributes")

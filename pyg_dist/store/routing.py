@@ -224,7 +224,8 @@ class Router:
         return self.book.split(ids)
 
     def call_all(self, requests: Sequence[tuple[int, str, dict, list[Tensor]]],
-                 timeout: Optional[float] = None, retry: bool = True) -> list[Any]:
+                 timeout: Optional[float] = None, retry: bool = True,
+                 reply_bytes: Optional[Sequence[int]] = None) -> list[Any]:
         """Issues several calls at once and waits for all of them.
 
         Every operation the trainer routes (``meta``, ``sample`` with an
@@ -239,14 +240,19 @@ class Router:
             retry: ``False`` makes one attempt whatever the config says: for
                 a request whose late first attempt must not run after its
                 answer was used (one that writes into the caller's memory).
+            reply_bytes: Bytes each reply's tensors take, for the RPC
+                client to lend same-host servers memory for them (see
+                :meth:`~pyg_dist.rpc.RpcClient.call_async`; release the
+                replies once read). Re-sends travel over the socket.
 
         Returns:
             The replies, in the order of ``requests``.
         """
         deadline = self._timeout(timeout)
         client = self.client
-        futures = [client.call_async(part, op, args, tensors, timeout=deadline)
-                   for part, op, args, tensors in requests]
+        sizes = list(reply_bytes) if reply_bytes is not None else [None] * len(requests)
+        futures = [client.call_async(part, op, args, tensors, timeout=deadline, reply_bytes=size)
+                   for (part, op, args, tensors), size in zip(requests, sizes)]
         replies = []
         for request, future in zip(requests, futures):
             if retry:

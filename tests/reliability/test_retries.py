@@ -75,10 +75,11 @@ def test_feature_reads_through_the_store_are_retried(cora2_root, cora_data, rows
         cluster = stack.enter_context(serve_parts(cora2_root))
         fs, _ = connect(cluster.endpoints, RETRY_CONFIG)
         stack.callback(fs.close)
+        fs.router.client.ping(1)  # it learns the server shares its host: it lends
         x = _lose_request_then_restart(
             stack, cora2_root, 1, cluster.processes[1], cluster.endpoints[1],
             lambda: fs.get_tensor(TensorAttr(None, "x", ids)))
         assert torch.equal(x, cora_data.x[ids])
         # With 400 rows the lost attempt had a segment lent: given up, not reused.
-        given_up = fs._segment_pools().pool(1).take_dropped()
+        given_up = fs.router.client._lender.pool(1).take_dropped()
         assert len(given_up) == (1 if rows == 400 else 0)

@@ -30,7 +30,7 @@ def test_ping_reports_protocol_version_and_ops(server):
         info = client.ping(0)
     assert info["version"] == PROTOCOL_VERSION
     assert info["name"] == "test-server"
-    assert info["ops"] == sorted([*HANDLERS, "ping"])
+    assert info["ops"] == sorted([*HANDLERS, "ping", "release"])
 
 
 def test_eight_threads_with_64_calls_in_flight_each_get_their_own_answers(server):

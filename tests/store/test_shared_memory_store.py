@@ -11,12 +11,12 @@ import torch
 from support.threads import run_in_threads
 from torch_geometric.data import TensorAttr
 
-from pyg_dist.rpc import shared_memory
+from pyg_dist.rpc import shm as shared_memory
 from pyg_dist.rpc.config import RpcConfig
-from pyg_dist.rpc.shared_memory import (
+from pyg_dist.rpc.shm import (
     MIN_BYTES,
     SHM_DIR,
-    ClientSegments,
+    Lender,
     Segment,
     SegmentPool,
     remove_stale_segments,
@@ -45,7 +45,10 @@ def _fetch(fs, ids):
 
 
 def _pools(fs):
-    return [fs._segment_pools().pool(part) for part in range(3)]
+    client = fs.router.client
+    for part in range(3):
+        client.ping(part)  # its host known, the client lends it memory
+    return [client._lender.pool(part) for part in range(3)]
 
 
 def test_rows_through_shared_memory_equal_the_graph_and_tcp(data, endpoints, store):
@@ -143,12 +146,11 @@ def test_pool_reuses_segments_within_its_limit():
 
 
 def test_only_servers_on_this_host_get_segments():
-    segments = ClientSegments(["tcp://a:1", "tcp://b:1"], ["elsewhere", shared_memory.host_id()],
-                              64 << 20)
+    segments = Lender(["tcp://a:1", "tcp://b:1"], 64 << 20, ["elsewhere", shared_memory.host_id()])
     assert segments.pool(0).disabled == "the server runs on another host"
     assert segments.pool(1).disabled is None
-    assert ClientSegments(["tcp://b:1"], [shared_memory.host_id()], 0).pool(0).disabled
-    segments.close()
+    assert Lender(["tcp://b:1"], 0, [shared_memory.host_id()]).pool(0).disabled
+    segments.close(lambda *args, **kwargs: None)
 
 
 def test_no_segment_takes_more_than_a_quarter_of_the_free_shm():
@@ -168,13 +170,15 @@ def _fetch_in_child(fs, ids, expected, result):
     # As a DataLoader worker does: OpenMP's thread pool does not survive fork.
     torch.set_num_threads(1)
     x, _ = _fetch(fs, ids)
-    result.put(bool(torch.equal(x, expected)) and fs._segment_pools().pool(0).held_bytes > 0)
+    result.put(bool(torch.equal(x, expected))
+               and fs.router.client._lender.pool(0).held_bytes > 0)
 
 
 def test_a_forked_child_gets_its_own_segments(data, store):
     import multiprocessing
 
     ids = torch.arange(0, data.num_nodes, 3)
+    _pools(store)
     _fetch(store, ids)  # the parent's pools exist
     parents = {s.name for s in _pools(store)[0]._all}
     ctx = multiprocessing.get_context("fork")
@@ -182,7 +186,7 @@ def test_a_forked_child_gets_its_own_segments(data, store):
     # Threads of the parent hold the store's locks when it forks (as a
     # prefetch thread may when DataLoader workers start): the child must not
     # wait on them.
-    with store._segments_lock, store.router._lock:
+    with store.router.client._lender._lock, store.router._lock:
         child = ctx.Process(target=_fetch_in_child, args=(store, ids, data.x[ids], result))
         child.start()
     try:
@@ -219,7 +223,7 @@ def test_files_left_by_killed_clients_are_removed_after_an_hour():
 
 _CLOSE_WHILE_READING = """
 import torch
-from pyg_dist.rpc.shared_memory import SegmentPool, view
+from pyg_dist.rpc.shm import SegmentPool, view
 pool = SegmentPool(64 << 20, "tcp://127.0.0.1:1")
 segment = pool.acquire(1 << 20)
 rows = view(segment.payload, 0, torch.float32, (1000, 64))

@@ -44,10 +44,11 @@ class RawDealer:
         self.send(frames)
         return self.recv()
 
-    def call(self, req_id: int, op: str, args: dict | None = None, tensors: Sequence = ()
-             ) -> protocol.Reply | protocol.ErrorReply:
-        """Sends a well-formed request and returns the decoded reply content."""
-        self.send(protocol.encode_request(req_id, op, args, tensors))
+    def call(self, req_id: int, op: str, args: dict | None = None, tensors: Sequence = (),
+             shm: Any = None) -> protocol.Reply | protocol.ErrorReply:
+        """Sends a well-formed request (``shm``: its header field naming a
+        lent segment) and returns the decoded reply content."""
+        self.send(protocol.encode_request(req_id, op, args, tensors, shm))
         frames = self.sock.recv_multipart()
         got_id, content = protocol.decode_reply(frames)
         if got_id != req_id:

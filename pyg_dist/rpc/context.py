@@ -1,0 +1,100 @@
+"""What a handler may ask the RPC layer about the call it serves.
+
+A handler marked with :func:`uses_context` is called as ``handler(args,
+tensors, ctx)``. It gets its output tensors from :meth:`CallContext.alloc`
+instead of ``torch.empty``: when the client lent shared memory for the reply
+(:mod:`pyg_dist.rpc.shm`), they lie in it and the reply carries only their
+offsets; otherwise they are ordinary tensors, sent as frames. Either way the
+handler returns them as its reply's tensors and knows nothing of the
+transport.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, TypeVar
+
+import torch
+from torch import Tensor
+
+from pyg_dist.rpc.shm import layout, view
+from pyg_dist.rpc.shm.attached import AttachedSegments
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def uses_context(handler: F) -> F:
+    """Marks ``handler`` to be called with a :class:`CallContext` as its
+    third argument.
+
+    Args:
+        handler: ``handler(args, tensors, ctx) -> (result, tensors)``.
+    """
+    handler.uses_context = True  # type: ignore[attr-defined]
+    return handler
+
+
+def wants_context(handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` was marked with :func:`uses_context`."""
+    return bool(getattr(handler, "uses_context", False))
+
+
+class CallContext:
+    """One call as its handler sees it.
+
+    Args:
+        segments: The server's mappings of its clients' segments.
+        shm: The request's ``shm`` header field (unchecked: checked by
+            ``segments`` on first use), or ``None`` when nothing was lent.
+    """
+
+    def __init__(self, segments: Optional[AttachedSegments], shm: Any = None) -> None:
+        self._segments = segments
+        self._shm = shm
+        self._offsets: dict[int, int] = {}  # data_ptr of an output -> its offset
+
+    @property
+    def lent(self) -> bool:
+        """Whether the client lent memory for the reply's tensors."""
+        return self._shm is not None and self._segments is not None
+
+    def alloc(self, specs: Sequence[tuple[torch.dtype, Sequence[int]]]) -> list[Tensor]:
+        """Output tensors of the given dtypes and shapes, uninitialised: in
+        the memory the client lent when it did, ordinary tensors otherwise.
+        Call it once per call, after validating the request.
+
+        Args:
+            specs: ``(dtype, shape)`` of each output.
+
+        Raises:
+            SharedMemoryError: if the lent segment is malformed, unknown
+                here, foreign, or too small (the client then asks again
+                without lending).
+        """
+        segments = self._segments
+        if self._shm is None or segments is None:
+            return [torch.empty(tuple(shape), dtype=dtype) for dtype, shape in specs]
+        sizes = [math.prod(shape) * dtype.itemsize for dtype, shape in specs]
+        offsets, total = layout(sizes)
+        payload = segments.payload(self._shm, total)
+        outs = [view(payload, offset, dtype, shape)
+                for offset, (dtype, shape) in zip(offsets, specs)]
+        self._offsets = {out.data_ptr(): offset for out, offset in zip(outs, offsets)}
+        return outs
+
+    def reply_offsets(self, tensors: Sequence[Tensor]) -> Optional[list[int]]:
+        """The offsets in the lent segment of a reply's ``tensors``, or
+        ``None`` when they travel as frames (nothing was allocated there).
+
+        Raises:
+            RuntimeError: if some but not all of them lie in the segment (a
+                handler bug: one reply travels one way).
+        """
+        if not self._offsets:
+            return None
+        offsets = [self._offsets.get(t.data_ptr()) if t.numel() else 0 for t in tensors]
+        if any(o is None for o in offsets):
+            raise RuntimeError("a reply's tensors must all come from CallContext.alloc "
+                               "when the client lent memory")
+        return offsets  # type: ignore[return-value]
