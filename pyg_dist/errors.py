@@ -296,9 +296,10 @@ WIRE_TYPES: dict[str, type[PygDistError]] = {
     cls.__name__: cls for cls in (
         PygDistError, PluginError, PluginNotFoundError, PluginLoadError,
         DuplicatePluginError, PartitionError, InvalidPartitionArgumentError,
-        PartitionFormatError, ChecksumMismatchError, DatasetResolveError, RpcError,
-        TransportError, ServerUnavailableError, SharedMemoryError, RpcTimeoutError,
-        ProtocolError, ServerBusyError, RemoteError, StoreError, SamplerError, LoaderError)
+        PartitionFormatError, ChecksumMismatchError, DatasetResolveError, UnknownTypeError,
+        GraphKindMismatchError, RpcError, TransportError, ServerUnavailableError,
+        SharedMemoryError, RpcTimeoutError, ProtocolError, ServerBusyError, RemoteError,
+        StoreError, CacheError, ServerListError, SamplerError, LoaderError)
 }
 
 # The ``Remote<Name>`` twin of each class: a RemoteError that is also an

@@ -17,6 +17,7 @@ from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer
 _ARGS = {
     errors.PluginNotFoundError: ("pyg_dist.partitioners", "nope", ["metis"]),
     errors.ChecksumMismatchError: ("part-0/x.safetensors", "ab" * 32, "cd" * 32),
+    errors.UnknownTypeError: ("node", "venue", ["paper", "author"]),
 }
 
 
