@@ -1,5 +1,7 @@
 """The partition server's operations: ``meta``, ``sample``, ``get``, ``sizes``,
-``edge_index``.
+``edge_index``, ``degree``, ``stats`` (argument checks in
+:mod:`pyg_dist.server.requests`, sampling by weight or time in
+:mod:`pyg_dist.server.sample_attrs`).
 
 Every handler validates its arguments and tensors (types, dtype, shape, id
 range, ownership) before it touches data; a refusal raises
@@ -15,7 +17,6 @@ import hashlib
 import json
 import math
 import threading
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -30,8 +31,18 @@ from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.shm import host_id
 from pyg_dist.rpc.wire_values import describe
+from pyg_dist.server.requests import (
+    Csc,
+    LocalIndex,
+    edge_type_arg,
+    fan_out,
+    group_arg,
+    int_arg,
+    sampled_count,
+    seeded_generator,
+)
 from pyg_dist.server.sample_attrs import SampleAttributes, parse_request, wants_attributes
-from pyg_dist.store.local import PartitionFeatureStore, local_rows
+from pyg_dist.store.local import PartitionFeatureStore
 
 Result = tuple[dict[str, Any], list[Tensor]]
 
@@ -51,96 +62,6 @@ _EXACT_ABOVE = 1 << 20
 _SAMPLE_WORK_FACTOR = 4
 _SAMPLE_CANDIDATE_BYTES = 48
 
-# Global -> local lookups use a dense table (4 bytes per node of the whole
-# graph) up to this many nodes: one gather instead of a binary search per id,
-# which dominates small requests. Bigger graphs fall back to searchsorted.
-_TABLE_MAX_NODES = 1 << 26
-
-
-class _LocalIndex:
-    """Maps owned global ids of one node type to local rows, refusing others."""
-
-    def __init__(self, node_ids: Tensor, num_nodes: int, part: int) -> None:
-        self.node_ids = node_ids
-        self.num_nodes = num_nodes  # of this node type: global ids lie in [0, num_nodes)
-        self.part = part
-        self.table: Optional[Tensor] = None
-        if num_nodes <= _TABLE_MAX_NODES and node_ids.numel() < (1 << 31):
-            self.table = torch.full((num_nodes,), -1, dtype=torch.int32)
-            self.table[node_ids] = torch.arange(node_ids.numel(), dtype=torch.int32)
-
-    def rows(self, ids: Tensor, num_nodes: int) -> Tensor:
-        """Local rows of the 1-D int64 ``ids``: int32 from the table, int64
-        otherwise (torch's gathers take either).
-
-        Raises:
-            StoreError: if an id lies outside ``[0, num_nodes)`` or is not
-                owned by this part.
-        """
-        if self.table is None:
-            _check_range(ids, num_nodes)
-            try:
-                return local_rows(self.node_ids, ids)
-            except StoreError as exc:
-                raise StoreError(f"part {self.part}: {exc}") from exc
-        try:
-            # The table spans every global id, so torch's bounds check of
-            # this gather is the range check: fewer ops on the common path
-            # of a small request, where each one costs more than its work.
-            rows = self.table.index_select(0, ids)
-        except IndexError:
-            _check_range(ids, num_nodes)
-            raise
-        if ids.numel() and int(rows.min()) < 0:
-            bad = ids[rows < 0]
-            raise StoreError(f"part {self.part}: {bad.numel()} of {ids.numel()} ids are not "
-                             f"owned by this part (first: {int(bad[0])}); route them with "
-                             f"the partition book")
-        return rows
-
-
-def _check_range(ids: Tensor, num_nodes: int) -> None:
-    if ids.numel():
-        low, high = (int(v) for v in torch.aminmax(ids))
-        if low < 0 or high >= num_nodes:
-            raise StoreError(f"node ids must lie in [0, {num_nodes}); got the range "
-                             f"[{low}, {high}]")
-
-
-@dataclass(frozen=True)
-class _Csc:
-    colptr: Tensor
-    deg: Tensor  # colptr.diff() (8 bytes a node): one gather per request, not three ops
-    row: Tensor
-    edge_ids: Tensor
-    dst: _LocalIndex  # owned global ids of the destination node type
-    max_deg: int  # bounds a request's answer and work without a gather
-
-
-def _edge_type(value: Any) -> Any:
-    """``None`` or a ``[src, rel, dst]`` list from msgpack -> store key."""
-    if value is None:
-        return None
-    if isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ProtocolError(f"edge_type must be nil or [src, rel, dst] strings, "
-                        f"got {describe(value)}")
-
-
-def _group(value: Any) -> Optional[str]:
-    if value is None or isinstance(value, str):
-        return value
-    raise ProtocolError(f"group must be nil or a node type string, got {describe(value)}")
-
-
-def _int_arg(args: dict[str, Any], name: str, default: Any, low: int, high: int) -> Any:
-    value = args.get(name, default)
-    if value is None and default is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ProtocolError(f"argument {name!r} must be an int in [{low}, {high}], "
-                            f"got {describe(value)}")
-    return value
 
 
 class PartitionOps:
@@ -172,18 +93,18 @@ class PartitionOps:
         self.max_reply_bytes = int(max_reply_bytes)
         self._books = [reader.book.to_tensor()] if not reader.is_hetero else \
             [reader.book_of(t).to_tensor() for t in reader.node_types]
-        self._csc: dict[Any, _Csc] = {}
+        self._csc: dict[Any, Csc] = {}
         # (group, *attrs) -> get's checked plan; filled by the estimate, used
         # again by the handler.
         self._plans: dict[tuple, tuple] = {}
-        self._indexes: dict[Optional[str], _LocalIndex] = {}
+        self._indexes: dict[Optional[str], LocalIndex] = {}
         for attr in graph_store.get_all_edge_attrs():
             edge_type = attr.edge_type
             row, colptr = graph_store.get_edge_index(edge_type=edge_type, layout="csc")
             dst = edge_type[-1] if isinstance(edge_type, tuple) else None
             colptr = colptr.long()
             deg = colptr.diff()
-            self._csc[edge_type] = _Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),
+            self._csc[edge_type] = Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),
                                         self._index(dst), int(deg.max()) if deg.numel() else 0)
         self._attributes = SampleAttributes(
             reader, part, {t: (c.row, c.edge_ids, c.deg) for t, c in self._csc.items()})
@@ -211,18 +132,18 @@ class PartitionOps:
 
     # Validation ############################################################
 
-    def _index(self, node_type: Optional[str]) -> _LocalIndex:
+    def _index(self, node_type: Optional[str]) -> LocalIndex:
         index = self._indexes.get(node_type)
         if index is None:
             if node_type not in self._type_nodes:
                 raise StoreError(f"no node type {describe(node_type)} in this graph; it has "
                                  f"{describe(list(self._type_nodes))}")
-            index = _LocalIndex(self.graph.node_ids(node_type), self._type_nodes[node_type],
+            index = LocalIndex(self.graph.node_ids(node_type), self._type_nodes[node_type],
                                 self.part)
             self._indexes[node_type] = index
         return index
 
-    def _ids(self, tensors: list[Tensor], index: _LocalIndex) -> Tensor:
+    def _ids(self, tensors: list[Tensor], index: LocalIndex) -> Tensor:
         """Checks the one id tensor of a request; returns the local rows."""
         if len(tensors) != 1:
             raise ProtocolError(f"expected exactly one tensor of node ids, got {len(tensors)}")
@@ -232,8 +153,8 @@ class PartitionOps:
                                 f"shape {list(ids.shape)}")
         return index.rows(ids, index.num_nodes)
 
-    def _csc_of(self, args: dict[str, Any]) -> _Csc:
-        edge_type = _edge_type(args.get("edge_type"))
+    def _csc_of(self, args: dict[str, Any]) -> Csc:
+        edge_type = edge_type_arg(args.get("edge_type"))
         csc = self._csc.get(edge_type)
         if csc is None:
             shown = describe(edge_type if edge_type is None else list(edge_type))
@@ -296,25 +217,6 @@ class PartitionOps:
                 for t in self.reader.edge_types]
         return result, list(self._books)
 
-    @staticmethod
-    def _fan_out(args: dict[str, Any]) -> tuple[int, bool]:
-        k = _int_arg(args, "num_neighbors", None, -1, 1 << 31)
-        if k is None:
-            raise ProtocolError("argument 'num_neighbors' is required")
-        replace = args.get("replace", False)
-        if not isinstance(replace, bool):
-            raise ProtocolError(f"argument 'replace' must be a bool, got {describe(replace)}")
-        return k, replace
-
-    @staticmethod
-    def _sampled(deg: Tensor, k: int, replace: bool) -> int:
-        """Exact number of neighbours ``sample`` returns for these degrees."""
-        if k == -1:
-            return int(deg.sum())
-        if replace:
-            return k * int((deg > 0).sum())
-        return int(deg.clamp(max=k).sum())
-
     def sample_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Memory ``sample`` needs while it runs: its answer and the kernel's
         temporaries. From the bound of ``k`` per seed when that is small and
@@ -326,7 +228,7 @@ class PartitionOps:
             StoreError: if a seed is not owned by this part.
         """
         csc = self._csc_of(args)
-        k, replace = self._fan_out(args)
+        k, replace = fan_out(args)
         if wants_attributes(args):
             return self._attribute_sample_bytes(args, tensors, csc, k, replace)
         if len(tensors) == 1:
@@ -341,14 +243,14 @@ class PartitionOps:
                 return bound
         rows = self._ids(tensors, csc.dst)
         deg = csc.deg.index_select(0, rows)
-        answer = 8 * (rows.numel() + 2 * self._sampled(deg, k, replace))
+        answer = 8 * (rows.numel() + 2 * sampled_count(deg, k, replace))
         self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
         work = _SAMPLE_WORK_FACTOR * answer
         if not replace and k != -1 and rows.numel() and k < int(deg.max()):
             work += _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
         return work
 
-    def _attribute_sample_bytes(self, args: dict[str, Any], tensors: list[Tensor], csc: _Csc,
+    def _attribute_sample_bytes(self, args: dict[str, Any], tensors: list[Tensor], csc: Csc,
                                 k: int, replace: bool) -> int:
         """``sample_bytes`` by weight or time: the weighted and temporal
         kernels work over every entry of the seeds' segments (a padded
@@ -356,7 +258,7 @@ class PartitionOps:
         parse_request(args, tensors)
         rows = self._ids(tensors[:1], csc.dst)
         deg = csc.deg.index_select(0, rows)
-        answer = 8 * (rows.numel() + 2 * self._sampled(deg, k, replace))
+        answer = 8 * (rows.numel() + 2 * sampled_count(deg, k, replace))
         self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
         return _SAMPLE_WORK_FACTOR * answer + _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
 
@@ -371,8 +273,8 @@ class PartitionOps:
         :mod:`pyg_dist.server.sample_attrs`.
         """
         csc = self._csc_of(args)
-        k, replace = self._fan_out(args)
-        seed = _int_arg(args, "seed", None, *_SEED_RANGE)
+        k, replace = fan_out(args)
+        seed = int_arg(args, "seed", None, *_SEED_RANGE)
         if wants_attributes(args):
             return self._sample_by_attributes(args, tensors, csc, k, replace, seed)
         rows = self._ids(tensors, csc.dst)
@@ -381,31 +283,23 @@ class PartitionOps:
         # k per seed bounds the answer; the exact count costs ops that only
         # a request near the limit needs.
         if k == -1 or 8 * rows.numel() * (1 + 2 * k) > self.max_reply_bytes:
-            self._check_reply(8 * (rows.numel() + 2 * self._sampled(deg, k, replace)),
+            self._check_reply(8 * (rows.numel() + 2 * sampled_count(deg, k, replace)),
                               "sample", "use a smaller fan-out or fewer seeds per request")
-        generator = torch.Generator()
-        if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(seed)
+        generator = seeded_generator(seed)
         counts, positions = sample_segments(start, deg, k, replace, generator)
         return {}, [counts, csc.row.index_select(0, positions),
                     csc.edge_ids.index_select(0, positions)]
 
-    def _sample_by_attributes(self, args: dict[str, Any], tensors: list[Tensor], csc: _Csc,
+    def _sample_by_attributes(self, args: dict[str, Any], tensors: list[Tensor], csc: Csc,
                               k: int, replace: bool, seed: Optional[int]) -> Result:
         request = parse_request(args, tensors)
         rows = self._ids(tensors[:1], csc.dst)
         start = csc.colptr.index_select(0, rows)
         deg = csc.deg.index_select(0, rows)
-        self._check_reply(8 * (rows.numel() + 2 * self._sampled(deg, k, replace)),
+        self._check_reply(8 * (rows.numel() + 2 * sampled_count(deg, k, replace)),
                           "sample", "use a smaller fan-out or fewer seeds per request")
-        generator = torch.Generator()
-        if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(seed)
-        edge_type = _edge_type(args.get("edge_type"))
+        generator = seeded_generator(seed)
+        edge_type = edge_type_arg(args.get("edge_type"))
         counts, positions = self._attributes.sample(edge_type, request, start, deg, k,
                                                     replace, generator)
         result = {}
@@ -417,7 +311,7 @@ class PartitionOps:
     def _get_plan(self, args: dict[str, Any]) -> tuple[Optional[str], list[str],
                                                       dict[str, dict[str, Any]], int]:
         """Checks ``get``'s arguments: ``(group, attrs, specs, bytes per row)``."""
-        group = _group(args.get("group"))
+        group = group_arg(args.get("group"))
         attrs = args.get("attrs")
         if not isinstance(attrs, list) or not attrs or \
                 not all(isinstance(a, str) for a in attrs):
@@ -469,8 +363,8 @@ class PartitionOps:
     @staticmethod
     def _edge_page(args: dict[str, Any], total: int) -> tuple[int, int]:
         """``[start, stop)`` of the CSC positions ``edge_index`` asks for."""
-        start = _int_arg(args, "start", 0, 0, total)
-        count = _int_arg(args, "count", None, 0, 1 << 62)
+        start = int_arg(args, "start", 0, 0, total)
+        count = int_arg(args, "count", None, 0, 1 << 62)
         return start, total if count is None else min(total, start + count)
 
     @uses_context
@@ -507,7 +401,7 @@ class PartitionOps:
 
     def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""
-        group = _group(args.get("group"))
+        group = group_arg(args.get("group"))
         specs = self._specs(group)
         size = self._type_nodes.get(group, 0)
         return {"sizes": {n: [size, *s["shape"]] for n, s in specs.items()},

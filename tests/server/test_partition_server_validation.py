@@ -106,14 +106,14 @@ def test_malformed_frames_get_error_replies(cora_cluster, part0):
 
 @pytest.mark.parametrize("table", [True, False], ids=["id-table", "binary-search"])
 def test_both_id_lookups_answer_and_refuse_alike(cora_root, cora_reader, monkeypatch, table):
-    # Graphs past _TABLE_MAX_NODES look ids up by binary search instead of a
+    # Graphs past TABLE_MAX_NODES look ids up by binary search instead of a
     # table; the answers and the refusals must not depend on which.
     from pyg_dist.errors import RemoteError
     from pyg_dist.rpc import RpcClient
-    from pyg_dist.server import PartitionServer, ops
+    from pyg_dist.server import PartitionServer, requests
 
     if not table:
-        monkeypatch.setattr(ops, "_TABLE_MAX_NODES", 0)
+        monkeypatch.setattr(requests, "TABLE_MAX_NODES", 0)
     part = cora_reader.load_part(0)
     picked = [7, 0, 7, 42]
     with PartitionServer(cora_root, 0) as server, RpcClient([server.endpoint]) as client:

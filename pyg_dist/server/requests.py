@@ -1,0 +1,141 @@
+"""What a partition server request may say, checked: the part's id lookups
+(global id -> local row, per node type), its CSC per edge type, and the
+typed arguments of the ops (edge types, node types, bounded ints, fan-out).
+
+Every check raises :class:`~pyg_dist.errors.ProtocolError` (malformed) or
+:class:`~pyg_dist.errors.StoreError` (ids this part does not hold); no wire
+value is ever ``repr``-ed whole (:func:`~pyg_dist.rpc.wire_values.describe`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.rpc.wire_values import describe
+from pyg_dist.store.local import local_rows
+
+# Global -> local lookups use a dense table (4 bytes per node of the whole
+# graph) up to this many nodes: one gather instead of a binary search per id,
+# which dominates small requests. Bigger graphs fall back to searchsorted.
+TABLE_MAX_NODES = 1 << 26
+
+
+class LocalIndex:
+    """Maps owned global ids of one node type to local rows, refusing others."""
+
+    def __init__(self, node_ids: Tensor, num_nodes: int, part: int) -> None:
+        self.node_ids = node_ids
+        self.num_nodes = num_nodes  # of this node type: global ids lie in [0, num_nodes)
+        self.part = part
+        self.table: Optional[Tensor] = None
+        if num_nodes <= TABLE_MAX_NODES and node_ids.numel() < (1 << 31):
+            self.table = torch.full((num_nodes,), -1, dtype=torch.int32)
+            self.table[node_ids] = torch.arange(node_ids.numel(), dtype=torch.int32)
+
+    def rows(self, ids: Tensor, num_nodes: int) -> Tensor:
+        """Local rows of the 1-D int64 ``ids``: int32 from the table, int64
+        otherwise (torch's gathers take either).
+
+        Raises:
+            StoreError: if an id lies outside ``[0, num_nodes)`` or is not
+                owned by this part.
+        """
+        if self.table is None:
+            check_range(ids, num_nodes)
+            try:
+                return local_rows(self.node_ids, ids)
+            except StoreError as exc:
+                raise StoreError(f"part {self.part}: {exc}") from exc
+        try:
+            # The table spans every global id, so torch's bounds check of
+            # this gather is the range check: fewer ops on the common path
+            # of a small request, where each one costs more than its work.
+            rows = self.table.index_select(0, ids)
+        except IndexError:
+            check_range(ids, num_nodes)
+            raise
+        if ids.numel() and int(rows.min()) < 0:
+            bad = ids[rows < 0]
+            raise StoreError(f"part {self.part}: {bad.numel()} of {ids.numel()} ids are not "
+                             f"owned by this part (first: {int(bad[0])}); route them with "
+                             f"the partition book")
+        return rows
+
+
+def check_range(ids: Tensor, num_nodes: int) -> None:
+    if ids.numel():
+        low, high = (int(v) for v in torch.aminmax(ids))
+        if low < 0 or high >= num_nodes:
+            raise StoreError(f"node ids must lie in [0, {num_nodes}); got the range "
+                             f"[{low}, {high}]")
+
+
+@dataclass(frozen=True)
+class Csc:
+    colptr: Tensor
+    deg: Tensor  # colptr.diff() (8 bytes a node): one gather per request, not three ops
+    row: Tensor
+    edge_ids: Tensor
+    dst: LocalIndex  # owned global ids of the destination node type
+    max_deg: int  # bounds a request's answer and work without a gather
+
+
+def edge_type_arg(value: Any) -> Any:
+    """``None`` or a ``[src, rel, dst]`` list from msgpack -> store key."""
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ProtocolError(f"edge_type must be nil or [src, rel, dst] strings, "
+                        f"got {describe(value)}")
+
+
+def group_arg(value: Any) -> Optional[str]:
+    if value is None or isinstance(value, str):
+        return value
+    raise ProtocolError(f"group must be nil or a node type string, got {describe(value)}")
+
+
+def int_arg(args: dict[str, Any], name: str, default: Any, low: int, high: int) -> Any:
+    value = args.get(name, default)
+    if value is None and default is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ProtocolError(f"argument {name!r} must be an int in [{low}, {high}], "
+                            f"got {describe(value)}")
+    return value
+
+
+def fan_out(args: dict[str, Any]) -> tuple[int, bool]:
+    """``num_neighbors`` (required, ``-1``: all) and ``replace`` of a ``sample``."""
+    k = int_arg(args, "num_neighbors", None, -1, 1 << 31)
+    if k is None:
+        raise ProtocolError("argument 'num_neighbors' is required")
+    replace = args.get("replace", False)
+    if not isinstance(replace, bool):
+        raise ProtocolError(f"argument 'replace' must be a bool, got {describe(replace)}")
+    return k, replace
+
+def sampled_count(deg: Tensor, k: int, replace: bool) -> int:
+    """Exact number of neighbours ``sample`` returns for these degrees."""
+    if k == -1:
+        return int(deg.sum())
+    if replace:
+        return k * int((deg > 0).sum())
+    return int(deg.clamp(max=k).sum())
+
+
+def seeded_generator(seed: Optional[int]) -> torch.Generator:
+    """A generator seeded with ``seed`` (same seed, same draws), or from the
+    OS when ``None``."""
+    generator = torch.Generator()
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator
