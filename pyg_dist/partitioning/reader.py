@@ -22,9 +22,8 @@ from pyg_dist.errors import (
     GraphKindMismatchError,
     InvalidPartitionArgumentError,
     PartitionFormatError,
-    UnknownTypeError,
 )
-from pyg_dist.partitioning import consistency
+from pyg_dist.partitioning import consistency, type_keys
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.partitioning.format import (
     EDGE_IDS,
@@ -117,10 +116,7 @@ class PartitionReader:
                 ``None`` on a heterogeneous one.
             UnknownTypeError: a name the dataset does not have.
         """
-        self._check_kind(node_type, "node type")
-        if node_type not in self.node_types:
-            raise UnknownTypeError("node", node_type, self.node_types)
-        return node_type
+        return type_keys.node_type_key(node_type, self.node_types, str(self.root))
 
     def edge_type_key(self, edge_type: Any) -> EdgeTypeKey:
         """Checks an edge type and returns its ``(src, rel, dst)`` key; as in
@@ -132,28 +128,7 @@ class PartitionReader:
             UnknownTypeError: a type the dataset does not have, or a relation
                 name shared by several edge types.
         """
-        self._check_kind(edge_type, "edge type")
-        if edge_type is None:
-            return None
-        if isinstance(edge_type, str):
-            matches = [t for t in self.edge_types if t[1] == edge_type]
-            if len(matches) == 1:
-                return matches[0]
-        elif isinstance(edge_type, (tuple, list)) and tuple(edge_type) in self.edge_types:
-            return tuple(edge_type)
-        raise UnknownTypeError("edge", edge_type, self.edge_types)
-
-    def _check_kind(self, type_: Any, what: str) -> None:
-        if self.is_hetero and type_ is None:
-            types = self.node_types if what == "node type" else self.edge_types
-            shown = ", ".join(map(str, types[:8])) + (", ..." if len(types) > 8 else "")
-            raise GraphKindMismatchError(
-                f"{self.root} holds a heterogeneous graph: name the {what} (it has "
-                f"{shown})")
-        if not self.is_hetero and type_ is not None:
-            raise GraphKindMismatchError(
-                f"{self.root} holds a homogeneous graph, which has no {what}s; pass None "
-                f"or use the homogeneous API")
+        return type_keys.edge_type_key(edge_type, self.edge_types, str(self.root))
 
     def num_nodes_of(self, node_type: Any) -> int:
         """Number of nodes of one node type."""
