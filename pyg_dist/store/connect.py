@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
 
 from pyg_dist.discovery import SERVERS_ENV, server_addresses
-from pyg_dist.errors import GraphKindMismatchError, ProtocolError, StoreError
+from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.wire_values import describe
@@ -33,7 +33,7 @@ from pyg_dist.store.routing import Router
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SERVERS_ENV", "ServerMeta", "connect"]
+__all__ = ["SERVERS_ENV", "ServerMeta", "build_stores", "connect"]
 
 
 @dataclass
@@ -49,7 +49,9 @@ class ServerMeta:
         features: ``{(group, name): FeatureInfo}`` of the node features.
         graph: An identity of the partitioned dataset (name and checksums),
             equal on every server of one graph.
-        book: The partition book tensor, if the server sent one.
+        book: The partition book tensor, if the server sent one; for a
+            heterogeneous graph, the first node type's (all of them are in
+            ``books``).
         host: The server's host identity for shared memory
             (:func:`pyg_dist.rpc.shm.host_id`), if it sent one.
         max_reply_bytes: The server's reply limit, if it sent one; the
@@ -66,6 +68,17 @@ class ServerMeta:
     book: Optional[Tensor]
     host: Optional[str] = None
     max_reply_bytes: Optional[int] = None
+    node_types: dict[Optional[str], int] = field(default_factory=dict)
+    """Node type -> node count (``{None: num_nodes}`` when homogeneous)."""
+    edge_types: dict[Any, int] = field(default_factory=dict)
+    """Edge type ``(src, rel, dst)`` -> edge count (``{None: num_edges}``)."""
+    books: list[Tensor] = field(default_factory=list)
+    """One partition book tensor per node type, in the order of ``node_types``."""
+
+    @property
+    def is_hetero(self) -> bool:
+        """Whether the server serves a heterogeneous graph."""
+        return None not in self.node_types
 
 
 def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = None, *,
@@ -121,59 +134,93 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
         metas = [_parse_meta(endpoints[i], f.result(timeout=deadline + 5.0))
                  for i, f in enumerate(futures)]
         order = _check_cluster(metas)
-        book = _book(metas, order)
+        by_part = [metas[i] for i in order]
+        _books(by_part)  # checked before anything else is built
     except BaseException:
         client.close()
         raise
-    by_part = [endpoints[i] for i in order]
     if order != list(range(len(endpoints))):
         # The client indexes servers by position; rebuild it in part order.
         client.close()
         client = None
-    first = metas[order[0]]
-    router = Router(by_part, book, first.num_nodes, config=config, client=client)
+    return build_stores(by_part, [m.address for m in by_part], config, client)
+
+
+def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = None,
+                 client: Any = None) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
+    """The store pair over servers whose ``meta`` was checked.
+
+    Args:
+        metas: One per part, in part order (checked by ``_check_cluster``).
+        endpoints: What the router addresses part ``k`` by.
+        config: The RPC configuration.
+        client: A connected client whose server ``k`` is part ``k``, or
+            ``None`` to connect on first use.
+    """
+    first = metas[0]
+    books = _books(metas)
+    router = Router(endpoints, books if first.is_hetero else books[None], first.num_nodes,
+                    config=config, client=client)
     logger.info("connected to %d servers of a graph with %d nodes, %d edges",
-                len(by_part), first.num_nodes, first.num_edges)
-    fs = RemoteFeatureStore(router, first.features,
-                            reply_limits=[metas[i].max_reply_bytes for i in order])
-    gs = RemoteGraphStore(router, first.num_edges, [metas[i].max_reply_bytes for i in order])
+                len(endpoints), first.num_nodes, first.num_edges)
+    limits = [m.max_reply_bytes for m in metas]
+    fs = RemoteFeatureStore(router, first.features, reply_limits=limits)
+    gs = RemoteGraphStore(router, first.edge_types if first.is_hetero else first.num_edges,
+                          limits)
     # What tells one graph from another (name and partition checksums):
     # state built from one store (a feature cache) is checked against it.
     fs.graph_id = gs.graph_id = first.graph
-    fs.server_hosts = [metas[i].host for i in order]
+    fs.server_hosts = [m.host for m in metas]
     return fs, gs
 
 
 def _parse_meta(address: str, reply: Any) -> ServerMeta:
     result = reply.result
-    if isinstance(result, dict) and result.get("is_hetero") is True:
-        raise GraphKindMismatchError(
-            f"server {address} serves a heterogeneous graph; the trainer-side stores and "
-            f"loaders of this version read homogeneous graphs only (partition a Data, or "
-            f"query the server's ops directly with pyg_dist.RpcClient)")
     try:
         part = int(result["part"])
         num_parts = int(result["num_parts"])
         num_nodes = int(result["num_nodes"])
         num_edges = int(result["num_edges"])
-        specs = result["features"]
-        features = {}
-        for name, spec in specs.items():
-            dtype = getattr(torch, str(spec["dtype"]))
-            if not isinstance(dtype, torch.dtype):
-                raise TypeError(f"not a dtype: {describe(spec['dtype'])}")
-            features[(None, str(name))] = FeatureInfo(dtype, tuple(int(s) for s in spec["shape"]))
+        features = _features(None, result["features"])
+        node_types: dict[Optional[str], int] = {None: num_nodes}
+        edge_types: dict[Any, int] = {None: num_edges}
+        if result.get("is_hetero") is True:
+            node_types, edge_types = {}, {}
+            for entry in result["node_types"]:
+                name = str(entry["name"])
+                node_types[name] = int(entry["num_nodes"])
+                features.update(_features(name, entry["features"]))
+            for entry in result["edge_types"]:
+                src, rel, dst = (str(v) for v in entry["type"])
+                edge_types[(src, rel, dst)] = int(entry["num_edges"])
+            if not node_types or not edge_types:
+                raise ValueError("a heterogeneous graph without node or edge types")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProtocolError(f"server {address} answered 'meta' without the expected fields "
                             f"({type(exc).__name__}: {exc}); is it a pyg-dist partition "
                             f"server of the same version?", address=address, op="meta") from exc
+    if len(reply.tensors) not in (0, len(node_types)):
+        raise ProtocolError(f"server {address} sent {len(reply.tensors)} partition books "
+                            f"for {len(node_types)} node types", address=address, op="meta")
     graph = result.get("graph", result.get("checksum"))
     book = reply.tensors[0] if reply.tensors else None
     host = result.get("host")
     limit = result.get("max_reply_bytes")
     return ServerMeta(address, part, num_parts, num_nodes, num_edges, features, graph, book,
                       host if isinstance(host, str) else None,
-                      limit if isinstance(limit, int) and limit > 0 else None)
+                      limit if isinstance(limit, int) and limit > 0 else None,
+                      node_types, edge_types, list(reply.tensors))
+
+
+def _features(group: Optional[str], specs: Any) -> dict[tuple[Optional[str], str], FeatureInfo]:
+    """``{(group, name): FeatureInfo}`` of one node type's ``meta`` specs."""
+    features = {}
+    for name, spec in specs.items():
+        dtype = getattr(torch, str(spec["dtype"]))
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"not a dtype: {describe(spec['dtype'])}")
+        features[(group, str(name))] = FeatureInfo(dtype, tuple(int(s) for s in spec["shape"]))
+    return features
 
 
 def _check_cluster(metas: list[ServerMeta]) -> list[int]:
@@ -181,8 +228,9 @@ def _check_cluster(metas: list[ServerMeta]) -> list[int]:
     the server indices ordered by part."""
     first = metas[0]
     for m in metas[1:]:
-        same = (m.num_parts, m.num_nodes, m.num_edges, m.graph) == \
-               (first.num_parts, first.num_nodes, first.num_edges, first.graph)
+        same = (m.num_parts, m.num_nodes, m.num_edges, m.graph, m.node_types,
+                m.edge_types) == (first.num_parts, first.num_nodes, first.num_edges,
+                                  first.graph, first.node_types, first.edge_types)
         if not same or m.features != first.features:
             raise StoreError(f"servers {first.address} and {m.address} serve different graphs "
                              f"(parts/nodes/edges {first.num_parts}/{first.num_nodes}/"
@@ -201,14 +249,19 @@ def _check_cluster(metas: list[ServerMeta]) -> list[int]:
     return [by_part[k] for k in range(first.num_parts)]
 
 
-def _book(metas: list[ServerMeta], order: list[int]) -> PartitionBook:
-    tensor = metas[order[0]].book
-    if tensor is None:
-        raise ProtocolError(f"server {metas[order[0]].address} sent no partition book with "
-                            f"'meta'", address=metas[order[0]].address, op="meta")
-    book = PartitionBook.from_tensor(tensor, metas[order[0]].num_parts)
-    if book.num_nodes != metas[order[0]].num_nodes:
-        raise ProtocolError(f"the partition book covers {book.num_nodes} nodes, the graph has "
-                            f"{metas[order[0]].num_nodes}", address=metas[order[0]].address,
-                            op="meta")
-    return book
+def _books(metas: list[ServerMeta]) -> dict[Optional[str], PartitionBook]:
+    """One partition book per node type (``{None: book}`` when homogeneous),
+    from the first of ``metas`` (in part order)."""
+    first = metas[0]
+    if not first.books:
+        raise ProtocolError(f"server {first.address} sent no partition book with 'meta'",
+                            address=first.address, op="meta")
+    books = {}
+    for (node_type, count), tensor in zip(first.node_types.items(), first.books):
+        book = PartitionBook.from_tensor(tensor, first.num_parts)
+        if book.num_nodes != count:
+            of = "" if node_type is None else f" of node type {node_type!r}"
+            raise ProtocolError(f"the partition book{of} covers {book.num_nodes} nodes, the "
+                                f"graph has {count}", address=first.address, op="meta")
+        books[node_type] = book
+    return books

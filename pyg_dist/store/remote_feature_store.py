@@ -112,8 +112,10 @@ class RemoteFeatureStore(FeatureStore):
 
     ``TensorAttr.group_name`` is the node type (``None`` for a homogeneous
     graph), ``attr_name`` the feature (``x``, ``y``, ``train_mask``, ...), and
-    ``index`` global node ids: an int64 tensor or numpy array, a boolean mask
-    over all nodes, a slice, an int, or ``None`` for every node.
+    ``index`` global node ids (numbered per node type on a heterogeneous
+    graph, as in PyG's ``HeteroData``): an int64 tensor or numpy array, a
+    boolean mask over all nodes of the type, a slice, an int, or ``None`` for
+    every node.
 
     Build it with :func:`pyg_dist.connect`.
 
@@ -146,15 +148,17 @@ class RemoteFeatureStore(FeatureStore):
         return [part for part, host in enumerate(self.server_hosts)
                 if host is not None and host == here]
 
-    def node_ids(self, index: Any) -> tuple[Tensor, bool]:
-        """Global int64 ids of a ``TensorAttr.index`` (see the class
-        docstring for the forms it takes), checked against the graph, and
-        whether it was a scalar.
+    def node_ids(self, index: Any, node_type: Optional[str] = None) -> tuple[Tensor, bool]:
+        """Global int64 ids of a ``TensorAttr.index`` of ``node_type`` (see
+        the class docstring for the forms it takes), checked against the
+        graph, and whether it was a scalar.
 
         Raises:
             StoreError: for an index of another type or out of range.
+            UnknownTypeError, GraphKindMismatchError: for a node type the
+                graph does not have.
         """
-        return self._to_ids(index)
+        return self._to_ids(index, node_type)
 
     def close(self) -> None:
         """Closes the connections shared with the graph store (the RPC
@@ -185,46 +189,49 @@ class RemoteFeatureStore(FeatureStore):
         info = self.features.get((attr.group_name, attr.attr_name))
         if info is None:
             return None
-        ids, _ = self._to_ids(attr.index)
+        ids, _ = self._to_ids(attr.index, attr.group_name)
         return (ids.numel(), *info.shape)
 
     def _get_tensor(self, attr: TensorAttr) -> Optional[FeatureTensorType]:
         return self._multi_get_tensor([attr])[0]
 
     def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[Optional[FeatureTensorType]]:
-        """Fetches all ``attrs`` with one ``get`` request per server and index."""
+        """Fetches all ``attrs`` with one ``get`` request per server, index
+        and node type, all in flight at once (one round trip)."""
         plan: dict[tuple[Any, Optional[str]], list[int]] = {}
         prepared: list[tuple[Tensor, bool]] = []
         for i, attr in enumerate(attrs):
             key = (attr.group_name, attr.attr_name)
             if key not in self.features:
+                self.router.book_of(attr.group_name)  # an unknown node type says so
                 known = ", ".join(f"{g}/{n}" if g else n for g, n in self.features) or "none"
                 raise StoreError(f"no feature {attr.attr_name!r} (group {attr.group_name!r}) "
                                  f"on the servers; they hold: {known}")
-            prepared.append(self._to_ids(attr.index))
+            prepared.append(self._to_ids(attr.index, attr.group_name))
             # Attributes sharing one index object travel in one request.
             plan.setdefault((id(attr.index), attr.group_name), []).append(i)
+        fetches = [(group, prepared[members[0]][0], [attrs[i].attr_name for i in members])
+                   for (_, group), members in plan.items()]
         out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
-        for (_, group), members in plan.items():
-            ids, scalar = prepared[members[0]]
-            names = [attrs[i].attr_name for i in members]
-            tensors = self._fetch(ids, group, names)
+        for members, tensors in zip(plan.values(), self._fetch(fetches)):
+            scalar = prepared[members[0]][1]
             for i, tensor in zip(members, tensors):
                 out[i] = tensor[0] if scalar else tensor
         return out
 
     # Internals #############################################################
 
-    def _to_ids(self, index: Any) -> tuple[Tensor, bool]:
-        """Global int64 ids of a ``TensorAttr.index``, and whether it was scalar."""
-        n = self.num_nodes
+    def _to_ids(self, index: Any, node_type: Optional[str] = None) -> tuple[Tensor, bool]:
+        """Global int64 ids of a ``TensorAttr.index`` of ``node_type``, and
+        whether it was scalar."""
+        n = self.router.num_nodes_of(node_type)
         if index is None:
             return torch.arange(n), False
         if isinstance(index, slice):
             return torch.arange(n)[index], False
         if isinstance(index, (int, np.integer)):
             i = int(index) + n if int(index) < 0 else int(index)
-            return self.router.check_ids(torch.tensor([i]), "TensorAttr.index"), True
+            return self.router.check_ids(torch.tensor([i]), "TensorAttr.index", node_type), True
         if isinstance(index, np.ndarray):
             index = torch.from_numpy(index)
         if not isinstance(index, Tensor):
@@ -235,29 +242,37 @@ class RemoteFeatureStore(FeatureStore):
                 raise StoreError(f"a boolean TensorAttr.index must have one entry per node "
                                  f"({n}), got {index.numel()}")
             return index.nonzero().view(-1), False
-        return self.router.check_ids(index.view(-1).cpu(), "TensorAttr.index"), False
+        return self.router.check_ids(index.view(-1).cpu(), "TensorAttr.index", node_type), False
 
-    def _fetch(self, ids: Tensor, group: Optional[str], names: list[str]) -> list[Tensor]:
-        """Rows ``ids`` of features ``names`` of ``group``, in the order of ``ids``."""
-        infos = [self.features[(group, name)] for name in names]
+    def _fetch(self, fetches: list[tuple[Optional[str], Tensor, list[str]]]
+               ) -> list[list[Tensor]]:
+        """For every ``(group, ids, names)``, the rows ``ids`` of features
+        ``names`` of node type ``group``, in the order of ``ids``; the
+        requests of all of them fly at once."""
         pin = outputs_pinned()
-        outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype, pin_memory=pin)
-                for info in infos]
-        if ids.numel() == 0:
-            return outs
-        row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
-        shares = self._within_reply_limits(self.router.split(ids), row_bytes)
-        requests = [(part, "get", {"attrs": names, "group": group}, [part_ids])
-                    for part, _, part_ids in shares]
-        replies = self.router.call_all(
-            requests, reply_bytes=[positions.numel() * row_bytes for _, positions, _ in shares])
+        outs_of, requests, sizes, targets = [], [], [], []
+        for group, ids, names in fetches:
+            outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype, pin_memory=pin)
+                    for info in (self.features[(group, name)] for name in names)]
+            outs_of.append(outs)
+            if ids.numel() == 0:
+                continue
+            row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
+            for part, positions, part_ids in self._within_reply_limits(
+                    self.router.split(ids, group), row_bytes):
+                requests.append((part, "get", {"attrs": names, "group": group}, [part_ids]))
+                sizes.append(positions.numel() * row_bytes)
+                targets.append((part, positions, names, outs))
+        if not requests:
+            return outs_of
+        replies = self.router.call_all(requests, reply_bytes=sizes)
         try:
-            for (part, positions, _), reply in zip(shares, replies):
+            for (part, positions, names, outs), reply in zip(targets, replies):
                 self._take_reply(part, positions, reply, names, outs)
         finally:
             for reply in replies:  # rows copied out: lent memory may be reused
                 reply.release()
-        return outs
+        return outs_of
 
     def _within_reply_limits(self, shares: list[tuple[int, Tensor, Tensor]], row_bytes: int
                              ) -> list[tuple[int, Tensor, Tensor]]:

@@ -21,17 +21,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.data import EdgeAttr, GraphStore
 from torch_geometric.data.graph_store import EdgeLayout
 from torch_geometric.index import index2ptr
-from torch_geometric.typing import EdgeTensorType
+from torch_geometric.typing import EdgeTensorType, EdgeType
 from torch_geometric.utils import index_sort
 
-from pyg_dist.errors import StoreError
+from pyg_dist.errors import GraphKindMismatchError, StoreError
+from pyg_dist.partitioning.type_keys import edge_type_key
 from pyg_dist.store.routing import Router, reassemble
 
 logger = logging.getLogger(__name__)
@@ -46,27 +47,69 @@ class RemoteGraphStore(GraphStore):
     Args:
         router: Routes requests to the owning servers (shared with the
             feature store).
-        num_edges: Number of edges of the whole graph.
+        num_edges: Number of edges of the whole graph, or for a
+            heterogeneous graph ``{(src, rel, dst): count}``.
         reply_limits: Each part's server's ``max_reply_bytes`` as its
             ``meta`` reported it: a part's edges are fetched in pages within
             it. ``None`` (an older server): in one call.
     """
 
-    def __init__(self, router: Router, num_edges: int,
+    def __init__(self, router: Router, num_edges: Union[int, dict[EdgeType, int]],
                  reply_limits: Optional[Sequence[Optional[int]]] = None) -> None:
         super().__init__()
         self.router = router
         self.num_nodes = router.num_nodes
-        self.num_edges = int(num_edges)
+        # Edges are numbered per edge type; a homogeneous graph has one, None.
+        self.edge_counts: dict[Optional[EdgeType], int] = \
+            {k: int(v) for k, v in num_edges.items()} if isinstance(num_edges, dict) \
+            else {None: int(num_edges)}
+        self.num_edges = sum(self.edge_counts.values())
         self._reply_limits = list(reply_limits or [None] * router.num_parts)
-        self._coo: Optional[tuple[Tensor, Tensor]] = None
+        self._coo: dict[Optional[EdgeType], tuple[Tensor, Tensor]] = {}
         self.graph_id: Any = None  # set by connect(): the servers' graph identity
         self._coo_lock = threading.Lock()
 
     @property
     def book(self) -> Any:
-        """The partition book: maps a global node id to its part."""
+        """The partition book: maps a global node id to its part (``None``
+        on a heterogeneous graph: see :attr:`Router.books`)."""
         return self.router.book
+
+    @property
+    def is_hetero(self) -> bool:
+        """Whether the served graph is heterogeneous (a ``HeteroData``)."""
+        return self.router.is_hetero
+
+    @property
+    def node_types(self) -> list[Optional[str]]:
+        """Node types (``[None]`` for a homogeneous graph)."""
+        return list(self.router.books)
+
+    @property
+    def edge_types(self) -> list[Optional[EdgeType]]:
+        """Edge types ``(src, rel, dst)`` (``[None]`` for a homogeneous graph)."""
+        return list(self.edge_counts)
+
+    def edge_type_key(self, edge_type: Any) -> Optional[EdgeType]:
+        """Checks an edge type (``(src, rel, dst)``, a relation name one edge
+        type has, or ``None`` on a homogeneous graph) and returns its key.
+
+        Raises:
+            UnknownTypeError, GraphKindMismatchError: as the partition reader.
+        """
+        return edge_type_key(edge_type, self.edge_types, "the served graph")
+
+    def metadata(self) -> tuple[list[str], list[EdgeType]]:
+        """``(node_types, edge_types)`` as ``HeteroData.metadata()`` gives
+        them, for ``to_hetero`` and ``HGTConv``.
+
+        Raises:
+            GraphKindMismatchError: on a homogeneous graph.
+        """
+        if not self.is_hetero:
+            raise GraphKindMismatchError("a homogeneous graph has no metadata(); to_hetero "
+                                         "and HGTConv need a heterogeneous one")
+        return list(self.router.books), list(self.edge_counts)
 
     def close(self) -> None:
         """Closes the connections shared with the feature store."""
@@ -84,11 +127,13 @@ class RemoteGraphStore(GraphStore):
                          timeout: Optional[float] = None, *,
                          weight_attr: Optional[str] = None, time_attr: Optional[str] = None,
                          seed_time: Optional[Tensor] = None,
-                         temporal_strategy: str = "uniform") -> tuple[Tensor, Tensor, Tensor]:
+                         temporal_strategy: str = "uniform",
+                         edge_type: Optional[EdgeType] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Samples one hop of in-neighbours of ``ids`` on the owning servers.
 
         Args:
-            ids: Global ids of the nodes to sample for (int64, in range).
+            ids: Global ids of the nodes to sample for (int64, in range; of
+                ``edge_type``'s destination type).
             num_neighbors: Neighbours per node; ``-1`` takes all of them.
             replace: Sample with replacement.
             seed: Random seed of this hop; every server gets one derived from
@@ -100,32 +145,76 @@ class RemoteGraphStore(GraphStore):
                 most the seed's time are drawn.
             seed_time: With ``time_attr``, one int64 time per id.
             temporal_strategy: ``"uniform"`` or ``"last"`` (the most recent).
+            edge_type: ``(src, rel, dst)`` on a heterogeneous graph: the
+                neighbours are ``src`` nodes, ids are ``dst`` nodes.
 
         Returns:
             ``(counts, neighbours, edge_ids)`` in the order of ``ids``:
             ``counts[i]`` neighbours (global ids) and their global edge ids
             for ``ids[i]``, laid out contiguously.
         """
-        if ids.numel() == 0:
-            empty = torch.empty(0, dtype=torch.long)
-            return empty, empty, empty
-        args = {"num_neighbors": int(num_neighbors), "replace": bool(replace),
-                **_attribute_args(weight_attr, time_attr, temporal_strategy)}
-        aligned = ()
-        if time_attr is not None:
-            if seed_time is None or seed_time.numel() != ids.numel():
-                raise StoreError(f"time_attr {time_attr!r} needs one seed time per id")
-            aligned = (seed_time.to(torch.long).view(-1),)
-        extra = {part: {"seed": _mix_seed(seed, part)} for part in range(self.router.num_parts)}
-        answers = self.router.route(ids, "sample", args, extra_args=extra, timeout=timeout,
-                                    aligned=aligned)
-        for answer in answers:
-            _check_sample_reply(answer.tensors, answer.positions.numel(),
-                                self.router.endpoints[answer.part])
-        counts, (nbrs, eids) = reassemble(
-            ids.numel(), [a.positions for a in answers], [a.tensors[0] for a in answers],
-            [(a.tensors[1], a.tensors[2]) for a in answers])
-        return counts, nbrs, eids
+        return self.sample_hop([(edge_type, ids, None if seed_time is None else seed_time)],
+                               num_neighbors, replace, seed, timeout, weight_attr=weight_attr,
+                               time_attr=time_attr, temporal_strategy=temporal_strategy)[0]
+
+    def sample_hop(self, frontiers: Sequence[tuple[Optional[EdgeType], Tensor,
+                                                  Optional[Tensor]]],
+                   num_neighbors: Union[int, Sequence[int]], replace: bool, seed: int,
+                   timeout: Optional[float] = None, *, weight_attr: Optional[str] = None,
+                   time_attr: Optional[str] = None, temporal_strategy: str = "uniform"
+                   ) -> list[tuple[Tensor, Tensor, Tensor]]:
+        """Samples one hop for several edge types at once: every request of
+        every edge type is in flight together (one round trip).
+
+        Args:
+            frontiers: ``(edge_type, ids, seed_time)`` per edge type: ids of
+                its destination type, and with ``time_attr`` one int64 time
+                per id.
+            num_neighbors: Fan-out, one for all or one per frontier.
+            replace, seed, timeout, weight_attr, time_attr,
+                temporal_strategy: As in :meth:`sample_neighbors`; every edge
+                type draws from its own seed derived from ``seed``.
+
+        Returns:
+            ``(counts, neighbours, edge_ids)`` per frontier, as
+            :meth:`sample_neighbors` returns them.
+        """
+        fanouts = [int(num_neighbors)] * len(frontiers) if isinstance(num_neighbors, int) \
+            else [int(k) for k in num_neighbors]
+        requests, shares_of = [], []
+        for index, ((edge_type, ids, seed_time), k) in enumerate(zip(frontiers, fanouts)):
+            args = {"num_neighbors": k, "replace": bool(replace),
+                    **_attribute_args(weight_attr, time_attr, temporal_strategy)}
+            if edge_type is not None:
+                args["edge_type"] = list(edge_type)
+            aligned: tuple[Tensor, ...] = ()
+            if time_attr is not None:
+                if seed_time is None or seed_time.numel() != ids.numel():
+                    raise StoreError(f"time_attr {time_attr!r} needs one seed time per id")
+                aligned = (seed_time.to(torch.long).view(-1),)
+            shares = self.router.split(ids, None if edge_type is None else edge_type[-1]) \
+                if ids.numel() else []
+            type_seed = seed if edge_type is None else _mix_seed(seed, -1 - index)
+            for part, positions, part_ids in shares:
+                requests.append((part, "sample", {**args, "seed": _mix_seed(type_seed, part)},
+                                 [part_ids, *(t.index_select(0, positions) for t in aligned)]))
+            shares_of.append(shares)
+        replies = iter(self.router.call_all(requests, timeout) if requests else [])
+        out = []
+        for (_, ids, _), shares in zip(frontiers, shares_of):
+            if not shares:
+                empty = torch.empty(0, dtype=torch.long)
+                out.append((empty, empty, empty))
+                continue
+            answers = [(positions, next(replies)) for _, positions, _ in shares]
+            for (part, _, _), (positions, reply) in zip(shares, answers):
+                _check_sample_reply(list(reply.tensors), positions.numel(),
+                                    self.router.endpoints[part])
+            counts, (nbrs, eids) = reassemble(
+                ids.numel(), [p for p, _ in answers], [r.tensors[0] for _, r in answers],
+                [(r.tensors[1], r.tensors[2]) for _, r in answers])
+            out.append((counts, nbrs, eids))
+        return out
 
     def check_sample_attributes(self, weight_attr: Optional[str], time_attr: Optional[str],
                                 temporal_strategy: str = "uniform",
@@ -145,9 +234,11 @@ class RemoteGraphStore(GraphStore):
                 **_attribute_args(weight_attr, time_attr, temporal_strategy)}
         empty = torch.empty(0, dtype=torch.long)
         tensors = [empty, empty] if time_attr is not None else [empty]
-        replies = self.router.call_all(
-            [(part, "sample", args, tensors) for part in range(self.router.num_parts)],
-            timeout)
+        # Every edge type of every part: the attribute must exist on each.
+        requests = [(part, "sample", args if t is None else {**args, "edge_type": list(t)},
+                     tensors) for part in range(self.router.num_parts)
+                    for t in self.edge_counts]
+        replies = self.router.call_all(requests, timeout)
         kinds = {reply.result.get("time_kind") for reply in replies}
         if len(kinds) != 1:
             raise StoreError(f"the servers disagree on where time_attr {time_attr!r} lives: "
@@ -161,9 +252,15 @@ class RemoteGraphStore(GraphStore):
     # PyG GraphStore interface ##############################################
 
     def get_all_edge_attrs(self) -> list[EdgeAttr]:
-        """The one edge attribute of a homogeneous graph: COO, sized (N, N)."""
-        return [EdgeAttr(edge_type=None, layout=EdgeLayout.COO, is_sorted=False,
-                         size=(self.num_nodes, self.num_nodes))]
+        """One COO edge attribute per edge type, sized ``(N_src, N_dst)``
+        (a homogeneous graph's one type is ``None``, sized ``(N, N)``)."""
+        return [EdgeAttr(edge_type=t, layout=EdgeLayout.COO, is_sorted=False,
+                         size=self._size(t)) for t in self.edge_counts]
+
+    def _size(self, edge_type: Optional[EdgeType]) -> tuple[int, int]:
+        if edge_type is None:
+            return self.num_nodes, self.num_nodes
+        return self.router.num_nodes_of(edge_type[0]), self.router.num_nodes_of(edge_type[-1])
 
     def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
         raise StoreError("RemoteGraphStore is read-only: the topology lives on the partition "
@@ -174,43 +271,46 @@ class RemoteGraphStore(GraphStore):
                          "servers; partition the changed graph again instead")
 
     def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[EdgeTensorType]:
-        if edge_attr.edge_type is not None:
-            return None  # homogeneous store: PyG turns None into a KeyError
-        size = (self.num_nodes, self.num_nodes)
-        if edge_attr.size is not None and tuple(edge_attr.size) != size:
+        edge_type = edge_attr.edge_type
+        if edge_type not in self.edge_counts:
+            return None  # PyG turns None into a KeyError naming the key
+        num_src, num_dst = self._size(edge_type)
+        if edge_attr.size is not None and tuple(edge_attr.size) != (num_src, num_dst):
             return None
-        row, col = self._global_coo()
+        row, col = self._global_coo(edge_type)
         layout = EdgeLayout(edge_attr.layout)
         if layout == EdgeLayout.COO:
             if edge_attr.is_sorted:
-                col, perm = index_sort(col, max_value=self.num_nodes, stable=True)
+                col, perm = index_sort(col, max_value=num_dst, stable=True)
                 row = row[perm]
             return row, col
         if layout == EdgeLayout.CSC:
-            col, perm = index_sort(col, max_value=self.num_nodes, stable=True)
-            return row[perm], index2ptr(col, self.num_nodes)
-        row, perm = index_sort(row, max_value=self.num_nodes, stable=True)
-        return index2ptr(row, self.num_nodes), col[perm]
+            col, perm = index_sort(col, max_value=num_dst, stable=True)
+            return row[perm], index2ptr(col, num_dst)
+        row, perm = index_sort(row, max_value=num_src, stable=True)
+        return index2ptr(row, num_src), col[perm]
 
-    def _global_coo(self) -> tuple[Tensor, Tensor]:
-        """The whole graph's COO in global edge-id order, fetched once."""
+    def _global_coo(self, edge_type: Optional[EdgeType] = None) -> tuple[Tensor, Tensor]:
+        """One edge type's COO in global edge-id order, fetched once."""
         with self._coo_lock:
-            if self._coo is None:
-                self._coo = self._fetch_coo()
-            return self._coo
+            if edge_type not in self._coo:
+                self._coo[edge_type] = self._fetch_coo(edge_type)
+            return self._coo[edge_type]
 
-    def _fetch_coo(self) -> tuple[Tensor, Tensor]:
-        row = torch.full((self.num_edges,), -1, dtype=torch.long)
-        col = torch.full((self.num_edges,), -1, dtype=torch.long)
-        self._fetch_edges(range(self.router.num_parts), row, col)
-        if self.num_edges and bool((row < 0).any()):
+    def _fetch_coo(self, edge_type: Optional[EdgeType]) -> tuple[Tensor, Tensor]:
+        count = self.edge_counts[edge_type]
+        row = torch.full((count,), -1, dtype=torch.long)
+        col = torch.full((count,), -1, dtype=torch.long)
+        self._fetch_edges(range(self.router.num_parts), row, col, edge_type)
+        if count and bool((row < 0).any()):
             raise StoreError("the servers together hold fewer edges than meta.json records; "
                              "a partition is missing or stale")
-        logger.debug("fetched the global COO (%d edges) from %d servers",
-                     self.num_edges, self.router.num_parts)
+        logger.debug("fetched the global COO of %s (%d edges) from %d servers", edge_type,
+                     count, self.router.num_parts)
         return row, col
 
-    def _fetch_edges(self, parts: Any, row: Tensor, col: Tensor) -> None:
+    def _fetch_edges(self, parts: Any, row: Tensor, col: Tensor,
+                     edge_type: Optional[EdgeType] = None) -> None:
         """Puts the edges of ``parts`` into ``row`` / ``col`` at their edge ids."""
         # Every part's edges in pages that fit its server's reply limit
         # (24 bytes an edge), all parts' next pages in flight at once.
@@ -218,7 +318,8 @@ class RemoteGraphStore(GraphStore):
         while pages:
             requests = []
             for part, start in pages.items():
-                args: dict[str, Any] = {"edge_type": None}
+                args: dict[str, Any] = {
+                    "edge_type": None if edge_type is None else list(edge_type)}
                 limit = self._reply_limits[part]
                 if limit is not None:
                     args.update(start=start, count=max(1, limit // _EDGE_BYTES))
@@ -233,23 +334,29 @@ class RemoteGraphStore(GraphStore):
                     following[part] = args["start"] + taken
             pages = following
 
-    def part_edge_index(self, part: int) -> Tensor:
-        """The edges stored by ``part`` (those into the nodes it owns), as a
-        ``[2, E_part]`` global COO (sources, destinations)."""
+    def part_edge_index(self, part: int, edge_type: Any = None) -> Tensor:
+        """The edges of ``edge_type`` stored by ``part`` (those into the
+        nodes it owns), as a ``[2, E_part]`` global COO (sources,
+        destinations)."""
+        edge_type = self.edge_type_key(edge_type)
         if not 0 <= int(part) < self.router.num_parts:
             raise StoreError(f"no part {part}: the graph has {self.router.num_parts} parts")
-        row = torch.full((self.num_edges,), -1, dtype=torch.long)
-        col = torch.full((self.num_edges,), -1, dtype=torch.long)
-        self._fetch_edges([int(part)], row, col)
+        count = self.edge_counts[edge_type]
+        row = torch.full((count,), -1, dtype=torch.long)
+        col = torch.full((count,), -1, dtype=torch.long)
+        self._fetch_edges([int(part)], row, col, edge_type)
         taken = row >= 0
         return torch.stack([row[taken], col[taken]])
 
-    def in_degree(self) -> Tensor:
-        """Every node's in-degree (int64, ``[num_nodes]``), one ``degree`` call
-        per server (16 bytes a node on the wire)."""
-        requests = [(part, "degree", {"edge_type": None}, [])
-                    for part in range(self.router.num_parts)]
-        degree = torch.full((self.num_nodes,), -1, dtype=torch.long)
+    def in_degree(self, edge_type: Any = None) -> Tensor:
+        """Every destination node's in-degree over ``edge_type`` (int64,
+        ``[num_nodes of its type]``), one ``degree`` call per server (16
+        bytes a node on the wire)."""
+        edge_type = self.edge_type_key(edge_type)
+        num_dst = self._size(edge_type)[1]
+        args = {"edge_type": None if edge_type is None else list(edge_type)}
+        requests = [(part, "degree", args, []) for part in range(self.router.num_parts)]
+        degree = torch.full((num_dst,), -1, dtype=torch.long)
         for (part, _, _, _), reply in zip(requests, self.router.call_all(requests)):
             address = self.router.endpoints[part]
             if len(reply.tensors) != 2:
@@ -257,9 +364,9 @@ class RemoteGraphStore(GraphStore):
                                  f"{len(reply.tensors)} tensors, expected 2")
             ids, deg = (t.to(torch.long) for t in reply.tensors)
             if ids.numel() != deg.numel() or (ids.numel() and (
-                    int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes)):
+                    int(ids.min()) < 0 or int(ids.max()) >= num_dst)):
                 raise StoreError(f"server {address} answered 'degree' with node ids outside "
-                                 f"[0, {self.num_nodes}) or one degree per id missing")
+                                 f"[0, {num_dst}) or one degree per id missing")
             degree[ids] = deg
         if bool((degree < 0).any()):
             raise StoreError("the servers together report degrees for fewer nodes than the "
@@ -275,16 +382,17 @@ class RemoteGraphStore(GraphStore):
         if not src.numel() == dst.numel() == eid.numel():
             raise StoreError(f"server {self.router.endpoints[part]} answered 'edge_index' "
                              f"with tensors of different lengths")
-        if eid.numel() and (int(eid.min()) < 0 or int(eid.max()) >= self.num_edges):
+        if eid.numel() and (int(eid.min()) < 0 or int(eid.max()) >= row.numel()):
             raise StoreError(f"server {self.router.endpoints[part]} sent edge ids outside "
-                             f"[0, {self.num_edges}); its partition belongs to another "
+                             f"[0, {row.numel()}); its partition belongs to another "
                              f"graph")
         row[eid], col[eid] = src, dst
         return eid.numel()
 
     def __repr__(self) -> str:
+        types = f", edge_types={len(self.edge_counts)}" if self.is_hetero else ""
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, "
-                f"num_edges={self.num_edges}, num_parts={self.router.num_parts})")
+                f"num_edges={self.num_edges}{types}, num_parts={self.router.num_parts})")
 
 
 # Bytes an edge takes in an ``edge_index`` answer: source, destination, id.

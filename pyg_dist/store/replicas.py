@@ -22,10 +22,9 @@ from typing import Any, Optional
 from pyg_dist.errors import StoreError
 from pyg_dist.rpc.client import RpcClient
 from pyg_dist.rpc.replicas import FailoverClient, Replicas, replica_groups
-from pyg_dist.store.connect import ServerMeta, _book, _check_cluster, _parse_meta
+from pyg_dist.store.connect import ServerMeta, _check_cluster, _parse_meta, build_stores
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
-from pyg_dist.store.routing import Router
 
 
 def _same_graph(a: ServerMeta, b: ServerMeta) -> bool:
@@ -79,9 +78,5 @@ def connect_replicas(replicas: Replicas, config: Any = None, *,
     primaries = [m[0] for m in metas]
     order = _check_cluster(primaries)
     ordered = [groups[i] for i in order]
-    book = _book(primaries, order)
-    first = primaries[order[0]]
     client = FailoverClient(ordered, config)
-    router = Router([g[0] for g in ordered], book, first.num_nodes, config=config,
-                    client=client)
-    return RemoteFeatureStore(router, first.features), RemoteGraphStore(router, first.num_edges)
+    return build_stores([primaries[i] for i in order], [g[0] for g in ordered], config, client)

@@ -2,10 +2,11 @@
 
 :class:`Router` is the one place where the trainer side turns "these ids"
 into "one request per owning server, all in flight at once": it splits ids
-with the partition book, sends each server its share concurrently, waits for
-every answer within the call's deadline, and hands back the answers together
-with the positions of the ids each server got, so that callers can put the
-answers back into their own order. The remote feature store, the remote
+with the partition book of the ids' node type (:meth:`Router.split`), sends
+every request concurrently and waits for every answer within the call's
+deadline (:meth:`Router.call_all`); callers keep the positions of the ids
+each server got, to put the answers back into their own order
+(:func:`reassemble`). The remote feature store, the remote
 graph store and the distributed sampler all go through it.
 """
 
@@ -17,13 +18,13 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from pyg_dist.errors import RemoteError, RpcError, RpcTimeoutError, StoreError, TransportError
+from pyg_dist.partitioning.type_keys import node_type_key
 
 logger = logging.getLogger(__name__)
 
@@ -105,24 +106,6 @@ def reassemble(
 
 
 
-@dataclass
-class Routed:
-    """The answer of one server to its share of a routed request.
-
-    Args:
-        part: The part (server) that answered.
-        positions: Positions, in the caller's id tensor, of the ids this
-            server got, in the order it got them.
-        result: The reply's msgpack result map.
-        tensors: The reply's tensors.
-    """
-
-    part: int
-    positions: Tensor
-    result: dict
-    tensors: list[Tensor]
-
-
 class Router:
     """Sends per-owner shares of an id batch to partition servers concurrently.
 
@@ -133,8 +116,10 @@ class Router:
     Args:
         endpoints: Server endpoints ordered by part: ``endpoints[k]`` serves
             part ``k``.
-        book: The partition book (maps a global node id to its part).
-        num_nodes: Number of nodes of the whole graph.
+        book: The partition book (maps a global node id to its part), or
+            for a heterogeneous graph ``{node_type: book}`` (ids are numbered
+            per node type).
+        num_nodes: Number of nodes of the whole graph (all types together).
         config: The :class:`~pyg_dist.rpc.config.RpcConfig`; ``None`` uses the
             defaults and environment.
         client: An already connected client whose server ``k`` is part ``k``
@@ -144,7 +129,10 @@ class Router:
     def __init__(self, endpoints: Sequence[str], book: Any, num_nodes: int,
                  config: Any = None, client: Any = None) -> None:
         self.endpoints = list(endpoints)
-        self.book = book
+        # One book per node type; a homogeneous graph has the one type None.
+        self.books: dict[Optional[str], Any] = dict(book) if isinstance(book, dict) \
+            else {None: book}
+        self.book = self.books.get(None)
         self.num_nodes = int(num_nodes)
         self.config = config
         self._client = client
@@ -194,34 +182,62 @@ class Router:
         cfg = self.config if self.config is not None else self.client.config
         return float(cfg.timeout)
 
-    def check_ids(self, ids: Tensor, what: str) -> Tensor:
+    @property
+    def is_hetero(self) -> bool:
+        """Whether node ids are numbered per node type (a ``HeteroData``)."""
+        return None not in self.books
+
+    def book_of(self, node_type: Optional[str]) -> Any:
+        """The partition book of ``node_type`` (``None``: homogeneous).
+
+        Raises:
+            UnknownTypeError: if the graph has no such node type.
+            GraphKindMismatchError: for a type on a homogeneous graph, or
+                ``None`` on a heterogeneous one.
+        """
+        book = self.books.get(node_type)
+        if book is None:
+            node_type_key(node_type, list(self.books), "the served graph")
+        return book
+
+    def num_nodes_of(self, node_type: Optional[str]) -> int:
+        """Nodes of one node type (``None``: every node of a homogeneous graph)."""
+        return self.book_of(node_type).num_nodes
+
+    def check_ids(self, ids: Tensor, what: str, node_type: Optional[str] = None) -> Tensor:
         """Validates global node ids before they are sent anywhere.
 
         Args:
             ids: The ids (any integer dtype, 1-D).
             what: Names the ids in the error message.
+            node_type: The ids' node type (``None``: homogeneous graph).
 
         Raises:
             StoreError: if ``ids`` is not 1-D integer or out of range.
+            UnknownTypeError, GraphKindMismatchError: see :meth:`book_of`.
         """
+        num_nodes = self.num_nodes_of(node_type)
         if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
             raise StoreError(f"{what} must be a 1-D integer tensor of global node ids, "
                              f"got dtype {ids.dtype} and shape {tuple(ids.shape)}")
         ids = ids.to(torch.long)
         if ids.numel():
             low, high = (int(v) for v in torch.aminmax(ids))
-            if low < 0 or high >= self.num_nodes:
-                raise StoreError(f"{what} holds ids outside [0, {self.num_nodes}): min "
+            if low < 0 or high >= num_nodes:
+                of = "" if node_type is None else f" of node type {node_type!r}"
+                raise StoreError(f"{what} holds ids outside [0, {num_nodes}){of}: min "
                                  f"{low}, max {high}; pass global node ids of the "
                                  f"partitioned graph")
         return ids
 
-    def split(self, ids: Tensor) -> list[tuple[int, Tensor, Tensor]]:
-        """Groups ids by owner: ``[(part, positions, ids[positions]), ...]``.
+    def split(self, ids: Tensor, node_type: Optional[str] = None
+              ) -> list[tuple[int, Tensor, Tensor]]:
+        """Groups ids (of ``node_type``) by owner:
+        ``[(part, positions, ids[positions]), ...]``.
 
         Only parts owning at least one of the ids appear, ascending.
         """
-        return self.book.split(ids)
+        return self.book_of(node_type).split(ids)
 
     def call_all(self, requests: Sequence[tuple[int, str, dict, list[Tensor]]],
                  timeout: Optional[float] = None, retry: bool = True,
@@ -322,32 +338,3 @@ class Router:
                 f"deadline, and the RPC client did not fail the call either within "
                 f"{_WAIT_GRACE_S:.3g}s more (its I/O thread is stuck)",
                 address=self.endpoints[part], op=op) from exc
-
-    def route(self, ids: Tensor, op: str, args: dict, *, extra_args: Optional[dict] = None,
-              timeout: Optional[float] = None,
-              aligned: tuple[Tensor, ...] = ()) -> list[Routed]:
-        """Sends every owner its share of ``ids`` (one request each, concurrently).
-
-        Args:
-            ids: Global node ids (int64, validated by the caller).
-            op: The server operation, e.g. ``"get"`` or ``"sample"``.
-            args: The operation's arguments, the same for every server.
-            extra_args: Per-part argument overrides ``{part: {...}}``.
-            timeout: Deadline of every call; ``None`` uses the config's.
-            aligned: Tensors with one row per id (e.g. seed times), sent
-                after the ids, each server getting the rows of its ids.
-
-        Returns:
-            One :class:`Routed` per server that owns at least one id.
-        """
-        shares = self.split(ids)
-        requests = []
-        for part, positions, part_ids in shares:
-            part_args = dict(args)
-            if extra_args and part in extra_args:
-                part_args.update(extra_args[part])
-            requests.append((part, op, part_args,
-                             [part_ids, *(t.index_select(0, positions) for t in aligned)]))
-        replies = self.call_all(requests, timeout)
-        return [Routed(part, positions, reply.result, list(reply.tensors))
-                for (part, positions, _), reply in zip(shares, replies)]

@@ -95,10 +95,21 @@ def test_ids_are_checked_against_their_own_type(graph, served):
                     [torch.tensor([0])])
 
 
-def test_connect_refuses_hetero_servers_until_the_trainer_side_reads_them(served):
-    from pyg_dist.errors import GraphKindMismatchError
+def test_connect_reads_hetero_servers_type_by_type(graph, served):
     from pyg_dist.store.connect import connect
 
     _, client = served
-    with pytest.raises(GraphKindMismatchError, match="heterogeneous graph"):
-        connect(client.endpoints)
+    fs, gs = connect(client.endpoints)
+    try:
+        assert gs.is_hetero and gs.metadata() == (graph.node_types, graph.edge_types)
+        for edge_type in graph.edge_types:
+            assert gs.edge_counts[edge_type] == graph[edge_type].edge_index.size(1)
+        for node_type in graph.node_types:
+            ids = torch.randperm(graph[node_type].num_nodes)[:50]
+            x = fs.get_tensor(group_name=node_type, attr_name="x", index=ids)
+            assert torch.equal(x, graph[node_type].x[ids]), node_type
+        edge_type = graph.edge_types[0]
+        row, col = gs.get_edge_index(edge_type=edge_type, layout="coo")
+        assert torch.equal(torch.stack([row, col]), graph[edge_type].edge_index)
+    finally:
+        fs.close()
