@@ -10,7 +10,12 @@ import pytest
 
 # Session-wide so that the loader and sampler tests share one set of server
 # processes per part count.
-from support.served_cora import cora_data, served_cora  # noqa: F401
+from support.served_cora import (  # noqa: F401
+    cora_data,
+    hetero_data,
+    served_cora,
+    served_hetero,
+)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -3,10 +3,12 @@
 A thin layer over PyG's :class:`~torch_geometric.loader.LinkLoader`: it
 builds a :class:`~pyg_dist.sampler.DistNeighborSampler`, whose
 ``sample_from_edges`` draws negative links on the trainer (uniform over the
-graph's global node ids, seeded per batch; no topology is fetched) and
-samples around both endpoints through PyG's own ``edge_sample``. Batches are
-joined with their features by PyG's ``filter_custom_store`` (one
-``multi_get_tensor``, one request per server) and carry PyG's link schema:
+graph's global node ids, or over the endpoint types' nodes of a
+heterogeneous graph, seeded per batch; no topology is fetched) and samples
+around both endpoints through PyG's own ``edge_sample``. Batches are joined
+with their features by PyG's ``filter_custom_store`` or, heterogeneous,
+:func:`~pyg_dist.loader.hetero_batch.filter_hetero_store` (one
+``multi_get_tensor``, one round trip) and carry PyG's link schema:
 ``edge_label_index`` / ``edge_label`` (no or binary negatives) or
 ``src_index`` / ``dst_pos_index`` / ``dst_neg_index`` (triplet), plus
 ``input_id``, ``n_id``, ``e_id`` and the sampled counts.
@@ -24,11 +26,17 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import LinkLoader
 from torch_geometric.loader.utils import filter_custom_store
-from torch_geometric.sampler import BaseSampler, NegativeSampling, SamplerOutput
+from torch_geometric.sampler import (
+    BaseSampler,
+    HeteroSamplerOutput,
+    NegativeSampling,
+    SamplerOutput,
+)
 from torch_geometric.sampler.base import SubgraphType
+from torch_geometric.typing import EdgeType
 
 from pyg_dist.errors import LoaderError, SamplerError
 from pyg_dist.loader.arguments import (
@@ -38,6 +46,7 @@ from pyg_dist.loader.arguments import (
     check_store_pair,
 )
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
+from pyg_dist.loader.hetero_batch import filter_hetero_store
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.link_sampling import check_negative_sampling
@@ -68,8 +77,10 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
             all of them. Required unless ``neighbor_sampler`` is given.
         edge_label_index: Seed links: a ``[2, E]`` integer tensor of global
             node ids, ``(None, tensor)``, or ``None`` for every edge of the
-            graph. ``(edge_type, tensor)`` is the heterogeneous form; it is
-            refused until heterogeneous graphs are served.
+            graph; on a heterogeneous graph ``(edge_type, tensor)``,
+            ``(edge_type, None)`` or ``edge_type`` (every edge of the type),
+            sources of ``edge_type``'s source type, destinations of its
+            destination type.
         edge_label: Labels of the seed links, ``E`` entries (PyG's rules:
             with binary negatives, labels starting at 0 are shifted by one
             so that 0 means negative).
@@ -172,12 +183,16 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
             subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
             seed=(seed, None), timeout=(timeout, None))
         neg_sampling = _negative_sampling(neg_sampling, neg_sampling_ratio)
-        check_negative_sampling(neg_sampling, gs.num_nodes)
         if neg_sampling is not None and neg_sampling.is_triplet() and edge_label is not None:
             raise LoaderError("edge_label must be None with triplet negative sampling (PyG's "
                               "rule): batches tell positives from negatives by src_index, "
                               "dst_pos_index and dst_neg_index")
-        seeds = _seed_links(fs, gs, edge_label_index)
+        edge_type, seeds = _seed_links(gs, edge_label_index)
+        if edge_type is None:
+            check_negative_sampling(neg_sampling, gs.num_nodes)
+        else:
+            check_negative_sampling(neg_sampling, gs.router.num_nodes_of(edge_type[0]),
+                                    gs.router.num_nodes_of(edge_type[-1]))
         edge_label = _check_labels(edge_label, seeds.size(1))
         if not directed:
             subgraph_type = SubgraphType.induced
@@ -200,7 +215,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
             kwargs["sampler"] = self._rank_sampler
         try:
             super().__init__(data=(fs, gs), link_sampler=neighbor_sampler,
-                             edge_label_index=(None, seeds), edge_label=edge_label,
+                             edge_label_index=(edge_type, seeds), edge_label=edge_label,
                              edge_label_time=check_seed_times(
                                  edge_label_time, seeds.size(1), time_attr, "edge_label_time"),
                              neg_sampling=neg_sampling, transform=transform,
@@ -231,18 +246,38 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
 
     # Joining features #######################################################
 
-    def filter_fn(self, out: SamplerOutput) -> Data:
-        """Joins a ``SamplerOutput`` with its features into a link batch.
+    def filter_fn(self, out: Union[SamplerOutput, HeteroSamplerOutput]
+                  ) -> Union[Data, HeteroData]:
+        """Joins a sampler output with its features into a link batch.
 
         PyG's ``LinkLoader.filter_fn`` for a ``(FeatureStore, GraphStore)``
         pair, without its special case for a sampler class named
-        ``DistNeighborSampler`` (see :mod:`pyg_dist.sampler.metadata`).
+        ``DistNeighborSampler`` (see :mod:`pyg_dist.sampler.metadata`); a
+        heterogeneous batch lays its labels out as PyG's does (under the
+        seed edge type, or ``src_index`` / ``dst_pos_index`` /
+        ``dst_neg_index`` under the endpoint types).
         """
-        if not isinstance(out, SamplerOutput):
-            raise LoaderError(f"expected a SamplerOutput from the sampler, got "
-                              f"{type(out).__name__} (heterogeneous graphs are not supported)")
         if self.transform_sampler_output:
             out = self.transform_sampler_output(out)
+        meta = out.metadata
+        if isinstance(out, HeteroSamplerOutput):
+            data = filter_hetero_store(*self.data, out, self.custom_cls)
+            input_type = self.input_data.input_type
+            data[input_type].input_id = meta[0]
+            if self.neg_sampling is None or self.neg_sampling.is_binary():
+                data[input_type].edge_label_index = meta[1]
+                data[input_type].edge_label = meta[2]
+                data[input_type].edge_label_time = meta[3]
+            else:
+                data[input_type[0]].src_index = meta[1]
+                data[input_type[-1]].dst_pos_index = meta[2]
+                data[input_type[-1]].dst_neg_index = meta[3]
+                data[input_type[0]].seed_time = meta[4]
+                data[input_type[-1]].seed_time = meta[4]
+            return data if self.transform is None else self.transform(data)
+        if not isinstance(out, SamplerOutput):
+            raise LoaderError(f"expected a SamplerOutput from the sampler, got "
+                              f"{type(out).__name__}")
         data = filter_custom_store(*self.data, out.node, out.row, out.col, out.edge,
                                    self.custom_cls)
         if "n_id" not in data:
@@ -254,7 +289,6 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         data.batch = out.batch
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
-        meta = out.metadata
         data.input_id = meta[0]
         if self.neg_sampling is None or self.neg_sampling.is_binary():
             data.edge_label_index, data.edge_label, data.edge_label_time = meta[1], meta[2], \
@@ -290,24 +324,28 @@ def _negative_sampling(neg_sampling: Any, ratio: Any) -> Optional[NegativeSampli
                           f"{exc}") from exc
 
 
-def _seed_links(fs: RemoteFeatureStore, gs: RemoteGraphStore, edge_label_index: Any) -> Tensor:
-    """The seed links as a ``[2, E]`` int64 tensor of global ids, checked."""
+def _seed_links(gs: RemoteGraphStore, edge_label_index: Any
+                ) -> tuple[Optional[EdgeType], Tensor]:
+    """The seed links' edge type (``None`` on a homogeneous graph) and the
+    links as a ``[2, E]`` int64 tensor of global ids, checked."""
+    edge_type = None
     if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2 \
             and not isinstance(edge_label_index[0], (Tensor, int, list)):
         edge_type, edge_label_index = edge_label_index
-        if edge_type is not None:
-            raise LoaderError(f"edge_label_index names the edge type {edge_type!r}, but the "
-                              f"served graph is homogeneous (heterogeneous graphs are not "
-                              f"served yet); pass a [2, E] tensor or (None, tensor)")
-    elif isinstance(edge_label_index, str):
-        raise LoaderError(f"edge_label_index names the edge type {edge_label_index!r}, but "
-                          f"the served graph is homogeneous; pass a [2, E] tensor")
+    elif isinstance(edge_label_index, (str, tuple)) and not isinstance(edge_label_index[0],
+                                                                       (Tensor, int, list)):
+        edge_type, edge_label_index = edge_label_index, None
+    elif edge_label_index is None and gs.is_hetero:
+        gs.edge_type_key(None)  # names the edge types
+    # Refuses an edge type on a homogeneous graph and an unknown one, naming
+    # the edge types there are.
+    edge_type = gs.edge_type_key(edge_type)
     if edge_label_index is None:
-        # Every edge of the graph, in global edge-id order (gathered from
-        # the servers once and cached by the graph store).
-        attr = gs.get_all_edge_attrs()[0]
+        # Every edge of the type, in global edge-id order (gathered from the
+        # servers once and cached by the graph store).
+        attr = next(a for a in gs.get_all_edge_attrs() if a.edge_type == edge_type)
         row, col = gs.get_edge_index(attr)
-        return torch.stack([row, col]).to(torch.long)
+        return edge_type, torch.stack([row, col]).to(torch.long)
     if not isinstance(edge_label_index, Tensor):
         try:
             edge_label_index = torch.as_tensor(edge_label_index)
@@ -322,12 +360,16 @@ def _seed_links(fs: RemoteFeatureStore, gs: RemoteGraphStore, edge_label_index: 
                           f"got {tuple(ids.shape)}")
     if ids.size(1) == 0:
         raise LoaderError("edge_label_index holds no links; pass at least one")
-    n = gs.num_nodes
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= n:
-        raise LoaderError(f"edge_label_index holds node ids outside [0, {n}) (the served "
-                          f"graph's nodes): min {low}, max {high}")
-    return ids.to(torch.long).cpu()
+    ends = [(None, gs.num_nodes)] * 2 if edge_type is None else \
+        [(t, gs.router.num_nodes_of(t)) for t in (edge_type[0], edge_type[-1])]
+    for row, (node_type, n), name in zip(ids, ends, ("source", "destination")):
+        low, high = int(row.min()), int(row.max())
+        if low < 0 or high >= n:
+            of = "the served graph's nodes" if node_type is None else \
+                f"the nodes of type {node_type!r}"
+            raise LoaderError(f"edge_label_index holds {name} ids outside [0, {n}) ({of}): "
+                              f"min {low}, max {high}")
+    return edge_type, ids.to(torch.long).cpu()
 
 
 def _check_labels(edge_label: Any, num_links: int) -> Optional[Tensor]:

@@ -30,10 +30,10 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import NodeLoader
 from torch_geometric.loader.utils import filter_custom_store
-from torch_geometric.sampler import BaseSampler, SamplerOutput
+from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import LoaderError, SamplerError
@@ -44,6 +44,7 @@ from pyg_dist.loader.arguments import (
     check_store_pair,
 )
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
+from pyg_dist.loader.hetero_batch import filter_hetero_store
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.protocol import SeededSampler
@@ -58,7 +59,8 @@ class DistNeighborLoader(DistIteration, NodeLoader):
 
     Takes the arguments of PyG's
     :class:`~torch_geometric.loader.NeighborLoader` and yields the same
-    :class:`~torch_geometric.data.Data` batches (``x``, ``edge_index``, ``y``,
+    :class:`~torch_geometric.data.Data` (or, on a heterogeneous graph,
+    :class:`~torch_geometric.data.HeteroData`) batches (``x``, ``edge_index``, ``y``,
     ``n_id``, ``e_id``, ``input_id``, ``batch_size``, ``num_sampled_nodes``,
     ``num_sampled_edges``; ids are global).
 
@@ -80,10 +82,14 @@ class DistNeighborLoader(DistIteration, NodeLoader):
         data: The ``(feature_store, graph_store)`` pair from
             :func:`pyg_dist.connect`.
         num_neighbors: Neighbours to sample per node and hop; ``-1`` takes
-            all of them. Required unless ``neighbor_sampler`` is given (then
-            ``None`` or the sampler's own list).
+            all of them; on a heterogeneous graph one list for every edge
+            type or ``{edge_type: list}`` covering each. Required unless
+            ``neighbor_sampler`` is given (then ``None`` or the sampler's own
+            list).
         input_nodes: Seed nodes: global ids, a boolean mask over all nodes,
-            ``(None, ids_or_mask)``, or ``None`` for every node.
+            ``(None, ids_or_mask)``, or ``None`` for every node; on a
+            heterogeneous graph ``(node_type, ids_or_mask)``,
+            ``(node_type, None)`` or ``node_type`` (every node of the type).
         input_time: One integer time per seed (after ``input_nodes`` is
             resolved): only neighbours no later than it are sampled. Needs
             ``time_attr``; without it, a node ``time_attr`` gives the seeds'
@@ -203,7 +209,7 @@ class DistNeighborLoader(DistIteration, NodeLoader):
                     temporal_strategy=temporal_strategy)
             except SamplerError as exc:
                 raise LoaderError(str(exc)) from exc
-        nodes, input_id = _input_ids(input_nodes, gs.num_nodes)
+        input_type, nodes, input_id = _input_ids(input_nodes, gs)
         input_time = check_seed_times(input_time, nodes.numel(), time_attr, "input_time")
         self.prefetch = prefetch
         self.device = device
@@ -215,7 +221,8 @@ class DistNeighborLoader(DistIteration, NodeLoader):
                 seed=0 if seed is None else seed)
             kwargs["sampler"] = self._rank_sampler
         try:
-            super().__init__(data=(fs, gs), node_sampler=neighbor_sampler, input_nodes=nodes,
+            super().__init__(data=(fs, gs), node_sampler=neighbor_sampler,
+                             input_nodes=nodes if input_type is None else (input_type, nodes),
                              input_time=input_time, transform=transform,
                              transform_sampler_output=transform_sampler_output,
                              filter_per_worker=filter_per_worker, custom_cls=custom_cls,
@@ -251,19 +258,29 @@ class DistNeighborLoader(DistIteration, NodeLoader):
 
     # Joining features #######################################################
 
-    def filter_fn(self, out: SamplerOutput) -> Data:
-        """Joins a ``SamplerOutput`` with its features into a PyG ``Data`` batch.
+    def filter_fn(self, out: Union[SamplerOutput, HeteroSamplerOutput]
+                  ) -> Union[Data, HeteroData]:
+        """Joins a sampler output with its features into a PyG batch.
 
         The same as PyG's ``NodeLoader.filter_fn`` for a ``(FeatureStore,
         GraphStore)`` pair, without its special case for a sampler class
         named ``DistNeighborSampler`` (PyG's deprecated one, whose output
-        carries the features in ``metadata``).
+        carries the features in ``metadata``); a heterogeneous batch gets
+        every node type's features in one ``multi_get_tensor``
+        (:func:`~pyg_dist.loader.hetero_batch.filter_hetero_store`).
         """
-        if not isinstance(out, SamplerOutput):
-            raise LoaderError(f"expected a SamplerOutput from the sampler, got "
-                              f"{type(out).__name__} (heterogeneous graphs are not supported)")
         if self.transform_sampler_output:
             out = self.transform_sampler_output(out)
+        if isinstance(out, HeteroSamplerOutput):
+            data = filter_hetero_store(*self.data, out, self.custom_cls)
+            input_type = self.input_data.input_type
+            data[input_type].input_id = out.metadata[0]
+            data[input_type].seed_time = out.metadata[1]
+            data[input_type].batch_size = out.metadata[0].size(0)
+            return data if self.transform is None else self.transform(data)
+        if not isinstance(out, SamplerOutput):
+            raise LoaderError(f"expected a SamplerOutput from the sampler, got "
+                              f"{type(out).__name__}")
         data = filter_custom_store(*self.data, out.node, out.row, out.col, out.edge,
                                    self.custom_cls)
         if "n_id" not in data:
@@ -295,33 +312,41 @@ def _subgraph_type(value: Union[SubgraphType, str]) -> Union[SubgraphType, str]:
         return value  # the sampler names the valid values
 
 
-def _input_ids(input_nodes: Any, num_nodes: int) -> tuple[Tensor, Optional[Tensor]]:
-    """Global int64 ids of ``input_nodes`` (ids, mask, ``(None, ids)`` or ``None``),
-    and the ``input_id`` PyG reports for them: the node ids themselves for a
-    mask, the positions in the input (``None``) otherwise."""
-    if isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 \
-            and (input_nodes[0] is None or isinstance(input_nodes[0], str)):
-        if input_nodes[0] is not None:
-            raise LoaderError("node-typed input_nodes (heterogeneous graphs) are not "
-                              "supported yet")
-        input_nodes = input_nodes[1]
+def _input_ids(input_nodes: Any, gs: RemoteGraphStore
+               ) -> tuple[Optional[str], Tensor, Optional[Tensor]]:
+    """The input node type, the global int64 ids of ``input_nodes`` and the
+    ``input_id`` PyG reports for them (the node ids themselves for a mask,
+    the positions in the input, ``None``, otherwise).
+
+    ``input_nodes`` is ids, a mask, ``(None, ids)`` or ``None`` (every node)
+    on a homogeneous graph; a node type, ``(node_type, ids or mask)`` or
+    ``(node_type, None)`` on a heterogeneous one, as in PyG.
+    """
+    node_type = None
     if isinstance(input_nodes, str):
-        raise LoaderError("node-typed input_nodes (heterogeneous graphs) are not supported yet")
+        node_type, input_nodes = input_nodes, None
+    elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 \
+            and (input_nodes[0] is None or isinstance(input_nodes[0], str)):
+        node_type, input_nodes = input_nodes
+    elif input_nodes is None and gs.is_hetero:
+        node_type = input_nodes  # None: the type check below names the types
+    num_nodes = gs.router.num_nodes_of(node_type)  # refuses a wrong or unknown type
+    of = "" if node_type is None else f" of node type {node_type!r}"
     if input_nodes is None:
-        return torch.arange(num_nodes), None
+        return node_type, torch.arange(num_nodes), None
     if not isinstance(input_nodes, Tensor):
         input_nodes = torch.as_tensor(input_nodes)
     if input_nodes.dtype == torch.bool:
         if input_nodes.numel() != num_nodes:
-            raise LoaderError(f"a boolean input_nodes mask needs one entry per node "
+            raise LoaderError(f"a boolean input_nodes mask needs one entry per node{of} "
                               f"({num_nodes}), got {input_nodes.numel()}")
         ids = input_nodes.nonzero().view(-1)
-        return ids, ids
+        return node_type, ids, ids
     if input_nodes.is_floating_point() or input_nodes.dim() != 1:
         raise LoaderError(f"input_nodes must be 1-D integer ids or a boolean mask, got dtype "
                           f"{input_nodes.dtype} and shape {tuple(input_nodes.shape)}")
     ids = input_nodes.to(torch.long).cpu()
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
-        raise LoaderError(f"input_nodes holds ids outside [0, {num_nodes}): min "
+        raise LoaderError(f"input_nodes holds ids outside [0, {num_nodes}){of}: min "
                           f"{int(ids.min())}, max {int(ids.max())}")
-    return ids, None
+    return node_type, ids, None

@@ -33,14 +33,17 @@ from torch_geometric.data import TensorAttr
 from torch_geometric.sampler import (
     BaseSampler,
     EdgeSamplerInput,
+    HeteroSamplerOutput,
     NegativeSampling,
     NodeSamplerInput,
     SamplerOutput,
 )
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
+from torch_geometric.typing import EdgeType
 
-from pyg_dist.errors import RemoteError, SamplerError, StoreError
+from pyg_dist.errors import GraphKindMismatchError, RemoteError, SamplerError, StoreError
 from pyg_dist.sampler import link_sampling
+from pyg_dist.sampler.hetero_sampling import sample_hetero
 from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.relabel import node_index
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
@@ -57,7 +60,9 @@ class DistNeighborSampler(BaseSampler):
         data: The ``(feature_store, graph_store)`` pair returned by
             :func:`pyg_dist.connect`, or the graph store alone.
         num_neighbors: Neighbours to sample per node and hop; ``-1`` takes
-            all of them. A list (homogeneous graphs only).
+            all of them. A list (the same for every edge type of a
+            heterogeneous graph) or, on a heterogeneous graph, a dict
+            ``{edge_type: list}`` covering every edge type, as in PyG.
         replace: Sample with replacement.
         subgraph_type: ``"directional"`` (the sampled edges only),
             ``"bidirectional"`` (sampled edges plus their reverses) or
@@ -103,13 +108,18 @@ class DistNeighborSampler(BaseSampler):
                 f"pyg_dist.connect(), got a graph store of type {type(graph_store).__name__}")
         self.graph_store = graph_store
         self.num_nodes = graph_store.num_nodes
-        self.num_neighbors = _check_num_neighbors(num_neighbors)
+        self.num_neighbors: Any = _check_num_neighbors(num_neighbors, graph_store)
+        self.num_hops = len(next(iter(self.num_neighbors.values()))) if self.is_hetero \
+            else len(self.num_neighbors)
         self.replace = bool(replace)
         try:
             self.subgraph_type = SubgraphType(subgraph_type)
         except ValueError as exc:
             raise SamplerError(f"subgraph_type must be one of 'directional', 'bidirectional', "
                                f"'induced'; got {subgraph_type!r}") from exc
+        if self.is_hetero and self.subgraph_type == SubgraphType.induced:
+            raise SamplerError("subgraph_type='induced' is not supported on heterogeneous "
+                               "graphs yet; use 'directional' or 'bidirectional'")
         self.feature_store = data[0] if isinstance(data, (tuple, list)) else None
         self.weight_attr, self.time_attr = weight_attr, time_attr
         self.temporal_strategy = temporal_strategy
@@ -128,8 +138,14 @@ class DistNeighborSampler(BaseSampler):
 
     @property
     def is_hetero(self) -> bool:
-        """Always ``False``: heterogeneous graphs are not supported yet."""
-        return False
+        """Whether the served graph is heterogeneous (batches are then
+        ``HeteroSamplerOutput``, node ids numbered per node type)."""
+        return self.graph_store.is_hetero
+
+    @staticmethod
+    def hop_seed(base_seed: int, hop: int) -> int:
+        """A distinct, deterministic seed per hop of one batch."""
+        return _hop_seed(base_seed, hop)
 
     @property
     def is_temporal(self) -> bool:
@@ -161,7 +177,8 @@ class DistNeighborSampler(BaseSampler):
                                f"{self.weight_attr!r}, time_attr={self.time_attr!r}: "
                                f"{getattr(exc, 'remote_message', None) or exc}") from exc
 
-    def _seed_times(self, seeds: Tensor, time: Optional[Tensor]) -> Optional[Tensor]:
+    def _seed_times(self, seeds: Tensor, time: Optional[Tensor],
+                    node_type: Optional[str] = None) -> Optional[Tensor]:
         """The int64 time of every seed: ``time`` (``input_time``) checked,
         or the seeds' own node times; ``None`` without ``time_attr``."""
         if self.time_attr is None:
@@ -173,7 +190,7 @@ class DistNeighborSampler(BaseSampler):
             if self.time_kind != "node" or self.feature_store is None:
                 raise SamplerError(f"time_attr {self.time_attr!r} is an edge time: pass "
                                    f"input_time, one time per seed")
-            time = self.feature_store.get_tensor(TensorAttr(None, self.time_attr, seeds))
+            time = self.feature_store.get_tensor(TensorAttr(node_type, self.time_attr, seeds))
         if not isinstance(time, Tensor) or time.is_floating_point() or time.is_complex() \
                 or time.dtype == torch.bool or time.numel() != seeds.numel():
             raise SamplerError(
@@ -215,10 +232,14 @@ class DistNeighborSampler(BaseSampler):
             A :class:`~torch_geometric.sampler.SamplerOutput` whose
             ``metadata`` is ``(input_id, seed_time)`` as in PyG.
         """
-        if index.input_type is not None:
-            raise SamplerError("heterogeneous input nodes are not supported by "
-                               "DistNeighborSampler yet")
-        out = self._sample(index.node, index.time, seed=seed)
+        if self.is_hetero:
+            out = self._sample_hetero(index.input_type, index.node, index.time, seed)
+        else:
+            if index.input_type is not None:
+                raise GraphKindMismatchError(
+                    f"input nodes of type {index.input_type!r} were given, but the served "
+                    f"graph is homogeneous; pass plain node ids")
+            out = self._sample(index.node, index.time, seed=seed)
         # A tuple that refuses PyG's NodeLoader reading features from its end.
         out.metadata = SamplerMetadata((index.input_id, index.time))
         return self._finish(out)
@@ -237,8 +258,18 @@ class DistNeighborSampler(BaseSampler):
                 with :meth:`draw_seed` when ``None``.
         """
         base_seed = self.draw_seed() if seed is None else int(seed)
-        out = link_sampling.sample_from_edges(self._sample, index, self.num_nodes,
-                                              self.disjoint, neg_sampling, base_seed)
+        if self.is_hetero:
+            num_nodes: Any = {t: self.graph_store.router.num_nodes_of(t)
+                              for t in self.graph_store.node_types}
+            sample_fn: Any = self._sample_seed_dict
+        else:
+            if index.input_type is not None:
+                raise GraphKindMismatchError(
+                    f"seed links of edge type {index.input_type!r} were given, but the "
+                    f"served graph is homogeneous; pass a [2, E] tensor")
+            num_nodes, sample_fn = self.num_nodes, self._sample
+        out = link_sampling.sample_from_edges(sample_fn, index, num_nodes, self.disjoint,
+                                              neg_sampling, base_seed)
         return self._finish(out)
 
     @property
@@ -252,6 +283,38 @@ class DistNeighborSampler(BaseSampler):
         if self.subgraph_type == SubgraphType.bidirectional:
             out = out.to_bidirectional()
         return out
+
+    def _sample_hetero(self, input_type: Any, seeds: Tensor, seed_time: Optional[Tensor],
+                       seed: Optional[int]) -> HeteroSamplerOutput:
+        """Samples all hops around ``seeds`` (global ids of ``input_type``)."""
+        if input_type is None:
+            types = ", ".join(map(repr, self.graph_store.node_types[:8]))
+            raise GraphKindMismatchError(
+                f"the served graph is heterogeneous: name the input node type, e.g. "
+                f"input_nodes=({self.graph_store.node_types[0]!r}, ids) (node types: {types})")
+        seeds = self.graph_store.router.check_ids(seeds.view(-1).cpu(), "seed nodes",
+                                                  input_type)
+        seed_time = self._seed_times(seeds, seed_time, input_type)
+        base_seed = self.draw_seed() if seed is None else int(seed)
+        return sample_hetero(self, {input_type: seeds},
+                             None if seed_time is None else {input_type: seed_time}, base_seed)
+
+    def _sample_seed_dict(self, seeds: dict[str, Tensor],
+                          seed_time: Optional[dict[str, Tensor]] = None, *,
+                          seed: Optional[int] = None) -> HeteroSamplerOutput:
+        """Samples around seeds of several node types (a heterogeneous link
+        batch's two endpoint types; PyG's ``edge_sample`` calls this)."""
+        router = self.graph_store.router
+        seeds = {t: router.check_ids(ids.view(-1).cpu(), "seed nodes", t)
+                 for t, ids in seeds.items()}
+        if self.time_attr is not None:
+            seed_time = {t: self._seed_times(ids, None if seed_time is None else
+                                             seed_time.get(t), t) for t, ids in seeds.items()}
+        elif seed_time is not None:
+            raise SamplerError("seed times were given but time_attr is None; set time_attr "
+                               "to sample temporally")
+        base_seed = self.draw_seed() if seed is None else int(seed)
+        return sample_hetero(self, seeds, seed_time, base_seed)
 
     def _sample(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
                 seed: Optional[int] = None) -> SamplerOutput:
@@ -319,18 +382,49 @@ class DistNeighborSampler(BaseSampler):
                 f"time_attr={self.time_attr!r})")
 
 
-def _check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors]) -> list[int]:
+def _check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors, dict], graph_store: Any
+                         ) -> Union[list[int], dict[EdgeType, list[int]]]:
+    """The fan-outs as a list (homogeneous graph) or ``{edge_type: list}``
+    covering every edge type of a heterogeneous one, in the graph's order."""
     values = num_neighbors.values if isinstance(num_neighbors, NumNeighbors) else num_neighbors
     if isinstance(values, dict):
-        raise SamplerError("per-edge-type num_neighbors (heterogeneous graphs) are not "
-                           "supported by DistNeighborSampler yet; pass a list of ints")
+        if not graph_store.is_hetero:
+            raise GraphKindMismatchError(
+                "num_neighbors per edge type was given, but the served graph is homogeneous; "
+                "pass a list of ints")
+        given = {graph_store.edge_type_key(tuple(k) if isinstance(k, (tuple, list)) else
+                                           _edge_type_of(k)): v for k, v in values.items()}
+        missing = [t for t in graph_store.edge_types if t not in given]
+        if missing:
+            raise SamplerError(f"num_neighbors has no fan-out for edge type(s) "
+                               f"{', '.join(map(str, missing[:8]))}; give every edge type "
+                               f"one (or pass one list for all)")
+        out = {t: _fan_outs(given[t], f"num_neighbors[{t}]") for t in graph_store.edge_types}
+        if len({len(v) for v in out.values()}) != 1:
+            raise SamplerError(f"every edge type needs the same number of hops in "
+                               f"num_neighbors, got {sorted({len(v) for v in out.values()})}")
+        return out
+    fan_outs = _fan_outs(values, "num_neighbors")
+    if graph_store.is_hetero:
+        return {t: list(fan_outs) for t in graph_store.edge_types}
+    return fan_outs
+
+
+def _edge_type_of(key: Any) -> Any:
+    """PyG writes edge types as ``"src__rel__dst"`` strings in some places."""
+    if isinstance(key, str) and key.count("__") == 2:
+        return tuple(key.split("__"))
+    return key
+
+
+def _fan_outs(values: Any, what: str) -> list[int]:
     try:
         values = [int(v) for v in values]
     except (TypeError, ValueError) as exc:
-        raise SamplerError(f"num_neighbors must be a list of ints (-1 for all neighbours), "
-                           f"got {num_neighbors!r}") from exc
+        raise SamplerError(f"{what} must be a list of ints (-1 for all neighbours), "
+                           f"got {values!r}") from exc
     if not values or any(v < -1 for v in values):
-        raise SamplerError(f"num_neighbors must be a non-empty list of ints >= -1 (-1 takes "
+        raise SamplerError(f"{what} must be a non-empty list of ints >= -1 (-1 takes "
                            f"all neighbours), got {values}")
     return values
 

@@ -18,20 +18,26 @@ reproduces every negative whatever thread samples the batch (PyG's own
 
 Temporal seed links (``edge_label_time``) are sampled in their past by the
 sampler's node path; negatives take the times of the positives (PyG's
-``edge_sample`` without node times). Heterogeneous seed links (an edge type)
-raise :class:`~pyg_dist.errors.SamplerError`: the trainer side reads
-homogeneous graphs only for now.
+``edge_sample`` without node times). Heterogeneous seed links (an edge type
+``(src, rel, dst)``) draw negative sources among the ``src`` nodes and
+negative destinations among the ``dst`` nodes, and PyG's ``edge_sample``
+hands the sampler both endpoint types' seeds at once.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling, SamplerOutput
+from torch_geometric.sampler import (
+    EdgeSamplerInput,
+    HeteroSamplerOutput,
+    NegativeSampling,
+    SamplerOutput,
+)
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from pyg_dist.errors import SamplerError
@@ -82,37 +88,45 @@ class SeededNegativeSampling(NegativeSampling):
                                  generator=self.generator)
 
 
-def check_negative_sampling(neg_sampling: Optional[NegativeSampling], num_nodes: int) -> None:
+def check_negative_sampling(neg_sampling: Optional[NegativeSampling], num_nodes: int,
+                            num_dst_nodes: Optional[int] = None) -> None:
     """Refuses a negative sampling configuration that cannot draw on this graph.
 
     Args:
         neg_sampling: The configuration (already cast by PyG), or ``None``.
-        num_nodes: Number of nodes of the served graph.
+        num_nodes: Number of nodes of the served graph (of the seed links'
+            source type on a heterogeneous graph).
+        num_dst_nodes: Nodes of the destination type; ``None``: as
+            ``num_nodes``.
 
     Raises:
         SamplerError: naming the problem.
     """
     if neg_sampling is None:
         return
-    if num_nodes <= 0:
-        raise SamplerError("negative sampling draws endpoints among the graph's nodes, but "
-                           "the served graph has none; drop neg_sampling")
+    counts = {"src": num_nodes, "dst": num_nodes if num_dst_nodes is None else num_dst_nodes}
+    for endpoint, count in counts.items():
+        if count <= 0:
+            raise SamplerError(f"negative sampling draws {endpoint} endpoints among the "
+                               f"graph's nodes of that type, but the served graph has none; "
+                               f"drop neg_sampling")
     for endpoint in ("src", "dst"):
         weight = getattr(neg_sampling, f"{endpoint}_weight")
         if weight is None:
             continue
-        if not isinstance(weight, Tensor) or weight.dim() != 1 or weight.numel() != num_nodes:
+        count = counts[endpoint]
+        if not isinstance(weight, Tensor) or weight.dim() != 1 or weight.numel() != count:
             raise SamplerError(f"NegativeSampling.{endpoint}_weight must be a 1-D tensor with "
-                               f"one entry per node ({num_nodes})")
+                               f"one entry per node ({count})")
         if weight.is_complex() or bool((weight < 0).any()) or not bool(weight.sum() > 0):
             raise SamplerError(f"NegativeSampling.{endpoint}_weight must be non-negative with "
                                f"a positive sum")
 
 
 def sample_from_edges(
-    sample_fn: Callable[..., SamplerOutput],
+    sample_fn: Callable[..., Union[SamplerOutput, HeteroSamplerOutput]],
     index: EdgeSamplerInput,
-    num_nodes: int,
+    num_nodes: Union[int, dict[str, int]],
     disjoint: bool,
     neg_sampling: Optional[NegativeSampling],
     seed: int,
@@ -121,9 +135,12 @@ def sample_from_edges(
 
     Args:
         sample_fn: ``sample_fn(seed_nodes, seed_time, seed=...)``: samples
-            around global seed node ids (the sampler's node path).
-        index: The seed links (global ids), their labels and input ids.
-        num_nodes: Number of nodes of the graph (negatives are drawn below).
+            around global seed node ids (the sampler's node path); on a
+            heterogeneous graph seeds and times are dicts per node type.
+        index: The seed links (global ids), their labels and input ids, and
+            on a heterogeneous graph their edge type (``input_type``).
+        num_nodes: Number of nodes of the graph, or per node type
+            (negatives are drawn below).
         disjoint: Whether the sampler gives every seed its own subgraph.
         neg_sampling: PyG's negative sampling configuration, or ``None``.
         seed: The batch's random seed (neighbours and negatives).
@@ -136,20 +153,24 @@ def sample_from_edges(
         with triplet ones; indices point into ``node``.
 
     Raises:
-        SamplerError: on heterogeneous seed links, or when
-            negatives cannot be drawn.
+        SamplerError: on seed links outside the graph, or when negatives
+            cannot be drawn.
     """
-    if index.input_type is not None:
-        raise SamplerError(f"seed links of edge type {index.input_type!r}: heterogeneous "
-                           f"graphs are not served yet; pass edge_label_index as a [2, E] "
-                           f"tensor of a homogeneous graph")
-    _check_seed_links(index, num_nodes)
+    if isinstance(num_nodes, dict):
+        if index.input_type is None:
+            raise SamplerError("the served graph is heterogeneous: seed links need their "
+                               "edge type (edge_label_index=(edge_type, index))")
+        num_src, num_dst = num_nodes[index.input_type[0]], num_nodes[index.input_type[-1]]
+    else:
+        num_src = num_dst = num_nodes
+    _check_seed_links(index, num_src, num_dst)
     neg = None
     if neg_sampling is not None:
-        check_negative_sampling(neg_sampling, num_nodes)
+        check_negative_sampling(neg_sampling, num_src, num_dst)
         neg = SeededNegativeSampling(neg_sampling, seed)
 
-    def node_path(seed_nodes: Tensor, seed_time: Optional[Tensor] = None) -> SamplerOutput:
+    def node_path(seed_nodes: Union[Tensor, dict], seed_time: Optional[Union[Tensor, dict]] = None
+                  ) -> Union[SamplerOutput, HeteroSamplerOutput]:
         return sample_fn(seed_nodes, seed_time, seed=seed)
 
     out = edge_sample(index, node_path, num_nodes, disjoint, None, neg)
@@ -167,10 +188,11 @@ def num_negatives(num_pos: int, neg_sampling: Optional[NegativeSampling]) -> int
     return 0 if neg_sampling is None else math.ceil(num_pos * neg_sampling.amount)
 
 
-def _check_seed_links(index: EdgeSamplerInput, num_nodes: int) -> None:
+def _check_seed_links(index: EdgeSamplerInput, num_src: int, num_dst: int) -> None:
     """Seed links are global ids of this graph; anything else is refused here,
     before a request is built."""
-    for name, ids in (("source", index.row), ("destination", index.col)):
+    for name, ids, num_nodes in (("source", index.row, num_src),
+                                 ("destination", index.col, num_dst)):
         if not isinstance(ids, Tensor) or ids.is_floating_point() or ids.is_complex() \
                 or ids.dtype == torch.bool:
             raise SamplerError(f"seed link {name} ids must be an integer tensor, got "

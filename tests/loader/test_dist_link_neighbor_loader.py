@@ -14,7 +14,7 @@ import torch
 from torch_geometric.loader import LinkNeighborLoader
 from torch_geometric.sampler import NegativeSampling
 
-from pyg_dist.errors import LoaderError, SamplerError
+from pyg_dist.errors import GraphKindMismatchError, LoaderError, SamplerError
 from pyg_dist.loader.dist_link_neighbor_loader import DistLinkNeighborLoader
 
 # 302 links spread over the whole graph, in a fixed order.
@@ -185,11 +185,18 @@ def test_weighted_negatives_follow_dst_weight(cora_data, cora_stores3):
     (torch.tensor([0, 1, 2]), r"shape \[2, E\].*\(3,\)"),
     (torch.zeros(3, 4, dtype=torch.long), r"shape \[2, E\].*\(3, 4\)"),
     (torch.zeros(2, 0, dtype=torch.long), "no links"),
-    ((("paper", "cites", "paper"), torch.zeros(2, 3, dtype=torch.long)), "edge type.*homogeneous"),
-    ("cites", "edge type.*homogeneous"),
 ])
 def test_bad_edge_label_index_raises_typed_errors(cora_stores3, eli, match):
     with pytest.raises(LoaderError, match=match):
+        DistLinkNeighborLoader(cora_stores3, num_neighbors=[1], edge_label_index=eli)
+
+
+@pytest.mark.parametrize("eli", [
+    (("paper", "cites", "paper"), torch.zeros(2, 3, dtype=torch.long)),
+    "cites",
+])
+def test_an_edge_type_on_a_homogeneous_graph_is_refused(cora_stores3, eli):
+    with pytest.raises(GraphKindMismatchError, match="homogeneous graph, which has no edge type"):
         DistLinkNeighborLoader(cora_stores3, num_neighbors=[1], edge_label_index=eli)
 
 

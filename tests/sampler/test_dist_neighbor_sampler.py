@@ -7,7 +7,7 @@ import torch
 from torch_geometric.sampler import EdgeSamplerInput, NodeSamplerInput
 from torch_geometric.utils import degree
 
-from pyg_dist.errors import SamplerError, StoreError
+from pyg_dist.errors import GraphKindMismatchError, SamplerError, StoreError
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 
 SEEDS = torch.arange(3, 2708, 23)  # 118 seeds all over the graph
@@ -131,7 +131,7 @@ def test_sample_from_edges(cora_data, cora_stores3):
 def test_bad_configuration_and_input_raise_typed_errors(cora_stores3):
     with pytest.raises(SamplerError, match="num_neighbors"):
         DistNeighborSampler(cora_stores3, num_neighbors=[5, -2])
-    with pytest.raises(SamplerError, match="heterogeneous"):
+    with pytest.raises(GraphKindMismatchError, match="homogeneous"):
         DistNeighborSampler(cora_stores3, num_neighbors={("a", "to", "b"): [1]})
     with pytest.raises(SamplerError, match="subgraph_type"):
         DistNeighborSampler(cora_stores3, num_neighbors=[1], subgraph_type="sideways")

@@ -1,0 +1,136 @@
+"""Neighbour sampling over a heterogeneous graph's edge types, hop by hop.
+
+The semantics are those of PyG's ``NeighborSampler`` on a ``HeteroData``
+(torch-sparse's and pyg-lib's ``hetero_neighbor_sample``):
+
+* nodes are numbered per node type; the seeds are nodes of the input type;
+* every hop, every edge type ``(src, rel, dst)`` samples in-neighbours (of
+  type ``src``) for the ``dst`` nodes that the *previous* hop added (the
+  seeds at hop 0), with that edge type's fan-out for the hop; nodes added
+  while a hop runs wait for the next one;
+* a node gets its local id (per type) when it is first seen, seeds first;
+  ``row`` holds local ``src`` ids, ``col`` local ``dst`` ids, ``edge`` the
+  global edge ids of each edge type.
+
+At full fan-out the node set of every type and the edge set of every edge
+type equal PyG's on the unpartitioned graph. One hop costs one round trip:
+the requests of every edge type to every server fly together
+(:meth:`~pyg_dist.store.remote_graph_store.RemoteGraphStore.sample_hop`).
+Disjoint (and so temporal) sampling keys a node by ``(seed, id)`` as the
+homogeneous sampler does, per node type.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import HeteroSamplerOutput
+from torch_geometric.typing import EdgeType, NodeType
+
+from pyg_dist.sampler.relabel import node_index
+
+
+def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
+                  seed_time: Optional[dict[NodeType, Tensor]],
+                  base_seed: int) -> HeteroSamplerOutput:
+    """Samples every hop around ``seeds`` (checked global ids per node type).
+
+    Args:
+        sampler: The :class:`~pyg_dist.sampler.DistNeighborSampler` (its
+            graph store, per-edge-type ``num_neighbors`` and ``num_hops``,
+            ``replace``, ``disjoint``, weight and time settings, ``timeout``
+            and ``hop_seed``).
+        seeds: Seed nodes per node type: the input type's for node
+            sampling, both endpoint types' for link sampling. In disjoint
+            mode seed ``i`` of every type roots tree ``i`` (a link's two
+            endpoints share their tree, as in PyG).
+        seed_time: With ``time_attr``, one int64 time per seed of each type
+            (the endpoints of one tree have the same time), else ``None``.
+        base_seed: The batch's random seed; every hop derives its own.
+
+    Returns:
+        A ``HeteroSamplerOutput`` with every node and edge type (empty where
+        nothing was sampled), ``num_sampled_nodes`` per node type and hop and
+        ``num_sampled_edges`` per edge type and hop.
+    """
+    gs = sampler.graph_store
+    sizes = {t: gs.router.num_nodes_of(t) for t in gs.node_types}
+    num_trees = max(v.numel() for v in seeds.values())
+    disjoint = sampler.disjoint
+    empty = torch.empty(0, dtype=torch.long)
+    root_time = None
+    if seed_time is not None:
+        # Every tree's time, from the type that roots every tree.
+        root_time = next(seed_time[t] for t in seeds if seeds[t].numel() == num_trees)
+
+    def space(node_type: NodeType) -> int:
+        return num_trees * sizes[node_type] if disjoint else sizes[node_type]
+
+    def seed_keys(node_type: NodeType) -> Tensor:
+        ids = seeds.get(node_type, empty)
+        return torch.arange(ids.numel()) * sizes[node_type] + ids if disjoint else ids
+
+    frontier_keys = {t: seed_keys(t) for t in sizes}
+    index = {t: node_index(frontier_keys[t], space(t)) for t in sizes}
+    frontier_local = {t: torch.arange(frontier_keys[t].numel()) for t in sizes}
+    chunks: dict[NodeType, list[Tensor]] = {t: [frontier_keys[t]] for t in sizes}
+    num_sampled_nodes = {t: [frontier_keys[t].numel()] for t in sizes}
+    rows: dict[EdgeType, list[Tensor]] = {t: [] for t in sampler.num_neighbors}
+    cols: dict[EdgeType, list[Tensor]] = {t: [] for t in sampler.num_neighbors}
+    edges: dict[EdgeType, list[Tensor]] = {t: [] for t in sampler.num_neighbors}
+    num_sampled_edges: dict[EdgeType, list[int]] = {t: [] for t in sampler.num_neighbors}
+
+    for hop in range(sampler.num_hops):
+        asked = []
+        for edge_type, fanouts in sampler.num_neighbors.items():
+            dst = edge_type[-1]
+            if fanouts[hop] == 0 or frontier_keys[dst].numel() == 0:
+                num_sampled_edges[edge_type].append(0)
+                continue
+            n = sizes[dst]
+            ids = frontier_keys[dst] % n if disjoint else frontier_keys[dst]
+            times = None if root_time is None else root_time[frontier_keys[dst] // n]
+            asked.append((edge_type, ids, times, fanouts[hop]))
+        answers = gs.sample_hop(
+            [(t, ids, times) for t, ids, times, _ in asked], [k for *_, k in asked],
+            sampler.replace, sampler.hop_seed(base_seed, hop), timeout=sampler.timeout,
+            weight_attr=sampler.weight_attr, time_attr=sampler.time_attr,
+            temporal_strategy=sampler.temporal_strategy) if asked else []
+        before = {t: index[t].num_nodes for t in sizes}
+        new_keys: dict[NodeType, list[Tensor]] = {t: [] for t in sizes}
+        for (edge_type, *_), (counts, nbrs, eids) in zip(asked, answers):
+            src, dst = edge_type[0], edge_type[-1]
+            counts = counts.to(torch.long)
+            total = int(counts.sum())
+            if disjoint:
+                roots = frontier_keys[dst] // sizes[dst]
+                nbrs = nbrs + (roots * sizes[src]).repeat_interleave(counts, output_size=total)
+            local, added = index[src].add(nbrs)
+            rows[edge_type].append(local)
+            cols[edge_type].append(
+                frontier_local[dst].repeat_interleave(counts, output_size=total))
+            edges[edge_type].append(eids.to(torch.long))
+            new_keys[src].append(added)
+            num_sampled_edges[edge_type].append(total)
+        for t in sizes:
+            added = torch.cat(new_keys[t]) if new_keys[t] else empty
+            frontier_local[t] = torch.arange(before[t], index[t].num_nodes)
+            frontier_keys[t] = added
+            chunks[t].append(added)
+            num_sampled_nodes[t].append(added.numel())
+
+    node, batch = {}, {} if disjoint else None
+    for t in sizes:
+        node_keys = torch.cat(chunks[t])
+        node[t] = node_keys % sizes[t] if disjoint else node_keys
+        if disjoint:
+            batch[t] = node_keys // sizes[t]
+    return HeteroSamplerOutput(
+        node=node,
+        row={t: torch.cat(v) if v else empty for t, v in rows.items()},
+        col={t: torch.cat(v) if v else empty for t, v in cols.items()},
+        edge={t: torch.cat(v) if v else empty for t, v in edges.items()},
+        batch=batch, num_sampled_nodes=num_sampled_nodes,
+        num_sampled_edges=num_sampled_edges)
