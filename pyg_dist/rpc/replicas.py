@@ -34,7 +34,7 @@ from pyg_dist.rpc.config import RpcConfig
 logger = logging.getLogger(__name__)
 
 IDEMPOTENT_OPS = frozenset({"ping", "meta", "sample", "get", "sizes", "edge_index",
-                            "degree", "stats"})
+                            "degree", "stats", "get_edges", "edge_ids"})
 """Operations that only read, so re-sending them to another replica is safe."""
 
 Replicas = Sequence[Union[str, Sequence[str]]]

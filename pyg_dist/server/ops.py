@@ -1,7 +1,8 @@
 """The partition server's operations: ``meta``, ``sample``, ``get``, ``sizes``,
 ``edge_index``, ``degree``, ``stats`` (argument checks in
 :mod:`pyg_dist.server.requests`, sampling by weight or time in
-:mod:`pyg_dist.server.sample_attrs`).
+:mod:`pyg_dist.server.sample_attrs`), and the edge attribute ops
+``get_edges``, ``edge_ids`` (:mod:`pyg_dist.server.edge_features`).
 
 Every handler validates its arguments and tensors (types, dtype, shape, id
 range, ownership) before it touches data; a refusal raises
@@ -31,6 +32,7 @@ from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.shm import host_id
 from pyg_dist.rpc.wire_values import describe
+from pyg_dist.server.edge_features import EdgeFeatureOps
 from pyg_dist.server.requests import (
     Csc,
     LocalIndex,
@@ -106,6 +108,7 @@ class PartitionOps:
             deg = colptr.diff()
             self._csc[edge_type] = Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),
                                         self._index(dst), int(deg.max()) if deg.numel() else 0)
+        self._edges = EdgeFeatureOps(reader, part, list(self._csc), self._check_reply)
         self._attributes = SampleAttributes(
             reader, part, {t: (c.row, c.edge_ids, c.deg) for t, c in self._csc.items()})
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
@@ -121,14 +124,14 @@ class PartitionOps:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
         return {"meta": self.meta, "sample": self.sample, "get": self.get,
                 "sizes": self.sizes, "edge_index": self.edge_index,
-                "degree": self.degree, "stats": self.stats}
+                "degree": self.degree, "stats": self.stats, **self._edges.handlers()}
 
     def estimators(self) -> dict[str, Estimator]:
         """Operation name -> size of the answer it would allocate, for
         :class:`~pyg_dist.rpc.RpcServer` (routing by cost, reply budgets).
         ``meta`` and ``sizes`` answer with views or a few bytes: none."""
         return {"sample": self.sample_bytes, "get": self.get_bytes,
-                "edge_index": self.edge_index_bytes}
+                "edge_index": self.edge_index_bytes, **self._edges.estimators()}
 
     # Validation ############################################################
 
@@ -184,10 +187,11 @@ class PartitionOps:
     def meta(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """Counts, feature specs, the partition book(s), versions.
 
-        A homogeneous graph's book is tensor 0. A heterogeneous graph's
-        result also lists ``node_types`` (name, node count, features) and
-        ``edge_types`` (``[src, rel, dst]``, edge count), and its tensors are
-        one book per node type, in the order of ``node_types``.
+        A homogeneous graph's book is tensor 0 and ``edge_features`` its
+        edge attributes. A heterogeneous graph's result also lists
+        ``node_types`` (name, node count, features) and ``edge_types``
+        (``[src, rel, dst]``, edge count, features), and its tensors are one
+        book per node type, in the order of ``node_types``.
         """
         meta = self.reader.meta
         hetero = self.reader.is_hetero
@@ -201,6 +205,7 @@ class PartitionOps:
             "num_local_nodes": int(sum(c.dst.node_ids.numel() for c in self._csc.values())),
             "num_local_edges": int(sum(c.row.numel() for c in self._csc.values())),
             "features": features,
+            "edge_features": self._edges.features(None) if not hetero else {},
             "graph": self._graph_id,
             "is_hetero": bool(meta.get("is_hetero", False)),
             "format_version": meta.get("format_version"),
@@ -213,7 +218,8 @@ class PartitionOps:
                 {"name": t, "num_nodes": self._type_nodes[t], "features": self._type_features(t)}
                 for t in self.reader.node_types]
             result["edge_types"] = [
-                {"type": list(t), "num_edges": self.reader.num_edges_of(t)}
+                {"type": list(t), "num_edges": self.reader.num_edges_of(t),
+                 "features": self._edges.features(t)}
                 for t in self.reader.edge_types]
         return result, list(self._books)
 
@@ -416,9 +422,11 @@ class PartitionOps:
     def stats(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """What ``get`` served since the server started: ``get_calls``,
         ``get_rows`` and ``get_bytes`` (the rows' bytes, whether they went
-        over the socket or into shared memory)."""
+        over the socket or into shared memory); ``get_edges_calls``,
+        ``get_edges_rows``, ``get_edges_bytes`` the same for ``get_edges``."""
         with self._served_lock:
-            return dict(self._served), []
+            served = dict(self._served)
+        return {**served, **self._edges.served()}, []
 
     def edge_index(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """The part's edges as tensors ``row`` (source), ``col`` (destination),

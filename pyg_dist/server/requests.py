@@ -26,52 +26,75 @@ TABLE_MAX_NODES = 1 << 26
 
 
 class LocalIndex:
-    """Maps owned global ids of one node type to local rows, refusing others."""
+    """Maps owned global ids of one node type to local rows, refusing others.
 
-    def __init__(self, node_ids: Tensor, num_nodes: int, part: int) -> None:
+    Args:
+        node_ids: The owned global ids, sorted (int64).
+        num_nodes: Global ids lie in ``[0, num_nodes)``.
+        part: The part (named in errors).
+        values: What :meth:`rows` answers for ``node_ids[i]``: ``values[i]``
+            (default: ``i``, the local row). The edge lookups give the
+            position of an edge in its part's file.
+        what: What the ids are (``"node"``, ``"edge"``), for messages.
+        table_max: Largest ``num_nodes`` given a dense table (4 bytes per id
+            of the whole graph); above it, a binary search per id. Default:
+            :data:`TABLE_MAX_NODES`.
+    """
+
+    def __init__(self, node_ids: Tensor, num_nodes: int, part: int,
+                 values: Optional[Tensor] = None, what: str = "node",
+                 table_max: Optional[int] = None) -> None:
         self.node_ids = node_ids
         self.num_nodes = num_nodes  # of this node type: global ids lie in [0, num_nodes)
         self.part = part
+        self.values = values
+        self.what = what
         self.table: Optional[Tensor] = None
-        if num_nodes <= TABLE_MAX_NODES and node_ids.numel() < (1 << 31):
+        if table_max is None:
+            table_max = TABLE_MAX_NODES  # read here: tests lower it
+        if num_nodes <= table_max and node_ids.numel() < (1 << 31):
             self.table = torch.full((num_nodes,), -1, dtype=torch.int32)
-            self.table[node_ids] = torch.arange(node_ids.numel(), dtype=torch.int32)
+            self.table[node_ids] = torch.arange(node_ids.numel(), dtype=torch.int32) \
+                if values is None else values.to(torch.int32)
 
     def rows(self, ids: Tensor, num_nodes: int) -> Tensor:
-        """Local rows of the 1-D int64 ``ids``: int32 from the table, int64
-        otherwise (torch's gathers take either).
+        """Local rows (or ``values``) of the 1-D int64 ``ids``: int32 from
+        the table, int64 otherwise (torch's gathers take either).
 
         Raises:
             StoreError: if an id lies outside ``[0, num_nodes)`` or is not
                 owned by this part.
         """
         if self.table is None:
-            check_range(ids, num_nodes)
+            check_range(ids, num_nodes, self.what)
             try:
-                return local_rows(self.node_ids, ids)
+                rows = local_rows(self.node_ids, ids)
             except StoreError as exc:
-                raise StoreError(f"part {self.part}: {exc}") from exc
+                raise StoreError(f"part {self.part}, {self.what} ids: {exc}") from exc
+            return rows if self.values is None else self.values.index_select(0, rows)
         try:
             # The table spans every global id, so torch's bounds check of
             # this gather is the range check: fewer ops on the common path
             # of a small request, where each one costs more than its work.
             rows = self.table.index_select(0, ids)
         except IndexError:
-            check_range(ids, num_nodes)
+            check_range(ids, num_nodes, self.what)
             raise
         if ids.numel() and int(rows.min()) < 0:
             bad = ids[rows < 0]
-            raise StoreError(f"part {self.part}: {bad.numel()} of {ids.numel()} ids are not "
-                             f"owned by this part (first: {int(bad[0])}); route them with "
-                             f"the partition book")
+            shown = ", ".join(str(i) for i in bad[:8].tolist())
+            more = ", ..." if bad.numel() > 8 else ""
+            raise StoreError(f"part {self.part}: {bad.numel()} of {ids.numel()} {self.what} "
+                             f"ids are not owned by this part ({shown}{more}); route them "
+                             f"with the {'edge' if self.what == 'edge' else 'partition'} book")
         return rows
 
 
-def check_range(ids: Tensor, num_nodes: int) -> None:
+def check_range(ids: Tensor, num_nodes: int, what: str = "node") -> None:
     if ids.numel():
         low, high = (int(v) for v in torch.aminmax(ids))
         if low < 0 or high >= num_nodes:
-            raise StoreError(f"node ids must lie in [0, {num_nodes}); got the range "
+            raise StoreError(f"{what} ids must lie in [0, {num_nodes}); got the range "
                              f"[{low}, {high}]")
 
 

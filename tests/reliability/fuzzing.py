@@ -55,7 +55,7 @@ class RequestFuzzer:
         ids = self.owned[torch.randint(len(self.owned), (rng.randint(1, 16),),
                                        generator=torch.Generator().manual_seed(req_id))]
         op = rng.choice(["get", "get", "sample", "sample", "meta", "sizes", "ping",
-                         "edge_index"])
+                         "edge_index", "edge_ids"])
         if op == "get":
             args, tensors = {"attrs": rng.choice([["x"], ["y"], ["x", "y"]])}, [ids]
         elif op == "sample":

@@ -1,0 +1,424 @@
+"""Edge attributes fetched from the partition servers by global edge id.
+
+An edge is stored by the part that owns its destination, with its
+attributes (``edge_attr``, ``edge_weight``, ...). The trainer knows a
+node's owner from the partition book, but not an edge's: it has no
+topology. :class:`EdgeFeatureFetcher` therefore builds an *edge book* once
+per edge type, on first use (the ``edge_ids`` op of every server: each
+part's global edge ids, sorted, in pages within the reply limit; 1 byte per
+edge up to 127 parts, 2 beyond), and then fetches rows like the feature
+store fetches node rows: one ``get_edges`` request per owning server, all in
+flight at once, each within its server's reply limit (a bigger share is
+split), each saying how many bytes its answer takes (so a server on the same
+host can write it into memory the RPC client lends), rows put back in the
+caller's order.
+
+It talks to the servers through a router (:class:`pyg_dist.store.routing.Router`
+or anything with ``num_parts``, ``endpoints`` and ``call_all(requests,
+timeout=None, reply_bytes=None)`` returning replies with ``.result``,
+``.tensors`` and ``.release()``). :meth:`EdgeFeatureFetcher.from_meta`
+builds one from the servers' ``meta`` results.
+
+Example (what a feature store does for ``TensorAttr(edge_type, "edge_attr",
+e_id)``)::
+
+    fetcher = EdgeFeatureFetcher.from_meta(router, metas)
+    edge_attr, = fetcher.fetch(None, batch.e_id, ["edge_attr"])
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import StoreError
+
+EdgeType = Optional[tuple[str, str, str]]
+
+# Wire dtype names (pyg_dist.rpc.protocol's whitelist) -> torch dtypes; kept
+# here so the trainer side needs no import of the RPC layer to read a meta.
+_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8,
+           "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
+           "float16": torch.float16, "bfloat16": torch.bfloat16,
+           "float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class EdgeFeatureInfo:
+    """What the servers report about one edge attribute.
+
+    Args:
+        dtype: Its torch dtype.
+        shape: Its shape *without* the edge dimension (``()`` for a weight).
+    """
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def edge_type_key(edge_type: Any) -> EdgeType:
+    """``None`` or a ``(src, rel, dst)`` tuple from a tuple or list.
+
+    Raises:
+        StoreError: for anything else.
+    """
+    if edge_type is None:
+        return None
+    if isinstance(edge_type, (tuple, list)) and len(edge_type) == 3 \
+            and all(isinstance(t, str) for t in edge_type):
+        return tuple(edge_type)  # type: ignore[return-value]
+    raise StoreError(f"an edge type is None (homogeneous graph) or (src, rel, dst), got "
+                     f"{type(edge_type).__name__}")
+
+
+def _wire(edge_type: EdgeType) -> Optional[list[str]]:
+    return None if edge_type is None else list(edge_type)
+
+
+def _infos(features: Mapping[str, Any]) -> dict[str, EdgeFeatureInfo]:
+    """``{name: {dtype, shape, ...}}`` as a ``meta`` reports it -> infos."""
+    out = {}
+    for name, spec in features.items():
+        dtype = _DTYPES.get(spec.get("dtype")) if isinstance(spec, Mapping) else None
+        if dtype is None:
+            raise StoreError(f"a server's meta reports edge attribute {name!r} with an "
+                             f"unknown dtype; expected one of {sorted(_DTYPES)}")
+        out[name] = EdgeFeatureInfo(dtype, tuple(int(s) for s in spec["shape"]))
+    return out
+
+
+class EdgeFeatureFetcher:
+    """Fetches rows of edge attributes from the servers that store the edges.
+
+    Thread-safe: several threads may fetch at once; each edge type's book is
+    built once, by the first thread that needs it.
+
+    Args:
+        router: Sends requests to the servers (``num_parts``, ``endpoints``
+            ordered by part, ``call_all``).
+        features: Edge type (``None`` for a homogeneous graph) -> attribute
+            name -> :class:`EdgeFeatureInfo`.
+        num_edges: Edge type -> number of edges of that type in the graph.
+        reply_limits: Each part's server's ``max_reply_bytes`` (from its
+            ``meta``); a request whose answer would be bigger is split.
+            ``None``: no limit known.
+        timeout: Deadline of every call; ``None`` uses the router's.
+    """
+
+    def __init__(self, router: Any, features: Mapping[Any, Mapping[str, EdgeFeatureInfo]],
+                 num_edges: Mapping[Any, int],
+                 reply_limits: Optional[Sequence[Optional[int]]] = None,
+                 timeout: Optional[float] = None) -> None:
+        self.router = router
+        self.num_parts = int(router.num_parts)
+        if self.num_parts > 32767:
+            raise StoreError(f"an edge book holds at most 32767 parts, got {self.num_parts}")
+        self.features = {edge_type_key(t): dict(f) for t, f in features.items()}
+        self.num_edges = {edge_type_key(t): int(n) for t, n in num_edges.items()}
+        missing = [t for t in self.features if t not in self.num_edges]
+        if missing:
+            raise StoreError(f"no edge count given for edge type(s) {missing}")
+        self.reply_limits = list(reply_limits or [None] * self.num_parts)
+        self.timeout = timeout
+        self._books: dict[EdgeType, Tensor] = {}
+        self._lock = threading.Lock()
+        self._type_locks: dict[EdgeType, threading.Lock] = {}
+        self._pid = os.getpid()
+
+    @classmethod
+    def from_meta(cls, router: Any, metas: Sequence[Mapping[str, Any]],
+                  timeout: Optional[float] = None) -> EdgeFeatureFetcher:
+        """Builds a fetcher from every part's ``meta`` result, ordered by part.
+
+        A homogeneous graph's edge attributes are ``edge_features``; a
+        heterogeneous graph's are in ``edge_types[].features``. Servers that
+        predate edge attributes report none.
+
+        Raises:
+            StoreError: if no meta is given or a dtype is unknown.
+        """
+        if not metas:
+            raise StoreError("from_meta needs the meta of every part")
+        first = metas[0]
+        if first.get("is_hetero"):
+            entries = first.get("edge_types", [])
+            features = {edge_type_key(e["type"]): _infos(e.get("features", {}))
+                        for e in entries}
+            num_edges = {edge_type_key(e["type"]): int(e["num_edges"]) for e in entries}
+        else:
+            features = {None: _infos(first.get("edge_features", {}))}
+            num_edges = {None: int(first["num_edges"])}
+        limits = [m.get("max_reply_bytes") for m in metas]
+        return cls(router, features, num_edges, limits, timeout)
+
+    # What is served ########################################################
+
+    @property
+    def edge_types(self) -> list[EdgeType]:
+        """The edge types (``[None]`` for a homogeneous graph)."""
+        return list(self.features)
+
+    def info(self, edge_type: Any, name: str) -> Optional[EdgeFeatureInfo]:
+        """The attribute's dtype and row shape, or ``None`` if not served."""
+        return self.features.get(edge_type_key(edge_type), {}).get(name)
+
+    def attrs(self) -> list[tuple[EdgeType, str]]:
+        """Every ``(edge_type, name)`` served."""
+        return [(t, name) for t, names in self.features.items() for name in names]
+
+    def _known(self, edge_type: Any, names: Any) -> tuple[EdgeType, list[EdgeFeatureInfo]]:
+        key = edge_type_key(edge_type)
+        if key not in self.features:
+            raise StoreError(f"no edge type {key!r} on the servers; they hold "
+                             f"{self.edge_types}")
+        if not isinstance(names, (list, tuple)) or not names or \
+                not all(isinstance(n, str) for n in names):
+            raise StoreError("names must be a non-empty list of edge attribute names")
+        held = self.features[key]
+        unknown = [n for n in names if n not in held]
+        if unknown:
+            raise StoreError(f"no edge attribute(s) {unknown} of edge type {key!r} on the "
+                             f"servers; its edges hold {sorted(held) or 'none'}")
+        return key, [held[n] for n in names]
+
+    def check_ids(self, edge_type: Any, edge_ids: Any) -> Tensor:
+        """Global int64 edge ids of ``edge_type``, checked (1-D integer, in
+        ``[0, num_edges)``).
+
+        Raises:
+            StoreError: for another type, shape or dtype, or ids out of range.
+        """
+        key = edge_type_key(edge_type)
+        if not isinstance(edge_ids, Tensor) or edge_ids.dim() != 1 \
+                or edge_ids.is_floating_point() or edge_ids.is_complex() \
+                or edge_ids.dtype == torch.bool:
+            shown = f"dtype {edge_ids.dtype}, shape {tuple(edge_ids.shape)}" \
+                if isinstance(edge_ids, Tensor) else type(edge_ids).__name__
+            raise StoreError(f"edge ids must be a 1-D integer tensor, got {shown}")
+        ids = edge_ids.to(device="cpu", dtype=torch.int64)
+        n = self.num_edges.get(key, 0)
+        if ids.numel():
+            low, high = (int(v) for v in torch.aminmax(ids))
+            if low < 0 or high >= n:
+                raise StoreError(f"edge ids of {key!r} must lie in [0, {n}); got the range "
+                                 f"[{low}, {high}]")
+        return ids
+
+    # The edge book #########################################################
+
+    def book(self, edge_type: Any) -> Tensor:
+        """The part that stores every edge of ``edge_type`` (int8 up to 127
+        parts, int16 beyond), built from the servers on first use.
+
+        Raises:
+            StoreError: if the servers' answers do not cover every edge
+                exactly once, or are malformed.
+            RpcError: if a server fails to answer.
+        """
+        key = edge_type_key(edge_type)
+        if key not in self.num_edges:
+            raise StoreError(f"no edge type {key!r} on the servers; they hold "
+                             f"{list(self.num_edges)}")
+        book = self._books.get(key)
+        if book is not None:
+            return book
+        with self._type_lock(key):
+            book = self._books.get(key)
+            if book is None:
+                book = self._build_book(key)
+                self._books[key] = book
+        return book
+
+    def _type_lock(self, key: EdgeType) -> threading.Lock:
+        with self._lock_after_fork():
+            return self._type_locks.setdefault(key, threading.Lock())
+
+    def _lock_after_fork(self) -> threading.Lock:
+        if self._pid != os.getpid():
+            # A lock copied by fork may be held by a thread that is not here.
+            self._lock = threading.Lock()
+            self._type_locks = {}
+            self._pid = os.getpid()
+        return self._lock
+
+    def _page_size(self, part: int) -> Optional[int]:
+        limit = self.reply_limits[part] if part < len(self.reply_limits) else None
+        return None if limit is None else max(1, int(limit) // 8)
+
+    def _build_book(self, key: EdgeType) -> Tensor:
+        n = self.num_edges[key]
+        book = torch.full((n,), -1, dtype=torch.int8 if self.num_parts <= 127 else torch.int16)
+        # The first page of every part at once; their totals say which pages
+        # are left, asked for a few per part at a time (a round's replies
+        # are held together until written into the book).
+        totals = self._take_pages(key, book, [(part, 0) for part in range(self.num_parts)])
+        rest = [(part, start) for part in range(self.num_parts)
+                if (size := self._page_size(part)) is not None
+                for start in range(size, totals[part], size)]
+        step = 4 * self.num_parts
+        for i in range(0, len(rest), step):
+            self._take_pages(key, book, rest[i:i + step])
+        if sum(totals.values()) != n or bool((book < 0).any()):
+            missing = int((book < 0).sum())
+            first = int((book < 0).nonzero()[0]) if missing else None
+            raise StoreError(f"the servers store {sum(totals.values())} edges of {key!r}, "
+                             f"the graph has {n}; {missing} are stored by none (first: "
+                             f"{first}); are all parts of one dataset served?")
+        return book
+
+    def _take_pages(self, key: EdgeType, book: Tensor,
+                    pages: list[tuple[int, int]]) -> dict[int, int]:
+        """Asks for ``edge_ids`` pages ``(part, start)`` at once and writes
+        them into ``book``; returns each part's total."""
+        replies = self._call([(part, "edge_ids", {"edge_type": _wire(key), "start": start,
+                                                  "count": self._page_size(part)}, [])
+                              for part, start in pages])
+        try:
+            return {part: self._take_page(key, book, part, start, reply)
+                    for (part, start), reply in zip(pages, replies)}
+        finally:
+            for reply in replies:
+                reply.release()
+
+    def _take_page(self, key: EdgeType, book: Tensor, part: int, start: int,
+                   reply: Any) -> int:
+        """Writes one ``edge_ids`` page into ``book``; returns the part's total."""
+        address = self.router.endpoints[part]
+        total = reply.result.get("total")
+        tensors = list(reply.tensors)
+        if not isinstance(total, int) or isinstance(total, bool) or \
+                not 0 <= total <= book.numel() or len(tensors) != 1:
+            raise StoreError(f"server {address} answered 'edge_ids' for {key!r} with a "
+                             f"malformed reply (total {total!r}, {len(tensors)} tensors)")
+        ids = tensors[0]
+        size = self._page_size(part)
+        expected = max(0, min(total, start + size) - start) if size else total - start
+        if ids.dtype != torch.int64 or ids.dim() != 1 or ids.numel() != expected:
+            raise StoreError(f"server {address} sent edge ids of {key!r} as {ids.dtype} "
+                             f"of shape {tuple(ids.shape)}, expected {expected} int64")
+        if ids.numel():
+            low, high = (int(v) for v in torch.aminmax(ids))
+            if low < 0 or high >= book.numel():
+                raise StoreError(f"server {address} sent edge ids of {key!r} outside "
+                                 f"[0, {book.numel()}): [{low}, {high}]")
+            if ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all()):
+                raise StoreError(f"server {address} sent edge ids of {key!r} that are not "
+                                 f"sorted and distinct")
+            seen = book.index_select(0, ids)
+            if bool((seen >= 0).any()):
+                twice = int(ids[seen >= 0][0])
+                raise StoreError(f"edge {twice} of {key!r} is stored by two servers "
+                                 f"({self.router.endpoints[int(seen[seen >= 0][0])]} "
+                                 f"and {address}); serve the parts of one dataset")
+            book.index_fill_(0, ids, part)
+        return total
+
+    # Rows ##################################################################
+
+    def fetch(self, edge_type: Any, edge_ids: Tensor, names: Sequence[str], *,
+              pin_memory: bool = False) -> list[Tensor]:
+        """Rows ``edge_ids`` of the edge attributes ``names`` of ``edge_type``.
+
+        Args:
+            edge_type: ``None`` for a homogeneous graph, else ``(src, rel, dst)``.
+            edge_ids: Global edge ids of that type (1-D integer tensor, e.g.
+                a batch's ``e_id``), any order, repeats allowed.
+            names: Attribute names, e.g. ``["edge_attr"]``.
+            pin_memory: Assemble the rows in pinned memory (for a
+                ``non_blocking`` copy to a GPU).
+
+        Returns:
+            One tensor per name, ``[len(edge_ids), *shape]``, rows in the
+            order of ``edge_ids``.
+
+        Raises:
+            StoreError: on an unknown edge type or attribute, ids that are
+                not 1-D integer or out of range, or a malformed reply.
+            RpcError: if a server fails to answer (a server's refusal is a
+                ``RemoteError`` of the class it raised).
+        """
+        names = list(names) if isinstance(names, (list, tuple)) else names
+        key, infos = self._known(edge_type, names)
+        ids = self.check_ids(key, edge_ids)
+        outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype, pin_memory=pin_memory)
+                for info in infos]
+        if ids.numel() == 0:
+            return outs
+        row_bytes = sum(math.prod(info.shape) * info.dtype.itemsize for info in infos)
+        shares = self._within_reply_limits(self._split(key, ids), row_bytes)
+        requests = [(part, "get_edges", {"edge_type": _wire(key), "attrs": names}, [part_ids])
+                    for part, _, part_ids in shares]
+        replies = self._call(requests, [positions.numel() * row_bytes
+                                        for _, positions, _ in shares])
+        try:
+            for (part, positions, _), reply in zip(shares, replies):
+                self._take_rows(part, positions, reply, names, outs)
+        finally:
+            for reply in replies:  # rows copied out: lent memory may be reused
+                reply.release()
+        return outs
+
+    def _split(self, key: EdgeType, ids: Tensor) -> list[tuple[int, Tensor, Tensor]]:
+        """``[(part, positions, ids[positions]), ...]`` for every owning part."""
+        owners = self.book(key).index_select(0, ids).long()
+        if self.num_parts == 1:
+            return [(0, torch.arange(ids.numel()), ids)]
+        order = torch.argsort(owners, stable=True)
+        counts = torch.bincount(owners, minlength=self.num_parts).tolist()
+        shares, start = [], 0
+        for part, count in enumerate(counts):
+            if count:
+                positions = order[start:start + count]
+                shares.append((part, positions, ids.index_select(0, positions)))
+            start += count
+        return shares
+
+    def _within_reply_limits(self, shares: list[tuple[int, Tensor, Tensor]], row_bytes: int
+                             ) -> list[tuple[int, Tensor, Tensor]]:
+        """Splits every share whose answer would exceed its server's reply
+        limit into shares that fit (they fly together like the others)."""
+        out = []
+        for part, positions, part_ids in shares:
+            limit = self.reply_limits[part] if part < len(self.reply_limits) else None
+            if limit is None or positions.numel() * row_bytes <= limit:
+                out.append((part, positions, part_ids))
+                continue
+            step = max(1, int(limit) // max(1, row_bytes))
+            out += [(part, positions[i:i + step], part_ids[i:i + step])
+                    for i in range(0, positions.numel(), step)]
+        return out
+
+    def _call(self, requests: list[tuple[int, str, dict, list[Tensor]]],
+              reply_bytes: Optional[list[int]] = None) -> list[Any]:
+        kwargs: dict[str, Any] = {}
+        if self.timeout is not None:
+            kwargs["timeout"] = self.timeout
+        if reply_bytes is not None:
+            kwargs["reply_bytes"] = reply_bytes
+        return self.router.call_all(requests, **kwargs)
+
+    def _take_rows(self, part: int, positions: Tensor, reply: Any, names: list[str],
+                   outs: list[Tensor]) -> None:
+        address = self.router.endpoints[part]
+        tensors = list(reply.tensors)
+        if len(tensors) != len(names):
+            raise StoreError(f"server {address} answered 'get_edges' with {len(tensors)} "
+                             f"tensors for {len(names)} attributes")
+        for out, name, tensor in zip(outs, names, tensors):
+            expected = (positions.numel(), *out.shape[1:])
+            if tuple(tensor.shape) != expected or tensor.dtype != out.dtype:
+                raise StoreError(f"server {address} sent edge attribute {name!r} as "
+                                 f"{tensor.dtype} of shape {tuple(tensor.shape)}, expected "
+                                 f"{out.dtype} of shape {expected}")
+            out.index_copy_(0, positions, tensor)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(edge_types={self.edge_types}, "
+                f"num_parts={self.num_parts})")
