@@ -6,8 +6,7 @@ builds a :class:`~pyg_dist.sampler.DistNeighborSampler`, whose
 graph's global node ids, or over the endpoint types' nodes of a
 heterogeneous graph, seeded per batch; no topology is fetched) and samples
 around both endpoints through PyG's own ``edge_sample``. Batches are joined
-with their features by PyG's ``filter_custom_store`` or, heterogeneous,
-:func:`~pyg_dist.loader.hetero_batch.filter_hetero_store` (one
+with their node and edge attributes (:mod:`pyg_dist.loader.batches`: one
 ``multi_get_tensor``, one round trip) and carry PyG's link schema:
 ``edge_label_index`` / ``edge_label`` (no or binary negatives) or
 ``src_index`` / ``dst_pos_index`` / ``dst_neg_index`` (triplet), plus
@@ -28,7 +27,6 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import LinkLoader
-from torch_geometric.loader.utils import filter_custom_store
 from torch_geometric.sampler import (
     BaseSampler,
     HeteroSamplerOutput,
@@ -45,8 +43,8 @@ from pyg_dist.loader.arguments import (
     check_seed_times,
     check_store_pair,
 )
+from pyg_dist.loader.batches import data_batch, hetero_batch
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
-from pyg_dist.loader.hetero_batch import filter_hetero_store
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.link_sampling import check_negative_sampling
@@ -261,7 +259,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
             out = self.transform_sampler_output(out)
         meta = out.metadata
         if isinstance(out, HeteroSamplerOutput):
-            data = filter_hetero_store(*self.data, out, self.custom_cls)
+            data = hetero_batch(self.data[0], out, self.custom_cls)
             input_type = self.input_data.input_type
             data[input_type].input_id = meta[0]
             if self.neg_sampling is None or self.neg_sampling.is_binary():
@@ -276,19 +274,9 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
                 data[input_type[-1]].seed_time = meta[4]
             return data if self.transform is None else self.transform(data)
         if not isinstance(out, SamplerOutput):
-            raise LoaderError(f"expected a SamplerOutput from the sampler, got "
-                              f"{type(out).__name__}")
-        data = filter_custom_store(*self.data, out.node, out.row, out.col, out.edge,
-                                   self.custom_cls)
-        if "n_id" not in data:
-            data.n_id = out.node
-        if out.edge is not None and "e_id" not in data:
-            edge = out.edge.to(torch.long)
-            perm = self.link_sampler.edge_permutation
-            data.e_id = perm[edge] if perm is not None else edge
-        data.batch = out.batch
-        data.num_sampled_nodes = out.num_sampled_nodes
-        data.num_sampled_edges = out.num_sampled_edges
+            raise LoaderError(f"expected a SamplerOutput or HeteroSamplerOutput from the "
+                              f"sampler, got {type(out).__name__}")
+        data = data_batch(self.data[0], out, self.custom_cls, self.link_sampler.edge_permutation)
         data.input_id = meta[0]
         if self.neg_sampling is None or self.neg_sampling.is_binary():
             data.edge_label_index, data.edge_label, data.edge_label_time = meta[1], meta[2], \

@@ -2,8 +2,9 @@
 
 A thin layer over PyG's :class:`~torch_geometric.loader.NodeLoader`: it
 builds a :class:`~pyg_dist.sampler.DistNeighborSampler`, and batches are
-joined with their features by PyG's own ``filter_custom_store`` (one
-``multi_get_tensor``, hence one request per server, per batch). A training
+joined with their node and edge attributes by :mod:`pyg_dist.loader.batches`
+(PyG's ``filter_custom_store`` with edge attributes: one
+``multi_get_tensor``, hence one round trip to the servers, per batch). A training
 script swaps ``NeighborLoader(data, ...)`` for
 ``DistNeighborLoader(pyg_dist.connect(), ...)`` and nothing else changes.
 
@@ -32,7 +33,6 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import NodeLoader
-from torch_geometric.loader.utils import filter_custom_store
 from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
@@ -43,8 +43,8 @@ from pyg_dist.loader.arguments import (
     check_seed_times,
     check_store_pair,
 )
+from pyg_dist.loader.batches import data_batch, hetero_batch
 from pyg_dist.loader.ddp import ddp_layout, rank_sampler
-from pyg_dist.loader.hetero_batch import filter_hetero_store
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.protocol import SeededSampler
@@ -265,38 +265,24 @@ class DistNeighborLoader(DistIteration, NodeLoader):
         The same as PyG's ``NodeLoader.filter_fn`` for a ``(FeatureStore,
         GraphStore)`` pair, without its special case for a sampler class
         named ``DistNeighborSampler`` (PyG's deprecated one, whose output
-        carries the features in ``metadata``); a heterogeneous batch gets
-        every node type's features in one ``multi_get_tensor``
-        (:func:`~pyg_dist.loader.hetero_batch.filter_hetero_store`).
+        carries the features in ``metadata``), and with the edge attributes
+        too, node and edge attributes in one ``multi_get_tensor``
+        (:mod:`pyg_dist.loader.batches`).
         """
         if self.transform_sampler_output:
             out = self.transform_sampler_output(out)
         if isinstance(out, HeteroSamplerOutput):
-            data = filter_hetero_store(*self.data, out, self.custom_cls)
-            input_type = self.input_data.input_type
-            data[input_type].input_id = out.metadata[0]
-            data[input_type].seed_time = out.metadata[1]
-            data[input_type].batch_size = out.metadata[0].size(0)
-            return data if self.transform is None else self.transform(data)
-        if not isinstance(out, SamplerOutput):
-            raise LoaderError(f"expected a SamplerOutput from the sampler, got "
-                              f"{type(out).__name__}")
-        data = filter_custom_store(*self.data, out.node, out.row, out.col, out.edge,
-                                   self.custom_cls)
-        if "n_id" not in data:
-            data.n_id = out.node
-        if out.edge is not None and "e_id" not in data:
-            edge = out.edge.to(torch.long)
-            perm = self.node_sampler.edge_permutation
-            data.e_id = perm[edge] if perm is not None else edge
-        data.batch = out.batch
-        data.num_sampled_nodes = out.num_sampled_nodes
-        data.num_sampled_edges = out.num_sampled_edges
-        if out.orig_row is not None and out.orig_col is not None:
-            data._orig_edge_index = torch.stack([out.orig_row, out.orig_col], dim=0)
-        data.input_id = out.metadata[0]
-        data.seed_time = out.metadata[1]
-        data.batch_size = out.metadata[0].size(0)
+            data = hetero_batch(self.data[0], out, self.custom_cls)
+            inputs = data[self.input_data.input_type]
+        elif isinstance(out, SamplerOutput):
+            data = inputs = data_batch(self.data[0], out, self.custom_cls,
+                                       self.node_sampler.edge_permutation)
+        else:
+            raise LoaderError(f"expected a SamplerOutput or HeteroSamplerOutput from the "
+                              f"sampler, got {type(out).__name__}")
+        inputs.input_id = out.metadata[0]
+        inputs.seed_time = out.metadata[1]
+        inputs.batch_size = out.metadata[0].size(0)
         return data if self.transform is None else self.transform(data)
 
     def __repr__(self) -> str:

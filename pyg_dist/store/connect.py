@@ -27,6 +27,7 @@ from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.wire_values import describe
+from pyg_dist.store.edge_features import EdgeFeatureFetcher
 from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 from pyg_dist.store.routing import Router
@@ -74,6 +75,8 @@ class ServerMeta:
     """Edge type ``(src, rel, dst)`` -> edge count (``{None: num_edges}``)."""
     books: list[Tensor] = field(default_factory=list)
     """One partition book tensor per node type, in the order of ``node_types``."""
+    result: dict[str, Any] = field(default_factory=dict)
+    """The whole ``meta`` result (edge attribute specs are read from it)."""
 
     @property
     def is_hetero(self) -> bool:
@@ -171,6 +174,12 @@ def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = No
     # state built from one store (a feature cache) is checked against it.
     fs.graph_id = gs.graph_id = first.graph
     fs.server_hosts = [m.host for m in metas]
+    try:
+        fs.edge_features = EdgeFeatureFetcher.from_meta(router, [m.result for m in metas])
+    except (KeyError, TypeError, ValueError, StoreError) as exc:
+        raise ProtocolError(f"server {first.address} described its edge attributes in a form "
+                            f"this version does not read ({exc})", address=first.address,
+                            op="meta") from exc
     return fs, gs
 
 
@@ -209,7 +218,7 @@ def _parse_meta(address: str, reply: Any) -> ServerMeta:
     return ServerMeta(address, part, num_parts, num_nodes, num_edges, features, graph, book,
                       host if isinstance(host, str) else None,
                       limit if isinstance(limit, int) and limit > 0 else None,
-                      node_types, edge_types, list(reply.tensors))
+                      node_types, edge_types, list(reply.tensors), result)
 
 
 def _features(group: Optional[str], specs: Any) -> dict[tuple[Optional[str], str], FeatureInfo]:

@@ -28,7 +28,6 @@ e_id)``)::
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -39,6 +38,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import StoreError
+from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 
 EdgeType = Optional[tuple[str, str, str]]
 
@@ -277,9 +277,10 @@ class EdgeFeatureFetcher:
                     pages: list[tuple[int, int]]) -> dict[int, int]:
         """Asks for ``edge_ids`` pages ``(part, start)`` at once and writes
         them into ``book``; returns each part's total."""
-        replies = self._call([(part, "edge_ids", {"edge_type": _wire(key), "start": start,
-                                                  "count": self._page_size(part)}, [])
-                              for part, start in pages])
+        calls = [(part, "edge_ids", {"edge_type": _wire(key), "start": start,
+                                     "count": self._page_size(part)}, []) for part, start in pages]
+        replies = self.router.call_all(calls) if self.timeout is None else \
+            self.router.call_all(calls, timeout=self.timeout)
         try:
             return {part: self._take_page(key, book, part, start, reply)
                     for (part, start), reply in zip(pages, replies)}
@@ -344,26 +345,25 @@ class EdgeFeatureFetcher:
             RpcError: if a server fails to answer (a server's refusal is a
                 ``RemoteError`` of the class it raised).
         """
+        request = self.row_request(edge_type, edge_ids, names, pin=pin_memory)
+        fetch_rows(self.router, [request], self.timeout)
+        return request.outs
+
+    def row_request(self, edge_type: Any, edge_ids: Tensor, names: Sequence[str], *,
+                    pin: bool = False) -> RowRequest:
+        """The ``get_edges`` requests of :meth:`fetch`, to send together with
+        other rows (a batch's node features) through
+        :func:`~pyg_dist.store.row_fetch.fetch_rows`.
+
+        Raises:
+            StoreError: as :meth:`fetch`.
+        """
         names = list(names) if isinstance(names, (list, tuple)) else names
         key, infos = self._known(edge_type, names)
         ids = self.check_ids(key, edge_ids)
-        outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype, pin_memory=pin_memory)
-                for info in infos]
-        if ids.numel() == 0:
-            return outs
-        row_bytes = sum(math.prod(info.shape) * info.dtype.itemsize for info in infos)
-        shares = self._within_reply_limits(self._split(key, ids), row_bytes)
-        requests = [(part, "get_edges", {"edge_type": _wire(key), "attrs": names}, [part_ids])
-                    for part, _, part_ids in shares]
-        replies = self._call(requests, [positions.numel() * row_bytes
-                                        for _, positions, _ in shares])
-        try:
-            for (part, positions, _), reply in zip(shares, replies):
-                self._take_rows(part, positions, reply, names, outs)
-        finally:
-            for reply in replies:  # rows copied out: lent memory may be reused
-                reply.release()
-        return outs
+        shares = self._split(key, ids) if ids.numel() else []
+        return row_request("get_edges", {"edge_type": _wire(key), "attrs": names}, names,
+                           infos, ids.numel(), shares, self.reply_limits, pin)
 
     def _split(self, key: EdgeType, ids: Tensor) -> list[tuple[int, Tensor, Tensor]]:
         """``[(part, positions, ids[positions]), ...]`` for every owning part."""
@@ -379,45 +379,6 @@ class EdgeFeatureFetcher:
                 shares.append((part, positions, ids.index_select(0, positions)))
             start += count
         return shares
-
-    def _within_reply_limits(self, shares: list[tuple[int, Tensor, Tensor]], row_bytes: int
-                             ) -> list[tuple[int, Tensor, Tensor]]:
-        """Splits every share whose answer would exceed its server's reply
-        limit into shares that fit (they fly together like the others)."""
-        out = []
-        for part, positions, part_ids in shares:
-            limit = self.reply_limits[part] if part < len(self.reply_limits) else None
-            if limit is None or positions.numel() * row_bytes <= limit:
-                out.append((part, positions, part_ids))
-                continue
-            step = max(1, int(limit) // max(1, row_bytes))
-            out += [(part, positions[i:i + step], part_ids[i:i + step])
-                    for i in range(0, positions.numel(), step)]
-        return out
-
-    def _call(self, requests: list[tuple[int, str, dict, list[Tensor]]],
-              reply_bytes: Optional[list[int]] = None) -> list[Any]:
-        kwargs: dict[str, Any] = {}
-        if self.timeout is not None:
-            kwargs["timeout"] = self.timeout
-        if reply_bytes is not None:
-            kwargs["reply_bytes"] = reply_bytes
-        return self.router.call_all(requests, **kwargs)
-
-    def _take_rows(self, part: int, positions: Tensor, reply: Any, names: list[str],
-                   outs: list[Tensor]) -> None:
-        address = self.router.endpoints[part]
-        tensors = list(reply.tensors)
-        if len(tensors) != len(names):
-            raise StoreError(f"server {address} answered 'get_edges' with {len(tensors)} "
-                             f"tensors for {len(names)} attributes")
-        for out, name, tensor in zip(outs, names, tensors):
-            expected = (positions.numel(), *out.shape[1:])
-            if tuple(tensor.shape) != expected or tensor.dtype != out.dtype:
-                raise StoreError(f"server {address} sent edge attribute {name!r} as "
-                                 f"{tensor.dtype} of shape {tuple(tensor.shape)}, expected "
-                                 f"{out.dtype} of shape {expected}")
-            out.index_copy_(0, positions, tensor)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(edge_types={self.edge_types}, "

@@ -3,7 +3,10 @@
 Every request is routed by the partition book: the ids of a ``TensorAttr``
 are grouped by owning server, each server gets one ``get`` request carrying
 *all* the attributes asked for with that index, the requests fly at once,
-and the rows are put back in the caller's order. PyG builds a batch with one
+and the rows are put back in the caller's order (:mod:`pyg_dist.store.row_fetch`).
+Edge attributes are asked for the same way, with the edge type as
+``group_name`` (``(None, None)`` on a homogeneous graph) and global edge ids
+as ``index`` (:mod:`pyg_dist.store.edge_features`). PyG builds a batch with one
 ``multi_get_tensor`` call (``x``, ``y``, masks, ... all indexed by the
 batch's nodes), so one batch costs one round trip per server. Each request
 says how many bytes its answer takes, so that the RPC client can lend a
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +34,10 @@ from torch_geometric.typing import FeatureTensorType
 
 from pyg_dist.errors import StoreError
 from pyg_dist.store.routing import Router
+from pyg_dist.store.row_fetch import copy_rows, fetch_rows, row_request
+
+__all__ = ["FeatureInfo", "RemoteFeatureStore", "copy_rows", "edge_group_type",
+           "is_edge_group", "outputs_pinned", "pinned_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,40 +64,6 @@ def pinned_outputs() -> Iterator[None]:
         yield
     finally:
         _local.pinned = before
-
-
-# Widest element types a row is copied as, with their sizes in bytes.
-_COPY_DTYPES = ((torch.complex128, 16), (torch.int64, 8), (torch.int32, 4),
-                (torch.int16, 2), (torch.uint8, 1))
-
-
-def copy_rows(out: Tensor, positions: Tensor, rows: Tensor) -> None:
-    """``out[positions] = rows`` for contiguous tensors of one dtype.
-
-    ``index_copy_`` moves one element at a time, so a row of 128 float32
-    costs 128 moves; the rows are reinterpreted as the widest type their
-    byte size allows (16-byte elements: 8 moves), which copies the same bits
-    (a float NaN's payload included) 20-25% faster. Anything else falls back to
-    a plain ``index_copy_``.
-
-    Args:
-        out: Destination, ``[N, ...]``.
-        positions: int64 rows of ``out`` to fill, one per row of ``rows``.
-        rows: Source, ``[len(positions), ...]``, same dtype and row shape.
-    """
-    if positions.numel() == 0:
-        return  # nothing to copy (and an empty view cannot be widened)
-    row_bytes = out[0].numel() * out.element_size() if out.numel() else 0
-    if out.is_contiguous() and rows.is_contiguous() and out.dtype == rows.dtype \
-            and row_bytes and out.dtype != torch.bool:
-        for dtype, size in _COPY_DTYPES:
-            if row_bytes % size == 0 and out.data_ptr() % size == 0 \
-                    and rows.data_ptr() % size == 0:
-                wide_out = out.view(out.size(0), -1).view(torch.uint8).view(dtype)
-                wide_rows = rows.view(rows.size(0), -1).view(torch.uint8).view(dtype)
-                wide_out.index_copy_(0, positions, wide_rows)
-                return
-    out.index_copy_(0, positions, rows)
 
 
 @dataclass(frozen=True)
@@ -139,6 +111,8 @@ class RemoteFeatureStore(FeatureStore):
         # each part's server's host identity (pyg_dist.rpc.shm.host_id).
         self.graph_id: Any = None
         self.server_hosts: list[Optional[str]] = [None] * router.num_parts
+        # Set by connect(): edge attributes by global edge id (``get_edges``).
+        self.edge_features: Any = None
 
     def local_parts(self) -> list[int]:
         """The parts whose servers run on this host (as their ``meta`` said)."""
@@ -186,6 +160,15 @@ class RemoteFeatureStore(FeatureStore):
                          "servers; partition the changed graph again instead")
 
     def _get_tensor_size(self, attr: TensorAttr) -> Optional[tuple[int, ...]]:
+        if is_edge_group(attr.group_name):
+            edge_type = edge_group_type(attr.group_name)
+            info = None if self.edge_features is None else \
+                self.edge_features.info(edge_type, attr.attr_name)
+            if info is None:
+                return None
+            num = self.edge_features.num_edges[edge_type] if attr.index is None else \
+                self.edge_features.check_ids(edge_type, _edge_index(attr.index)).numel()
+            return (num, *info.shape)
         info = self.features.get((attr.group_name, attr.attr_name))
         if info is None:
             return None
@@ -196,28 +179,68 @@ class RemoteFeatureStore(FeatureStore):
         return self._multi_get_tensor([attr])[0]
 
     def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[Optional[FeatureTensorType]]:
-        """Fetches all ``attrs`` with one ``get`` request per server, index
-        and node type, all in flight at once (one round trip)."""
-        plan: dict[tuple[Any, Optional[str]], list[int]] = {}
+        """Fetches all ``attrs``, node and edge attributes, with one request
+        per server, index and type, all in flight at once (one round trip)."""
+        plan: dict[tuple[Any, Any], list[int]] = {}
         prepared: list[tuple[Tensor, bool]] = []
         for i, attr in enumerate(attrs):
-            key = (attr.group_name, attr.attr_name)
-            if key not in self.features:
-                self.router.book_of(attr.group_name)  # an unknown node type says so
-                known = ", ".join(f"{g}/{n}" if g else n for g, n in self.features) or "none"
-                raise StoreError(f"no feature {attr.attr_name!r} (group {attr.group_name!r}) "
-                                 f"on the servers; they hold: {known}")
-            prepared.append(self._to_ids(attr.index, attr.group_name))
+            if is_edge_group(attr.group_name):
+                fetcher, edge_type = self._edge_fetcher(), edge_group_type(attr.group_name)
+                index = torch.arange(fetcher.num_edges.get(edge_type, 0)) \
+                    if attr.index is None else _edge_index(attr.index)
+                prepared.append((fetcher.check_ids(edge_type, index), False))
+            else:
+                self._check_node_attr(attr)
+                prepared.append(self._to_ids(attr.index, attr.group_name))
             # Attributes sharing one index object travel in one request.
             plan.setdefault((id(attr.index), attr.group_name), []).append(i)
-        fetches = [(group, prepared[members[0]][0], [attrs[i].attr_name for i in members])
-                   for (_, group), members in plan.items()]
+        pin = outputs_pinned()
+        requests = []
+        for (_, group), members in plan.items():
+            ids = prepared[members[0]][0]
+            names = [attrs[i].attr_name for i in members]
+            if is_edge_group(group):
+                requests.append(self._edge_fetcher().row_request(
+                    edge_group_type(group), ids, names, pin=pin))
+            else:
+                infos = [self.features[(group, name)] for name in names]
+                shares = self.router.split(ids, group) if ids.numel() else []
+                requests.append(row_request("get", {"attrs": names, "group": group}, names,
+                                            infos, ids.numel(), shares, self._reply_limits,
+                                            pin))
+        fetch_rows(self.router, requests)
         out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
-        for members, tensors in zip(plan.values(), self._fetch(fetches)):
+        for members, request in zip(plan.values(), requests):
             scalar = prepared[members[0]][1]
-            for i, tensor in zip(members, tensors):
+            for i, tensor in zip(members, request.outs):
                 out[i] = tensor[0] if scalar else tensor
         return out
+
+    def get_all_edge_tensor_attrs(self) -> list[TensorAttr]:
+        """Every edge attribute the servers hold, without an index:
+        ``group_name`` is the edge type, ``(None, None)`` on a homogeneous
+        graph (as in PyG's distributed stores), ``index`` takes global edge
+        ids (a batch's ``e_id``).
+
+        They are not in :meth:`get_all_tensor_attrs`, which PyG's loaders
+        index by node ids."""
+        if self.edge_features is None:
+            return []
+        return [self._tensor_attr_cls.cast((None, None) if t is None else t, name)
+                for t, name in self.edge_features.attrs()]
+
+    def _check_node_attr(self, attr: TensorAttr) -> None:
+        if (attr.group_name, attr.attr_name) not in self.features:
+            self.router.book_of(attr.group_name)  # an unknown node type says so
+            known = ", ".join(f"{g}/{n}" if g else n for g, n in self.features) or "none"
+            raise StoreError(f"no feature {attr.attr_name!r} (group {attr.group_name!r}) "
+                             f"on the servers; they hold: {known}")
+
+    def _edge_fetcher(self) -> Any:
+        if self.edge_features is None:
+            raise StoreError("the servers serve no edge attributes (an older server, or a "
+                             "store not built by pyg_dist.connect())")
+        return self.edge_features
 
     # Internals #############################################################
 
@@ -244,66 +267,28 @@ class RemoteFeatureStore(FeatureStore):
             return index.nonzero().view(-1), False
         return self.router.check_ids(index.view(-1).cpu(), "TensorAttr.index", node_type), False
 
-    def _fetch(self, fetches: list[tuple[Optional[str], Tensor, list[str]]]
-               ) -> list[list[Tensor]]:
-        """For every ``(group, ids, names)``, the rows ``ids`` of features
-        ``names`` of node type ``group``, in the order of ``ids``; the
-        requests of all of them fly at once."""
-        pin = outputs_pinned()
-        outs_of, requests, sizes, targets = [], [], [], []
-        for group, ids, names in fetches:
-            outs = [torch.empty((ids.numel(), *info.shape), dtype=info.dtype, pin_memory=pin)
-                    for info in (self.features[(group, name)] for name in names)]
-            outs_of.append(outs)
-            if ids.numel() == 0:
-                continue
-            row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
-            for part, positions, part_ids in self._within_reply_limits(
-                    self.router.split(ids, group), row_bytes):
-                requests.append((part, "get", {"attrs": names, "group": group}, [part_ids]))
-                sizes.append(positions.numel() * row_bytes)
-                targets.append((part, positions, names, outs))
-        if not requests:
-            return outs_of
-        replies = self.router.call_all(requests, reply_bytes=sizes)
-        try:
-            for (part, positions, names, outs), reply in zip(targets, replies):
-                self._take_reply(part, positions, reply, names, outs)
-        finally:
-            for reply in replies:  # rows copied out: lent memory may be reused
-                reply.release()
-        return outs_of
-
-    def _within_reply_limits(self, shares: list[tuple[int, Tensor, Tensor]], row_bytes: int
-                             ) -> list[tuple[int, Tensor, Tensor]]:
-        """Splits every share whose answer would exceed its server's reply
-        limit into shares that fit (they fly together like the others)."""
-        out = []
-        for part, positions, part_ids in shares:
-            limit = self._reply_limits[part]
-            if limit is None or positions.numel() * row_bytes <= limit:
-                out.append((part, positions, part_ids))
-                continue
-            step = max(1, limit // max(1, row_bytes))
-            out += [(part, positions[i:i + step], part_ids[i:i + step])
-                    for i in range(0, positions.numel(), step)]
-        return out
-
-    def _take_reply(self, part: int, positions: Tensor, reply: Any, names: list[str],
-                    outs: list[Tensor]) -> None:
-        address = self.router.endpoints[part]
-        tensors = list(reply.tensors)
-        if len(tensors) != len(names):
-            raise StoreError(f"server {address} answered 'get' with "
-                             f"{len(tensors)} tensors for {len(names)} attributes")
-        for out, name, tensor in zip(outs, names, tensors):
-            expected = (positions.numel(), *out.shape[1:])
-            if tuple(tensor.shape) != expected:
-                raise StoreError(f"server {address} sent {name!r} of shape "
-                                 f"{tuple(tensor.shape)}, expected {expected}")
-            copy_rows(out, positions, tensor.to(out.dtype))
-
     def __repr__(self) -> str:
         names = ", ".join(n for _, n in self.features)
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, "
                 f"features=[{names}], num_parts={self.router.num_parts})")
+
+
+def is_edge_group(group: Any) -> bool:
+    """Whether a ``TensorAttr.group_name`` names edges: an edge type
+    ``(src, rel, dst)``, or ``(None, None)`` for a homogeneous graph's edges
+    (PyG's distributed stores' convention)."""
+    return isinstance(group, tuple) and (len(group) == 3 or group == (None, None))
+
+
+def edge_group_type(group: tuple) -> Any:
+    """The edge type an edge ``group_name`` names (``None``: homogeneous)."""
+    return None if group == (None, None) else tuple(group)
+
+
+def _edge_index(index: Any) -> Any:
+    """Edge ids of a ``TensorAttr.index`` given as a tensor, array or list."""
+    if isinstance(index, np.ndarray):
+        return torch.from_numpy(index)
+    if isinstance(index, (list, tuple)):
+        return torch.as_tensor(index)
+    return index

@@ -1,0 +1,167 @@
+"""Fetching rows (node or edge attributes) from the servers that own them.
+
+A feature request names rows by global id; the ids are grouped by owning
+server (a node type's partition book, or an edge type's edge book), every
+server's share goes out as one request (split further where the answer
+would exceed the server's reply limit), *all* the requests of a batch fly
+at once, and every answer's rows are copied into the caller's order. The
+node features of :class:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore`
+(``get``) and the edge attributes of
+:class:`~pyg_dist.store.edge_features.EdgeFeatureFetcher` (``get_edges``) go
+through :func:`fetch_rows` together, so a batch's node and edge attributes
+cost one round trip.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import StoreError
+
+# Widest element types a row is copied as, with their sizes in bytes.
+_COPY_DTYPES = ((torch.complex128, 16), (torch.int64, 8), (torch.int32, 4),
+                (torch.int16, 2), (torch.uint8, 1))
+
+
+def copy_rows(out: Tensor, positions: Tensor, rows: Tensor) -> None:
+    """``out[positions] = rows`` for contiguous tensors of one dtype.
+
+    ``index_copy_`` moves one element at a time, so a row of 128 float32
+    costs 128 moves; the rows are reinterpreted as the widest type their
+    byte size allows (16-byte elements: 8 moves), which copies the same bits
+    (a float NaN's payload included) 20-25% faster. Anything else falls back to
+    a plain ``index_copy_``.
+
+    Args:
+        out: Destination, ``[N, ...]``.
+        positions: int64 rows of ``out`` to fill, one per row of ``rows``.
+        rows: Source, ``[len(positions), ...]``, same dtype and row shape.
+    """
+    if positions.numel() == 0:
+        return  # nothing to copy (and an empty view cannot be widened)
+    row_bytes = out[0].numel() * out.element_size() if out.numel() else 0
+    if out.is_contiguous() and rows.is_contiguous() and out.dtype == rows.dtype \
+            and row_bytes and out.dtype != torch.bool:
+        for dtype, size in _COPY_DTYPES:
+            if row_bytes % size == 0 and out.data_ptr() % size == 0 \
+                    and rows.data_ptr() % size == 0:
+                wide_out = out.view(out.size(0), -1).view(torch.uint8).view(dtype)
+                wide_rows = rows.view(rows.size(0), -1).view(torch.uint8).view(dtype)
+                wide_out.index_copy_(0, positions, wide_rows)
+                return
+    out.index_copy_(0, positions, rows)
+
+
+@dataclass
+class RowRequest:
+    """Rows of several attributes of one node or edge type, for some ids.
+
+    Args:
+        op: The server operation (``"get"`` or ``"get_edges"``).
+        args: Its arguments, the same for every server (type and names).
+        names: The attributes, in the order the answer carries them.
+        outs: One tensor per attribute, ``[len(ids), *shape]``, to fill.
+        shares: ``(part, positions, ids[positions])`` per owning server.
+    """
+
+    op: str
+    args: dict[str, Any]
+    names: list[str]
+    outs: list[Tensor]
+    shares: list[tuple[int, Tensor, Tensor]]
+
+
+def row_request(op: str, args: dict[str, Any], names: Sequence[str],
+                infos: Sequence[Any], num_ids: int,
+                shares: list[tuple[int, Tensor, Tensor]],
+                reply_limits: Sequence[Optional[int]], pin: bool) -> RowRequest:
+    """A :class:`RowRequest` whose outputs are allocated (in pinned memory
+    with ``pin``) and whose shares fit the servers' reply limits.
+
+    Args:
+        op, args, names: See :class:`RowRequest`.
+        infos: Per name, its ``dtype`` and row ``shape``.
+        num_ids: Rows asked for.
+        shares: ``(part, positions, ids[positions])`` per owning server.
+        reply_limits: Each part's ``max_reply_bytes`` (``None``: no limit).
+        pin: Allocate the outputs in page-locked memory.
+    """
+    outs = [torch.empty((num_ids, *info.shape), dtype=info.dtype, pin_memory=pin)
+            for info in infos]
+    row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
+    return RowRequest(op, dict(args), list(names), outs,
+                      within_reply_limits(shares, row_bytes, reply_limits))
+
+
+def within_reply_limits(shares: list[tuple[int, Tensor, Tensor]], row_bytes: int,
+                        reply_limits: Sequence[Optional[int]]
+                        ) -> list[tuple[int, Tensor, Tensor]]:
+    """Splits every share whose answer would exceed its server's reply limit
+    into shares that fit (they fly together like the others)."""
+    out = []
+    for part, positions, part_ids in shares:
+        limit = reply_limits[part] if part < len(reply_limits) else None
+        if limit is None or positions.numel() * row_bytes <= limit:
+            out.append((part, positions, part_ids))
+            continue
+        step = max(1, int(limit) // max(1, row_bytes))
+        out += [(part, positions[i:i + step], part_ids[i:i + step])
+                for i in range(0, positions.numel(), step)]
+    return out
+
+
+def fetch_rows(router: Any, requests: Sequence[RowRequest],
+               timeout: Optional[float] = None) -> None:
+    """Sends every share of every request at once and fills the outputs.
+
+    Each call says how many bytes its answer takes, so that the RPC client
+    can lend a same-host server shared memory for it; replies are released
+    once their rows are copied out.
+
+    Args:
+        router: ``call_all(requests, timeout=, reply_bytes=)`` and
+            ``endpoints`` (see :class:`~pyg_dist.store.routing.Router`).
+        requests: What to fetch; their ``outs`` are filled in place.
+        timeout: Deadline of every call; ``None`` uses the router's.
+
+    Raises:
+        StoreError: on an answer of the wrong shape, dtype or tensor count.
+    """
+    calls, sizes, targets = [], [], []
+    for request in requests:
+        row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in request.outs)
+        for part, positions, part_ids in request.shares:
+            calls.append((part, request.op, request.args, [part_ids]))
+            sizes.append(positions.numel() * row_bytes)
+            targets.append((part, positions, request))
+    if not calls:
+        return
+    kwargs: dict[str, Any] = {"reply_bytes": sizes}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    replies = router.call_all(calls, **kwargs)
+    try:
+        for (part, positions, request), reply in zip(targets, replies):
+            _take_rows(router.endpoints[part], positions, reply, request)
+    finally:
+        for reply in replies:  # rows copied out: lent memory may be reused
+            reply.release()
+
+
+def _take_rows(address: str, positions: Tensor, reply: Any, request: RowRequest) -> None:
+    tensors = list(reply.tensors)
+    if len(tensors) != len(request.names):
+        raise StoreError(f"server {address} answered {request.op!r} with {len(tensors)} "
+                         f"tensors for {len(request.names)} attributes")
+    for out, name, tensor in zip(request.outs, request.names, tensors):
+        expected = (positions.numel(), *out.shape[1:])
+        if tuple(tensor.shape) != expected:
+            raise StoreError(f"server {address} sent {name!r} of shape "
+                             f"{tuple(tensor.shape)}, expected {expected}")
+        copy_rows(out, positions, tensor.to(out.dtype))
