@@ -1,4 +1,5 @@
-"""The partition server's operations: ``meta``, ``sample``, ``get``, ``sizes``,
+"""The partition server's operations: ``meta``, ``sample`` (and ``sample_types``,
+several edge types in one request: :mod:`pyg_dist.server.typed_sample`), ``get``, ``sizes``,
 ``edge_index``, ``degree``, ``stats`` (argument checks in
 :mod:`pyg_dist.server.requests`, sampling by weight or time in
 :mod:`pyg_dist.server.sample_attrs`), and the edge attribute ops
@@ -44,6 +45,7 @@ from pyg_dist.server.requests import (
     seeded_generator,
 )
 from pyg_dist.server.sample_attrs import SampleAttributes, parse_request, wants_attributes
+from pyg_dist.server.typed_sample import split_typed_request
 from pyg_dist.store.local import PartitionFeatureStore
 
 Result = tuple[dict[str, Any], list[Tensor]]
@@ -122,7 +124,8 @@ class PartitionOps:
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
-        return {"meta": self.meta, "sample": self.sample, "get": self.get,
+        return {"meta": self.meta, "sample": self.sample, "sample_types": self.sample_types,
+                "get": self.get,
                 "sizes": self.sizes, "edge_index": self.edge_index,
                 "degree": self.degree, "stats": self.stats, **self._edges.handlers()}
 
@@ -130,7 +133,8 @@ class PartitionOps:
         """Operation name -> size of the answer it would allocate, for
         :class:`~pyg_dist.rpc.RpcServer` (routing by cost, reply budgets).
         ``meta`` and ``sizes`` answer with views or a few bytes: none."""
-        return {"sample": self.sample_bytes, "get": self.get_bytes,
+        return {"sample": self.sample_bytes, "sample_types": self.sample_types_bytes,
+                "get": self.get_bytes,
                 "edge_index": self.edge_index_bytes, **self._edges.estimators()}
 
     # Validation ############################################################
@@ -313,6 +317,27 @@ class PartitionOps:
             result["time_kind"] = self._attributes.time(edge_type, request.time_attr)[1]
         return result, [counts, csc.row.index_select(0, positions),
                         csc.edge_ids.index_select(0, positions)]
+
+    def sample_types(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """One hop over several edge types (:mod:`pyg_dist.server.typed_sample`):
+        every edge type served as ``sample`` serves it, its three tensors
+        after the previous type's."""
+        result: dict[str, Any] = {}
+        out: list[Tensor] = []
+        for sub_args, sub_tensors in split_typed_request(args, tensors):
+            answer, answer_tensors = self.sample(sub_args, sub_tensors)
+            result.update(answer)
+            out += answer_tensors
+        return result, out
+
+    def sample_types_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """``sample_bytes`` summed over the request's edge types (the answer
+        is checked against the reply limit as a whole)."""
+        total = sum(self.sample_bytes(sub_args, sub_tensors)
+                    for sub_args, sub_tensors in split_typed_request(args, tensors))
+        self._check_reply(total // _SAMPLE_WORK_FACTOR, "sample_types",
+                          "use a smaller fan-out or fewer seeds per request")
+        return total
 
     def _get_plan(self, args: dict[str, Any]) -> tuple[Optional[str], list[str],
                                                       dict[str, dict[str, Any]], int]:

@@ -32,6 +32,7 @@ from torch_geometric.typing import EdgeTensorType, EdgeType
 from torch_geometric.utils import index_sort
 
 from pyg_dist.errors import GraphKindMismatchError, StoreError
+from pyg_dist.kernels.seeds import mix_seed
 from pyg_dist.partitioning.type_keys import edge_type_key
 from pyg_dist.store.routing import Router, reassemble
 
@@ -163,8 +164,9 @@ class RemoteGraphStore(GraphStore):
                    timeout: Optional[float] = None, *, weight_attr: Optional[str] = None,
                    time_attr: Optional[str] = None, temporal_strategy: str = "uniform"
                    ) -> list[tuple[Tensor, Tensor, Tensor]]:
-        """Samples one hop for several edge types at once: every request of
-        every edge type is in flight together (one round trip).
+        """Samples one hop for several edge types at once: one request per
+        server covering every edge type it owns destinations of
+        (``sample_types``), all in flight together (one round trip).
 
         Args:
             frontiers: ``(edge_type, ids, seed_time)`` per edge type: ids of
@@ -181,40 +183,66 @@ class RemoteGraphStore(GraphStore):
         """
         fanouts = [int(num_neighbors)] * len(frontiers) if isinstance(num_neighbors, int) \
             else [int(k) for k in num_neighbors]
-        requests, shares_of = [], []
-        for index, ((edge_type, ids, seed_time), k) in enumerate(zip(frontiers, fanouts)):
-            args = {"num_neighbors": k, "replace": bool(replace),
-                    **_attribute_args(weight_attr, time_attr, temporal_strategy)}
-            if edge_type is not None:
-                args["edge_type"] = list(edge_type)
-            aligned: tuple[Tensor, ...] = ()
-            if time_attr is not None:
-                if seed_time is None or seed_time.numel() != ids.numel():
-                    raise StoreError(f"time_attr {time_attr!r} needs one seed time per id")
-                aligned = (seed_time.to(torch.long).view(-1),)
-            shares = self.router.split(ids, None if edge_type is None else edge_type[-1]) \
-                if ids.numel() else []
-            type_seed = seed if edge_type is None else _mix_seed(seed, -1 - index)
-            for part, positions, part_ids in shares:
-                requests.append((part, "sample", {**args, "seed": _mix_seed(type_seed, part)},
-                                 [part_ids, *(t.index_select(0, positions) for t in aligned)]))
-            shares_of.append(shares)
-        replies = iter(self.router.call_all(requests, timeout) if requests else [])
+        shared = {"replace": bool(replace),
+                  **_attribute_args(weight_attr, time_attr, temporal_strategy)}
+        # Per part, the (frontier, positions, ids, times) it owns.
+        owned: dict[int, list[tuple[int, Tensor, Tensor, Optional[Tensor]]]] = {}
+        for index, (edge_type, ids, seed_time) in enumerate(frontiers):
+            if time_attr is not None and (seed_time is None or seed_time.numel() != ids.numel()):
+                raise StoreError(f"time_attr {time_attr!r} needs one seed time per id")
+            if not ids.numel():
+                continue
+            times = None if time_attr is None else seed_time.to(torch.long).view(-1)
+            for part, positions, part_ids in self.router.split(
+                    ids, None if edge_type is None else edge_type[-1]):
+                owned.setdefault(part, []).append(
+                    (index, positions, part_ids,
+                     None if times is None else times.index_select(0, positions)))
+        requests = [self._hop_request(part, shares, frontiers, fanouts, shared, seed)
+                    for part, shares in owned.items()]
+        replies = self.router.call_all(requests, timeout) if requests else []
+        answers: list[list[tuple[Tensor, list[Tensor]]]] = [[] for _ in frontiers]
+        for (part, shares), reply in zip(owned.items(), replies):
+            tensors = list(reply.tensors)
+            if len(tensors) != 3 * len(shares):
+                raise StoreError(f"server {self.router.endpoints[part]} answered a hop over "
+                                 f"{len(shares)} edge types with {len(tensors)} tensors, "
+                                 f"expected {3 * len(shares)}")
+            for k, (index, positions, _, _) in enumerate(shares):
+                answer = tensors[3 * k:3 * k + 3]
+                _check_sample_reply(answer, positions.numel(), self.router.endpoints[part])
+                answers[index].append((positions, answer))
         out = []
-        for (_, ids, _), shares in zip(frontiers, shares_of):
-            if not shares:
+        for (_, ids, _), answer in zip(frontiers, answers):
+            if not answer:
                 empty = torch.empty(0, dtype=torch.long)
                 out.append((empty, empty, empty))
                 continue
-            answers = [(positions, next(replies)) for _, positions, _ in shares]
-            for (part, _, _), (positions, reply) in zip(shares, answers):
-                _check_sample_reply(list(reply.tensors), positions.numel(),
-                                    self.router.endpoints[part])
             counts, (nbrs, eids) = reassemble(
-                ids.numel(), [p for p, _ in answers], [r.tensors[0] for _, r in answers],
-                [(r.tensors[1], r.tensors[2]) for _, r in answers])
+                ids.numel(), [p for p, _ in answer], [t[0] for _, t in answer],
+                [(t[1], t[2]) for _, t in answer])
             out.append((counts, nbrs, eids))
         return out
+
+    @staticmethod
+    def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Tensor]]],
+                     frontiers: Sequence[tuple[Any, Tensor, Any]], fanouts: list[int],
+                     shared: dict[str, Any], seed: int) -> tuple[int, str, dict, list[Tensor]]:
+        """One server's request of a hop: ``sample`` for a homogeneous graph
+        (its one edge type), ``sample_types`` for every edge type it owns
+        destinations of on a heterogeneous one."""
+        tensors = [torch.cat([ids for _, _, ids, _ in shares])]
+        if shares[0][3] is not None:
+            tensors.append(torch.cat([times for _, _, _, times in shares]))
+        part_seed = mix_seed(seed, part)
+        if frontiers[shares[0][0]][0] is None:  # homogeneous: the request as it always was
+            return part, "sample", {**shared, "num_neighbors": fanouts[shares[0][0]],
+                                    "seed": part_seed}, tensors
+        return part, "sample_types", {
+            **shared, "seed": part_seed,
+            "edge_types": [list(frontiers[index][0]) for index, _, _, _ in shares],
+            "sizes": [ids.numel() for _, _, ids, _ in shares],
+            "num_neighbors": [fanouts[index] for index, _, _, _ in shares]}, tensors
 
     def check_sample_attributes(self, weight_attr: Optional[str], time_attr: Optional[str],
                                 temporal_strategy: str = "uniform",
@@ -410,14 +438,6 @@ def _attribute_args(weight_attr: Optional[str], time_attr: Optional[str],
         args["time_attr"] = time_attr
         args["temporal_strategy"] = temporal_strategy
     return args
-
-
-def _mix_seed(seed: int, part: int) -> int:
-    """splitmix64 of ``(seed, part)``, kept below 2**63 for msgpack/int64."""
-    x = (int(seed) + 0x9E3779B97F4A7C15 * (part + 1)) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (x ^ (x >> 31)) >> 1
 
 
 def _check_sample_reply(tensors: list[Tensor], num_seeds: int, address: str) -> None:

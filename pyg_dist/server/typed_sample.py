@@ -1,0 +1,74 @@
+"""``sample_types``: one hop over several edge types in one request.
+
+A heterogeneous hop samples every edge type at once. Sent as one ``sample``
+per edge type, a hop over 6 edge types and 2 parts is 12 requests; sent as
+one ``sample_types`` per server it is 2. The request names its edge types
+and how many seed ids each has; the ids (and, temporal, the seed times) of
+all of them travel as one tensor each, edge type after edge type. Every
+edge type is then served exactly as a ``sample`` with the same arguments
+would be, so there is one sampling path, and the answer is every edge type's
+``counts``, ``neighbours`` and ``edge_ids`` in the order asked.
+
+Arguments: ``edge_types`` (a non-empty list of ``[src, rel, dst]``, at most
+:data:`MAX_EDGE_TYPES`), ``sizes`` (seeds per edge type, non-negative ints
+summing to the ids' length), ``num_neighbors`` (one int for all, or one per
+edge type), ``seed`` (every edge type derives its own), and ``sample``'s
+other arguments (``replace``, ``weight_attr``, ``time_attr``,
+``temporal_strategy``), the same for all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError
+from pyg_dist.kernels.seeds import mix_seed
+from pyg_dist.rpc.wire_values import describe
+
+MAX_EDGE_TYPES = 4096
+"""Most edge types one request may name."""
+
+
+def split_typed_request(args: dict[str, Any], tensors: list[Tensor]
+                        ) -> Iterator[tuple[dict[str, Any], list[Tensor]]]:
+    """The per-edge-type ``sample`` requests a ``sample_types`` stands for.
+
+    Raises:
+        ProtocolError: on a malformed request (checked whole before the
+            first edge type is yielded).
+    """
+    edge_types, sizes, fanouts = args.get("edge_types"), args.get("sizes"), \
+        args.get("num_neighbors")
+    if not isinstance(edge_types, list) or not 0 < len(edge_types) <= MAX_EDGE_TYPES:
+        raise ProtocolError(f"argument 'edge_types' must be a list of 1 to {MAX_EDGE_TYPES} "
+                            f"edge types, got {describe(edge_types)}")
+    if not isinstance(sizes, list) or len(sizes) != len(edge_types) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
+        raise ProtocolError(f"argument 'sizes' must list one non-negative int per edge type "
+                            f"({len(edge_types)}), got {describe(sizes)}")
+    if isinstance(fanouts, int) and not isinstance(fanouts, bool):
+        fanouts = [fanouts] * len(edge_types)
+    if not isinstance(fanouts, list) or len(fanouts) != len(edge_types):
+        raise ProtocolError(f"argument 'num_neighbors' must be an int or one int per edge "
+                            f"type ({len(edge_types)}), got {describe(fanouts)}")
+    seed = args.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ProtocolError(f"argument 'seed' must be an int or nil, got {describe(seed)}")
+    if len(tensors) not in (1, 2) or any(t.dim() != 1 for t in tensors) or \
+            any(t.numel() != sum(sizes) for t in tensors):
+        raise ProtocolError(f"sample_types takes the ids (and seed times) of every edge type "
+                            f"as 1-D tensors of {sum(sizes)} entries (the sum of 'sizes'), "
+                            f"got {len(tensors)} tensors of shapes "
+                            f"{[list(t.shape) for t in tensors][:4]}")
+    shared = {k: v for k, v in args.items()
+              if k not in ("edge_types", "sizes", "num_neighbors", "seed")}
+    start = 0
+    for index, (edge_type, size, fanout) in enumerate(zip(edge_types, sizes, fanouts)):
+        sub = {**shared, "edge_type": edge_type, "num_neighbors": fanout}
+        if seed is not None:
+            sub["seed"] = mix_seed(seed, index)
+        yield sub, [t[start:start + size] for t in tensors]
+        start += size
