@@ -8,8 +8,13 @@ A cache policy is a plugin of the entry-point group
     def my_policy(context: CacheContext, budget: int, **options) -> Tensor: ...
 
 that returns the global ids of at most ``budget`` nodes, most valuable first.
-:class:`~pyg_dist.store.cached_feature_store.CachedFeatureStore` calls it once,
-at start-up, and keeps the rows of the ids it returns (static, read-only).
+:class:`~pyg_dist.store.cached_feature_store.CachedFeatureStore` calls it at
+start-up and keeps the rows of the ids it returns (static, read-only): once
+on a homogeneous graph, and once per node type on a heterogeneous one, with
+``context.group`` the type, ``context.num_nodes`` its node count, ``budget``
+its share of the capacity, and ids numbered within the type. Work done once
+for every type (a sampling pass) goes in ``context.shared``, one dict for all
+the calls of one cache build.
 ``options`` are the ``policy_options`` the user passed; a policy refuses the
 ones it does not know with a ``TypeError`` (Python does that for a plain
 function) that the cache turns into a :class:`~pyg_dist.errors.CacheError`.
@@ -42,7 +47,11 @@ class CacheContext:
         num_nodes: Nodes of the graph (of ``group``).
         group: The node type (``None`` for a homogeneous graph).
         report: Where a policy records what it cost (seconds, batches, ...);
-            shown by :meth:`CachedFeatureStore.cache_stats`.
+            shown by :meth:`CachedFeatureStore.cache_stats` (per node type
+            on a heterogeneous graph).
+        shared: One dict shared by the calls for every node type of one
+            cache build, for work that serves them all (the ``frequency``
+            policy keeps its visit counts of every type there).
     """
 
     feature_store: Any
@@ -50,6 +59,7 @@ class CacheContext:
     num_nodes: int
     group: Optional[str] = None
     report: dict[str, Any] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
 
     def require_graph_store(self, policy: str) -> Any:
         """The graph store, or a :class:`CacheError` saying ``policy`` needs one."""

@@ -7,24 +7,36 @@ keeps the rows of the nodes a policy plugin chooses (see
 locally and asks the servers only for the rest: still one ``get`` per server
 and batch, as the uncached store does. The cache is filled once, at start-up,
 and is read-only, so the batches are exactly those of the uncached store.
+
+On a heterogeneous graph every node type has its own cache (its features,
+its slot table, its share of the capacity: :mod:`pyg_dist.store.cache_layout`),
+filled by one policy call per type; a batch's misses of every type still go
+in one round trip.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
-from pyg_dist.errors import CacheError, PluginError, StoreError
+from pyg_dist.errors import CacheError, PluginError, PygDistError, StoreError
+from pyg_dist.store.cache_layout import (
+    STAT_KEYS,
+    AttrSpec,
+    Capacity,
+    TypeCache,
+    budgets,
+    type_caches,
+)
 from pyg_dist.store.cache_policy import CacheContext, checked_choice
 from pyg_dist.store.remote_feature_store import (
     RemoteFeatureStore,
@@ -34,8 +46,7 @@ from pyg_dist.store.remote_feature_store import (
 
 logger = logging.getLogger(__name__)
 
-# A byte-sized capacity is an int; a fraction of the nodes is a float in (0, 1].
-Capacity = Union[int, float]
+__all__ = ["Capacity", "CachedFeatureStore"]
 
 
 class CachedFeatureStore(FeatureStore):
@@ -44,20 +55,28 @@ class CachedFeatureStore(FeatureStore):
     Wraps the :class:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore`
     of :func:`pyg_dist.connect` and is used in its place, e.g.
     ``DistNeighborLoader((CachedFeatureStore(fs, 0.2, graph_store=gs), gs), ...)``.
+    On a heterogeneous graph every node type is cached (see
+    :mod:`pyg_dist.store.cache_layout` for how a capacity is shared out), and
+    ``attrs``, ``whole_attrs`` and ``row_bytes`` are dicts by node type.
 
     Args:
         feature_store: The remote feature store to put the cache in front of.
-        capacity: Bytes of rows to keep (an ``int``), or the fraction of the
-            graph's nodes whose rows to keep (a ``float`` in ``(0, 1]``).
+        capacity: Bytes of rows to keep (an ``int``; split across node types
+            in proportion to the bytes of their rows), or the fraction of
+            every node type's nodes whose rows to keep (a ``float`` in
+            ``(0, 1]``), or ``{node_type: int or float}`` (types left out
+            cache no node).
         policy: Name of a ``pyg_dist.cache_policies`` plugin (``"degree"``,
             ``"frequency"``, ``"halo"``, or a third party's), or the policy
-            callable itself.
+            callable itself; called once per node type.
         graph_store: The graph store of the same graph (from the same
             :func:`pyg_dist.connect` call); the bundled policies need it.
         attrs: Features cached per node; ``None``: every feature not in
-            ``whole_attrs``.
+            ``whole_attrs``. Names are cached for every node type serving
+            them; ``{node_type: names}`` chooses per type.
         whole_attrs: Features cached for *every* node, outside ``capacity``
-            (labels, masks: a byte or a few per node).
+            (labels, masks: a byte or a few per node), in the forms of
+            ``attrs``.
         device: Where the cached rows live: ``None`` (CPU memory) or a CUDA
             device; hits are gathered there.
         pin_memory: Keep CPU rows in page-locked memory (for batches copied
@@ -70,12 +89,13 @@ class CachedFeatureStore(FeatureStore):
     Raises:
         CacheError: capacity over the memory available, an unknown policy or
             policy option, a policy answer that is not node ids, stores of
-            two different graphs. Nothing is kept half-filled.
+            two different graphs, a node type or feature the graph does not
+            have. Nothing is kept half-filled.
     """
 
     def __init__(self, feature_store: RemoteFeatureStore, capacity: Capacity,
                  policy: Any = "degree", *, graph_store: Any = None,
-                 attrs: Optional[Sequence[str]] = None, whole_attrs: Sequence[str] = (),
+                 attrs: Optional[AttrSpec] = None, whole_attrs: AttrSpec = (),
                  device: Any = None, pin_memory: bool = False,
                  policy_options: Optional[dict[str, Any]] = None,
                  registry: Any = None) -> None:
@@ -88,75 +108,63 @@ class CachedFeatureStore(FeatureStore):
         self.num_nodes = feature_store.num_nodes
         self.features = feature_store.features
         self.graph_id = feature_store.graph_id
+        self.is_hetero = feature_store.router.is_hetero
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self._lock = threading.Lock()
-        self._stats = {"hits": 0, "misses": 0, "bytes_fetched": 0, "bytes_saved": 0}
-        self.group = self._one_group()
-        self.whole_attrs = list(whole_attrs)
-        self.attrs = self._cached_attrs(attrs)
-        self.row_bytes = sum(self._row_bytes(name) for name in self.attrs)
-        budget = self._budget(capacity)
-        self._check_memory(budget, pin_memory)
-        context = CacheContext(feature_store, graph_store, self.num_nodes, self.group)
+        router = feature_store.router
+        self._types = type_caches(self.features, {t: router.num_nodes_of(t)
+                                                  for t in router.books}, attrs, whole_attrs)
+        self.node_types = list(self._types)
+        self.group = None if self.is_hetero else self.node_types[0]
+        for t, budget in budgets(capacity, self._types).items():
+            self._types[t].budget = budget
+        self._check_memory(pin_memory)
         name, choose = _resolve_policy(policy, registry)
         start = time.perf_counter()
-        try:
-            answer = choose(context, budget, **(policy_options or {}))
-        except TypeError as exc:
-            raise CacheError(f"cache policy {name!r} refused its options "
-                             f"{sorted(policy_options or {})}: {exc}") from exc
-        ids = checked_choice(answer, budget, self.num_nodes, name)
-        self.report: dict[str, Any] = {"policy": name, "cached_nodes": ids.numel(),
-                                       "choose_seconds": 0.0, **context.report}
-        self.report["choose_seconds"] = round(time.perf_counter() - start, 3)
+        chosen = self._choose(name, choose, graph_store, policy_options or {})
+        choose_seconds = round(time.perf_counter() - start, 3)
         start = time.perf_counter()
-        self._fill(ids, pin_memory)
-        self.report["fill_seconds"] = round(time.perf_counter() - start, 3)
-        self.report["cached_bytes"] = ids.numel() * self.row_bytes
+        self._fill(chosen)
+        self.report = self._build_report(name, chosen, choose_seconds,
+                                         round(time.perf_counter() - start, 3))
         logger.info("feature cache (%s): %d of %d nodes, %.1f MiB, chosen in %.2f s, "
-                    "filled in %.2f s", name, ids.numel(), self.num_nodes,
+                    "filled in %.2f s", name, self.report["cached_nodes"], self.num_nodes,
                     self.report["cached_bytes"] / 2**20, self.report["choose_seconds"],
                     self.report["fill_seconds"])
 
+    # What each node type caches: one value (homogeneous) or a dict by type.
+
+    def _by_type(self, value: Any) -> Any:
+        if not self.is_hetero:
+            return value(self._types[self.group])
+        return {t: value(tc) for t, tc in self._types.items()}
+
+    @property
+    def attrs(self) -> Any:
+        """Features cached per chosen node (a dict by node type when hetero)."""
+        return self._by_type(lambda tc: tc.attrs)
+
+    @property
+    def whole_attrs(self) -> Any:
+        """Features cached for every node (a dict by node type when hetero)."""
+        return self._by_type(lambda tc: tc.whole_attrs)
+
+    @property
+    def row_bytes(self) -> Any:
+        """Bytes of one chosen node's cached row (a dict by node type when hetero)."""
+        return self._by_type(lambda tc: tc.row_bytes)
+
+    @property
+    def _slot(self) -> Any:
+        return self._by_type(lambda tc: tc.slot)
+
     # Building ##############################################################
 
-    def _one_group(self) -> Optional[str]:
-        groups = {group for group, _ in self.features}
-        if len(groups) > 1:
-            raise CacheError(f"CachedFeatureStore caches one node type for now; the servers "
-                             f"hold {sorted(map(str, groups))}")
-        return next(iter(groups), None)
-
-    def _cached_attrs(self, attrs: Optional[Sequence[str]]) -> list[str]:
-        served = [name for _, name in self.features]
-        for name in list(attrs or []) + self.whole_attrs:
-            if name not in served:
-                raise CacheError(f"no feature {name!r} on the servers to cache; they hold "
-                                 f"{served}")
-        if attrs is None:
-            return [name for name in served if name not in self.whole_attrs]
-        return list(attrs)
-
-    def _row_bytes(self, name: str) -> int:
-        info = self.features[(self.group, name)]
-        return math.prod(info.shape) * info.dtype.itemsize
-
-    def _budget(self, capacity: Capacity) -> int:
-        """Nodes the cache holds for ``capacity``."""
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, float)):
-            raise CacheError(f"capacity must be bytes (an int) or a fraction of the nodes (a "
-                             f"float in (0, 1]), got {capacity!r}")
-        if isinstance(capacity, float):
-            if not 0.0 < capacity <= 1.0:
-                raise CacheError(f"a fractional capacity must be in (0, 1], got {capacity}")
-            return int(capacity * self.num_nodes)
-        if capacity < 0:
-            raise CacheError(f"capacity must be >= 0 bytes, got {capacity}")
-        return min(self.num_nodes, capacity // max(1, self.row_bytes))
-
-    def _check_memory(self, budget: int, pin_memory: bool) -> None:
-        whole = sum(self._row_bytes(name) for name in self.whole_attrs) * self.num_nodes
-        needed = budget * self.row_bytes + whole + 8 * self.num_nodes  # + the slot table
+    def _check_memory(self, pin_memory: bool) -> None:
+        types = self._types.values()
+        whole = sum(tc.whole_bytes * tc.num_nodes for tc in types)
+        rows = sum(tc.budget * tc.row_bytes for tc in types)
+        needed = rows + whole + 8 * sum(tc.num_nodes for tc in types)  # + the slot tables
         if self.device.type == "cuda":
             available = torch.cuda.mem_get_info(self.device)[0]
         else:
@@ -165,28 +173,68 @@ class CachedFeatureStore(FeatureStore):
                 raise CacheError("pin_memory=True needs CUDA; leave it False on a CPU-only "
                                  "machine")
         if needed > available:
-            raise CacheError(f"the cache needs {needed / 2**20:.1f} MiB ({budget} nodes x "
-                             f"{self.row_bytes} bytes, {whole} bytes of whole columns) but "
-                             f"{self.device} has {available / 2**20:.1f} MiB available; "
-                             f"lower capacity")
+            shares = ", ".join(f"{'' if tc.group is None else f'{tc.group}: '}{tc.budget} "
+                               f"nodes x {tc.row_bytes} bytes" for tc in types)
+            raise CacheError(f"the cache needs {needed / 2**20:.1f} MiB ({shares}, {whole} "
+                             f"bytes of whole columns) but {self.device} has "
+                             f"{available / 2**20:.1f} MiB available; lower capacity")
         self._pin = pin_memory and self.device.type == "cpu"
 
-    def _fill(self, ids: Tensor, pin_memory: bool) -> None:
-        """Fetches the chosen rows (one request per server) and the whole columns."""
-        fetched = self.remote.multi_get_tensor(
-            [TensorAttr(self.group, name, ids) for name in self.attrs]) if self.attrs else []
-        whole = self.remote.multi_get_tensor(
-            [TensorAttr(self.group, name, None) for name in self.whole_attrs]) \
-            if self.whole_attrs else []
-        self._rows = {name: self._place(rows) for name, rows in zip(self.attrs, fetched)}
-        self._whole = {name: self._place(rows) for name, rows in zip(self.whole_attrs, whole)}
-        slot = torch.full((self.num_nodes,), -1, dtype=torch.long)
-        slot[ids] = torch.arange(ids.numel())
-        self._slot = slot.to(self.device)
+    def _choose(self, name: str, choose: Any, graph_store: Any, options: dict[str, Any]
+                ) -> dict[Optional[str], Tensor]:
+        """The policy's checked answer for every node type."""
+        shared: dict[str, Any] = {}
+        chosen = {}
+        for t, tc in self._types.items():
+            context = CacheContext(self.remote, graph_store, tc.num_nodes, t, shared=shared)
+            try:
+                answer = choose(context, tc.budget, **options)
+            except TypeError as exc:
+                if isinstance(exc, PygDistError):  # e.g. GraphKindMismatchError
+                    raise
+                raise CacheError(f"cache policy {name!r} refused its options "
+                                 f"{sorted(options)}: {exc}") from exc
+            chosen[t] = checked_choice(answer, tc.budget, tc.num_nodes, name)
+            tc.report = context.report
+        return chosen
+
+    def _fill(self, chosen: dict[Optional[str], Tensor]) -> None:
+        """Fetches the chosen rows and the whole columns of every type (one
+        round trip, one request per server and type)."""
+        asks, into = [], []
+        for t, tc in self._types.items():
+            for name in tc.attrs:
+                asks.append(TensorAttr(t, name, chosen[t]))
+                into.append(tc.rows)
+            for name in tc.whole_attrs:
+                asks.append(TensorAttr(t, name, None))
+                into.append(tc.whole)
+        fetched = self.remote.multi_get_tensor(asks) if asks else []
+        for attr, where, rows in zip(asks, into, fetched):
+            where[attr.attr_name] = self._place(rows)
+        for t, tc in self._types.items():
+            slot = torch.full((tc.num_nodes,), -1, dtype=torch.long)
+            slot[chosen[t]] = torch.arange(chosen[t].numel())
+            tc.slot = slot.to(self.device)
 
     def _place(self, rows: Tensor) -> Tensor:
         rows = rows.to(self.device)
         return rows.pin_memory() if self._pin else rows
+
+    def _build_report(self, name: str, chosen: dict[Optional[str], Tensor],
+                      choose_seconds: float, fill_seconds: float) -> dict[str, Any]:
+        cached = {t: ids.numel() for t, ids in chosen.items()}
+        report: dict[str, Any] = {"policy": name, "cached_nodes": sum(cached.values()),
+                                  "choose_seconds": choose_seconds}
+        if not self.is_hetero:
+            report.update(self._types[self.group].report)
+        report["fill_seconds"] = fill_seconds
+        report["cached_bytes"] = sum(cached[t] * tc.row_bytes for t, tc in self._types.items())
+        if self.is_hetero:
+            report["types"] = {t: {"budget": tc.budget, "cached_nodes": cached[t],
+                                   "cached_bytes": cached[t] * tc.row_bytes, **tc.report}
+                               for t, tc in self._types.items()}
+        return report
 
     # PyG FeatureStore interface ############################################
 
@@ -209,63 +257,83 @@ class CachedFeatureStore(FeatureStore):
         return self._multi_get_tensor([attr])[0]
 
     def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[Optional[FeatureTensorType]]:
-        """Hits from memory; misses and uncached features with one ``get``
-        per server and index, as the remote store asks."""
-        out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
+        """Hits from memory; the misses and uncached features of every index
+        and node type in one remote ``multi_get_tensor`` (one round trip, one
+        ``get`` per server, index and type, as the remote store asks)."""
         plan: dict[tuple[int, Optional[str]], list[int]] = {}
         for i, attr in enumerate(attrs):
             plan.setdefault((id(attr.index), attr.group_name), []).append(i)
+        lookups: list[tuple[list[int], Optional[_Lookup]]] = []
+        ask: list[TensorAttr] = []
         for (_, group), members in plan.items():
-            first = attrs[members[0]]
-            if group != self.group:
-                for i, tensor in zip(members, self.remote.multi_get_tensor(
-                        [attrs[i] for i in members])):
-                    out[i] = tensor
+            tc = self._types.get(group)
+            if tc is None:  # not a node type of ours: the remote store says why
+                lookups.append((members, None))
+                ask += [attrs[i] for i in members]
                 continue
-            ids, scalar = self.remote.node_ids(first.index)
-            names = [attrs[i].attr_name for i in members]
-            for i, tensor in zip(members, self._rows_for(ids, group, names)):
-                out[i] = tensor[0] if scalar else tensor
+            ids, scalar = self.remote.node_ids(attrs[members[0]].index, group)
+            lookup = self._lookup(tc, ids, scalar, [attrs[i].attr_name for i in members])
+            lookup.first = len(ask)
+            ask += lookup.ask
+            lookups.append((members, lookup))
+        fetched = self.remote.multi_get_tensor(ask) if ask else []
+        out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
+        position = 0
+        for members, lookup in lookups:
+            if lookup is None:
+                tensors = fetched[position:position + len(members)]
+            else:
+                tensors = self._assemble(lookup, fetched[lookup.first:
+                                                         lookup.first + len(lookup.ask)])
+            position += len(members) if lookup is None else len(lookup.ask)
+            for i, tensor in zip(members, tensors):
+                out[i] = tensor
         return out
 
-    def _rows_for(self, ids: Tensor, group: Optional[str], names: list[str]) -> list[Tensor]:
-        cached = [name for name in names if name in self._rows]
-        slot = self._slot[ids.to(self.device)]
+    def _lookup(self, tc: TypeCache, ids: Tensor, scalar: bool, names: list[str]) -> _Lookup:
+        """Splits ``ids`` of one type into hits and misses and counts them."""
+        slot = tc.slot[ids.to(self.device)]
         hit = slot >= 0
         hit_pos = hit.nonzero().view(-1)
         miss_pos = (~hit).nonzero().view(-1)
         miss_ids = ids[miss_pos.cpu()]
+        cached = [name for name in names if name in tc.rows]
+        remote_names = [name for name in names if name not in tc.rows
+                        and name not in tc.whole]
         # One index object for every name fetched: one request per server.
-        remote_names = [name for name in names if name not in self._rows
-                        and name not in self._whole]
-        ask = [TensorAttr(group, name, miss_ids) for name in cached] + \
-              [TensorAttr(group, name, ids) for name in remote_names]
-        fetched = dict(zip(cached + remote_names, self.remote.multi_get_tensor(ask))) \
-            if ask and (miss_ids.numel() or remote_names) else {}
-        hits = hit_pos.numel()
+        ask = [TensorAttr(tc.group, name, miss_ids) for name in cached] \
+            if miss_ids.numel() else []
+        ask += [TensorAttr(tc.group, name, ids) for name in remote_names]
         if cached:
+            hits, misses = hit_pos.numel(), miss_ids.numel()
             with self._lock:
-                self._stats["hits"] += hits
-                self._stats["misses"] += miss_ids.numel()
-                self._stats["bytes_saved"] += hits * self.row_bytes
-                self._stats["bytes_fetched"] += miss_ids.numel() * self.row_bytes
+                tc.stats["hits"] += hits
+                tc.stats["misses"] += misses
+                tc.stats["bytes_saved"] += hits * tc.row_bytes
+                tc.stats["bytes_fetched"] += misses * tc.row_bytes
+        return _Lookup(tc, ids, scalar, names, slot.index_select(0, hit_pos), hit_pos,
+                       miss_pos, bool(miss_ids.numel()), ask)
+
+    def _assemble(self, lookup: _Lookup, fetched: list[Tensor]) -> list[Tensor]:
+        """The rows of every name of a lookup, hits and fetched misses merged."""
+        tc = lookup.cache
+        by_name = dict(zip((attr.attr_name for attr in lookup.ask), fetched))
         out = []
-        hit_slots = slot.index_select(0, hit_pos)
-        for name in names:
-            if name in self._whole:
-                out.append(self._whole[name][ids.to(self.device)])
-            elif name in self._rows:
-                rows = self._rows[name]
-                result = torch.empty((ids.numel(), *rows.shape[1:]), dtype=rows.dtype,
+        for name in lookup.names:
+            if name in tc.whole:
+                tensor = tc.whole[name][lookup.ids.to(self.device)]
+            elif name in tc.rows:
+                rows = tc.rows[name]
+                tensor = torch.empty((lookup.ids.numel(), *rows.shape[1:]), dtype=rows.dtype,
                                      device=self.device,
                                      pin_memory=outputs_pinned() and self.device.type == "cpu")
                 # Row copies as wide words (copy_rows), not a masked assignment.
-                copy_rows(result, hit_pos, rows.index_select(0, hit_slots))
-                if miss_ids.numel():
-                    copy_rows(result, miss_pos, fetched[name].to(self.device))
-                out.append(result)
+                copy_rows(tensor, lookup.hit_pos, rows.index_select(0, lookup.hit_slots))
+                if lookup.any_miss:
+                    copy_rows(tensor, lookup.miss_pos, by_name[name].to(self.device))
             else:
-                out.append(fetched[name])
+                tensor = by_name[name]
+            out.append(tensor[0] if lookup.scalar else tensor)
         return out
 
     # Reporting #############################################################
@@ -273,12 +341,16 @@ class CachedFeatureStore(FeatureStore):
     def cache_stats(self) -> dict[str, Any]:
         """Row lookups answered from the cache (``hits``) and from the servers
         (``misses``), the bytes fetched and saved for cached features, and
-        the start-up ``report`` (policy, nodes, bytes, seconds)."""
+        the start-up ``report`` (policy, nodes, bytes, seconds); on a
+        heterogeneous graph these are totals, and ``types`` has the same
+        counts per node type."""
         with self._lock:
-            stats = dict(self._stats)
-        lookups = stats["hits"] + stats["misses"]
-        stats["hit_rate"] = stats["hits"] / lookups if lookups else 0.0
+            per_type = {t: dict(tc.stats) for t, tc in self._types.items()}
+        stats = _with_hit_rate({key: sum(s[key] for s in per_type.values())
+                                for key in STAT_KEYS})
         stats["report"] = dict(self.report)
+        if self.is_hetero:
+            stats["types"] = {t: _with_hit_rate(s) for t, s in per_type.items()}
         return stats
 
     def close(self) -> None:
@@ -289,6 +361,28 @@ class CachedFeatureStore(FeatureStore):
         return (f"{self.__class__.__name__}(policy={self.report['policy']!r}, "
                 f"cached_nodes={self.report['cached_nodes']}, num_nodes={self.num_nodes}, "
                 f"device={self.device})")
+
+
+@dataclass
+class _Lookup:
+    """One index of one node type, split into hits and misses."""
+
+    cache: TypeCache
+    ids: Tensor
+    scalar: bool
+    names: list[str]
+    hit_slots: Tensor
+    hit_pos: Tensor
+    miss_pos: Tensor
+    any_miss: bool
+    ask: list[TensorAttr]
+    first: int = 0
+
+
+def _with_hit_rate(stats: dict[str, Any]) -> dict[str, Any]:
+    lookups = stats["hits"] + stats["misses"]
+    stats["hit_rate"] = stats["hits"] / lookups if lookups else 0.0
+    return stats
 
 
 def _check_same_graph(feature_store: RemoteFeatureStore, graph_store: Any) -> None:

@@ -3,7 +3,9 @@
 A trainer placed beside the server of part K reads K's rows through shared
 memory at no network cost; what crosses the network are the rows of other
 parts' nodes that K's nodes link to (K's *halo*). This policy caches those,
-the most linked first. It asks K's server for its edges once.
+the most linked first. It asks K's server for its edges once. On a
+heterogeneous graph, a node type's halo is counted over the edge types
+leaving it (their sources outside K, linked to K's nodes).
 """
 
 from __future__ import annotations
@@ -34,9 +36,13 @@ def halo_policy(context: CacheContext, budget: int, *, part: Optional[int] = Non
                              f"{len(local)} servers run on this host ({local}); pass "
                              f"policy_options={{'part': K}}")
         part = local[0]
-    edges = graph_store.part_edge_index(part)
-    src = edges[0]
-    remote = src[graph_store.book.part_of(src).to(torch.long) != int(part)]
-    links = torch.bincount(remote, minlength=context.num_nodes)
+    edge_types = [None] if context.group is None else \
+        [t for t in graph_store.edge_types if t[0] == context.group]
+    book = graph_store.router.book_of(context.group)
+    links = torch.zeros(context.num_nodes, dtype=torch.long)
+    for edge_type in edge_types:
+        src = graph_store.part_edge_index(part, edge_type)[0]
+        remote = src[book.part_of(src).to(torch.long) != int(part)]
+        links += torch.bincount(remote, minlength=context.num_nodes)
     context.report.update(halo_part=int(part), halo_nodes=int((links > 0).sum()))
     return top_by_score(links, budget)
