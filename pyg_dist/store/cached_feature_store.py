@@ -242,6 +242,11 @@ class CachedFeatureStore(FeatureStore):
         """Every feature the servers hold (cached or not)."""
         return self.remote.get_all_tensor_attrs()
 
+    def get_all_edge_tensor_attrs(self) -> list[TensorAttr]:
+        """Every edge attribute the servers hold (never cached: asked for
+        with the batch's misses, in the same round trip)."""
+        return self.remote.get_all_edge_tensor_attrs()
+
     def _put_tensor(self, tensor: FeatureTensorType, attr: TensorAttr) -> bool:
         raise StoreError("CachedFeatureStore is read-only: its rows mirror the partition "
                          "servers; partition the changed graph again and build a new cache")

@@ -119,3 +119,14 @@ def test_the_store_answers_edge_attributes_and_pyg_loaders_still_work(homo, homo
     batch = next(iter(NeighborLoader((fs, gs), num_neighbors=[2], input_nodes=torch.arange(40),
                                      batch_size=8)))
     assert torch.equal(batch.x, homo.x[batch.n_id])
+
+
+def test_cached_batches_carry_the_same_edge_attributes(homo, homo_stores):
+    fs, gs = homo_stores
+    cached = pyg_dist.CachedFeatureStore(fs, 0.3, "degree", graph_store=gs)
+    kwargs = dict(num_neighbors=[4, 3], input_nodes=torch.arange(96), batch_size=32, seed=5)
+    for a, b in zip(DistNeighborLoader((fs, gs), **kwargs),
+                    DistNeighborLoader((cached, gs), **kwargs)):
+        assert torch.equal(a.e_id, b.e_id) and torch.equal(a.x, b.x)
+        for name in HOMO_ATTRS:
+            assert torch.equal(b[name], a[name]), name
