@@ -25,7 +25,7 @@ def graph():
     for node_type in data.node_types:
         data[node_type].time = torch.randint(0, 100, (data[node_type].num_nodes,),
                                              generator=generator)
-    for k, edge_type in enumerate(data.edge_types):
+    for edge_type in data.edge_types:
         num_edges = data[edge_type].edge_index.size(1)
         weight = torch.rand(num_edges, generator=generator)
         weight[torch.arange(num_edges) % 3 == 0] = 0.0  # every third edge never drawn
