@@ -113,3 +113,48 @@ def test_connect_reads_hetero_servers_type_by_type(graph, served):
         assert torch.equal(torch.stack([row, col]), graph[edge_type].edge_index)
     finally:
         fs.close()
+
+
+def test_sample_types_answers_every_edge_type_as_sample_does(graph, served):
+    """One request over every edge type whose destinations part 0 owns, at
+    full fan-out, answers per edge type exactly what ``sample`` answers."""
+    reader, client = served
+    edge_types, sizes, ids = [], [], []
+    for edge_type in graph.edge_types:
+        owned = reader.book_of(edge_type[-1]).split(torch.arange(40))
+        owned = [o for part, _, o in owned if part == 0]
+        if owned:
+            edge_types.append(edge_type)
+            sizes.append(owned[0].numel())
+            ids.append(owned[0])
+    reply = client.call(0, "sample_types", {"edge_types": [list(t) for t in edge_types],
+                                            "sizes": sizes, "num_neighbors": -1, "seed": 3},
+                        [torch.cat(ids)])
+    assert len(reply.tensors) == 3 * len(edge_types)
+    for k, (edge_type, owned) in enumerate(zip(edge_types, ids)):
+        single = client.call(0, "sample", {"num_neighbors": -1, "edge_type": list(edge_type),
+                                           "seed": 1}, [owned]).tensors
+        for got, want in zip(reply.tensors[3 * k:3 * k + 3], single):
+            assert torch.equal(got, want), edge_type
+
+
+@pytest.mark.parametrize("args, tensors, match", [
+    ({"edge_types": [], "sizes": [], "num_neighbors": 2}, [torch.tensor([0])], "edge_types"),
+    ({"edge_types": [["v0", "e0", "v1"]], "sizes": [2], "num_neighbors": 2},
+     [torch.tensor([0])], "sum of 'sizes'"),
+    ({"edge_types": [["v0", "e0", "v1"]], "sizes": [-1], "num_neighbors": 2},
+     [torch.tensor([0])], "sizes"),
+    ({"edge_types": [["v0", "e0", "v1"]] * 2, "sizes": [1, 0], "num_neighbors": [2]},
+     [torch.tensor([0])], "num_neighbors"),
+    ({"edge_types": [[[[[]]]]], "sizes": [1], "num_neighbors": 2},
+     [torch.tensor([0])], "edge_type"),
+    # Over msgpack's array limit: refused while decoding, before the op.
+    ({"edge_types": [["v0", "e0", "v1"]] * 5000, "sizes": [0] * 5000, "num_neighbors": 2},
+     [torch.empty(0, dtype=torch.long)], "max_array_len"),
+])
+def test_malformed_sample_types_is_refused_and_the_server_keeps_serving(served, args,
+                                                                         tensors, match):
+    _, client = served
+    with pytest.raises(RemoteError, match=match):
+        client.call(0, "sample_types", args, tensors)
+    assert client.call(0, "meta").result["part"] == 0
