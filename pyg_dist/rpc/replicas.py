@@ -33,7 +33,8 @@ from pyg_dist.rpc.config import RpcConfig
 
 logger = logging.getLogger(__name__)
 
-IDEMPOTENT_OPS = frozenset({"ping", "meta", "sample", "sample_types", "get", "sizes",
+IDEMPOTENT_OPS = frozenset({"ping", "meta", "sample", "sample_types", "get", "get_types",
+                            "sizes",
                             "edge_index",
                             "degree", "stats", "get_edges", "edge_ids"})
 """Operations that only read, so re-sending them to another replica is safe."""

@@ -64,6 +64,8 @@ _EXACT_ABOVE = 1 << 20
 # candidate entry costs about 48 bytes per candidate (keys, order,
 # positions, segments), the dense and Floyd kernels less.
 _SAMPLE_WORK_FACTOR = 4
+MAX_GROUPS = 4096
+"""Most node types one ``get_types`` may name."""
 _SAMPLE_CANDIDATE_BYTES = 48
 
 
@@ -125,7 +127,7 @@ class PartitionOps:
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
         return {"meta": self.meta, "sample": self.sample, "sample_types": self.sample_types,
-                "get": self.get,
+                "get": self.get, "get_types": self.get_types,
                 "sizes": self.sizes, "edge_index": self.edge_index,
                 "degree": self.degree, "stats": self.stats, **self._edges.handlers()}
 
@@ -134,7 +136,7 @@ class PartitionOps:
         :class:`~pyg_dist.rpc.RpcServer` (routing by cost, reply budgets).
         ``meta`` and ``sizes`` answer with views or a few bytes: none."""
         return {"sample": self.sample_bytes, "sample_types": self.sample_types_bytes,
-                "get": self.get_bytes,
+                "get": self.get_bytes, "get_types": self.get_types_bytes,
                 "edge_index": self.edge_index_bytes, **self._edges.estimators()}
 
     # Validation ############################################################
@@ -403,17 +405,64 @@ class PartitionOps:
         """Rows of features ``attrs`` (list of names) of ``group`` for the ids,
         one tensor per attribute, written into the outputs the call context
         allocates (memory the client lent, when it did)."""
-        group, attrs, specs, row_bytes = self._get_plan(args)
-        rows = self._ids(tensors, self._index(group))
-        self._check_reply(rows.numel() * row_bytes, "get", "ask for fewer ids per request")
+        plan = self._get_plan(args)
+        rows = self._ids(tensors, self._index(plan[0]))
+        return {"attrs": plan[1]}, self._serve_rows([(plan, rows)], "get", ctx)
+
+    @uses_context
+    def get_types(self, args: dict[str, Any], tensors: list[Tensor],
+                  ctx: CallContext) -> Result:
+        """``get`` for several node types in one request: ``groups`` (a list
+        of ``{"group", "attrs"}``) and ``sizes`` (ids per group); the ids of
+        every group travel as one tensor, group after group, and the answer
+        is every group's attribute tensors in that order."""
+        planned = self._get_types_plan(args, tensors)
+        return {"groups": len(planned)}, self._serve_rows(planned, "get_types", ctx)
+
+    def get_types_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """Bytes of ``get_types``' answer (every group's rows)."""
+        answer = sum(rows.numel() * plan[3]
+                     for plan, rows in self._get_types_plan(args, tensors))
+        self._check_reply(answer, "get_types", "ask for fewer ids per request")
+        return answer
+
+    def _get_types_plan(self, args: dict[str, Any], tensors: list[Tensor]
+                        ) -> list[tuple[tuple, Tensor]]:
+        """``get_types``' groups checked: ``[(get plan, local rows)]``."""
+        groups, sizes = args.get("groups"), args.get("sizes")
+        if not isinstance(groups, list) or not 0 < len(groups) <= MAX_GROUPS or not all(
+                isinstance(g, dict) for g in groups):
+            raise ProtocolError(f"argument 'groups' must be a list of 1 to {MAX_GROUPS} "
+                                f"{{group, attrs}} maps, got {describe(groups)}")
+        if not isinstance(sizes, list) or len(sizes) != len(groups) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
+            raise ProtocolError(f"argument 'sizes' must list one non-negative int per group "
+                                f"({len(groups)}), got {describe(sizes)}")
+        if len(tensors) != 1 or tensors[0].dim() != 1 or tensors[0].numel() != sum(sizes):
+            raise ProtocolError(f"get_types takes the ids of every group as one 1-D tensor "
+                                f"of {sum(sizes)} entries (the sum of 'sizes')")
+        planned, start = [], 0
+        for group, size in zip(groups, sizes):
+            plan = self._get_plan(group)
+            ids = tensors[0][start:start + size]
+            planned.append((plan, self._ids([ids], self._index(plan[0]))))
+            start += size
+        return planned
+
+    def _serve_rows(self, planned: list[tuple[tuple, Tensor]], op: str,
+                    ctx: CallContext) -> list[Tensor]:
+        """Gathers the rows of every ``(plan, rows)`` into outputs the call
+        context allocates at once (the lent memory, when there is some)."""
+        answer = sum(rows.numel() * plan[3] for plan, rows in planned)
+        self._check_reply(answer, op, "ask for fewer ids per request")
         with self._served_lock:
             self._served["get_calls"] += 1
-            self._served["get_rows"] += rows.numel()
-            self._served["get_bytes"] += rows.numel() * row_bytes
-        outs = ctx.alloc([(DTYPES[specs[a]["dtype"]], (rows.numel(), *specs[a]["shape"]))
-                          for a in attrs])
-        return {"attrs": attrs}, [self._rows(group, name, rows, out)
-                                  for name, out in zip(attrs, outs)]
+            self._served["get_rows"] += sum(rows.numel() for _, rows in planned)
+            self._served["get_bytes"] += answer
+        outs = iter(ctx.alloc([(DTYPES[specs[a]["dtype"]], (rows.numel(), *specs[a]["shape"]))
+                               for (_, attrs, specs, _), rows in planned for a in attrs]))
+        return [self._rows(group, name, rows, next(outs))
+                for (group, attrs, _, _), rows in planned for name in attrs]
 
     def _rows(self, group: Optional[str], name: str, rows: Tensor,
               out: Optional[Tensor] = None) -> Tensor:

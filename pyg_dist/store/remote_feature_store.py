@@ -208,7 +208,7 @@ class RemoteFeatureStore(FeatureStore):
                 requests.append(row_request("get", {"attrs": names, "group": group}, names,
                                             infos, ids.numel(), shares, self._reply_limits,
                                             pin))
-        fetch_rows(self.router, requests)
+        fetch_rows(self.router, requests, reply_limits=self._reply_limits)
         out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
         for members, request in zip(plan.values(), requests):
             scalar = prepared[members[0]][1]

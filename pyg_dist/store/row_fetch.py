@@ -3,8 +3,10 @@
 A feature request names rows by global id; the ids are grouped by owning
 server (a node type's partition book, or an edge type's edge book), every
 server's share goes out as one request (split further where the answer
-would exceed the server's reply limit), *all* the requests of a batch fly
-at once, and every answer's rows are copied into the caller's order. The
+would exceed the server's reply limit; the node-feature shares of several
+node types for one server merged into one ``get_types``), *all* the
+requests of a batch fly at once, and every answer's rows are copied into the
+caller's order. The
 node features of :class:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore`
 (``get``) and the edge attributes of
 :class:`~pyg_dist.store.edge_features.EdgeFeatureFetcher` (``get_edges``) go
@@ -116,49 +118,99 @@ def within_reply_limits(shares: list[tuple[int, Tensor, Tensor]], row_bytes: int
     return out
 
 
-def fetch_rows(router: Any, requests: Sequence[RowRequest],
-               timeout: Optional[float] = None) -> None:
+def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[float] = None,
+               reply_limits: Optional[Sequence[Optional[int]]] = None) -> None:
     """Sends every share of every request at once and fills the outputs.
 
-    Each call says how many bytes its answer takes, so that the RPC client
-    can lend a same-host server shared memory for it; replies are released
-    once their rows are copied out.
+    The ``get`` shares that go to one server are merged into one
+    ``get_types`` call (as many as its reply limit allows), so a batch asks
+    each server once for the rows of all its node types. Each call says how
+    many bytes its answer takes, so that the RPC client can lend a
+    same-host server shared memory for it; replies are released once their
+    rows are copied out.
 
     Args:
         router: ``call_all(requests, timeout=, reply_bytes=)`` and
             ``endpoints`` (see :class:`~pyg_dist.store.routing.Router`).
         requests: What to fetch; their ``outs`` are filled in place.
         timeout: Deadline of every call; ``None`` uses the router's.
+        reply_limits: Each part's ``max_reply_bytes``; merged calls stay
+            within it (``None``: no limit known).
 
     Raises:
         StoreError: on an answer of the wrong shape, dtype or tensor count.
     """
-    calls, sizes, targets = [], [], []
+    pieces = []  # (part, positions, request, ids, bytes)
     for request in requests:
         row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in request.outs)
         for part, positions, part_ids in request.shares:
-            calls.append((part, request.op, request.args, [part_ids]))
-            sizes.append(positions.numel() * row_bytes)
-            targets.append((part, positions, request))
-    if not calls:
+            pieces.append((part, positions, request, part_ids, positions.numel() * row_bytes))
+    if not pieces:
         return
+    calls, sizes, targets = [], [], []
+    for group in _merged(pieces, reply_limits or []):
+        part = group[0][0]
+        if len(group) == 1:
+            _, positions, request, part_ids, size = group[0]
+            calls.append((part, request.op, request.args, [part_ids]))
+        else:
+            calls.append((part, "get_types", {
+                "groups": [{"group": p[2].args.get("group"), "attrs": p[2].names}
+                           for p in group],
+                "sizes": [p[3].numel() for p in group]}, [torch.cat([p[3] for p in group])]))
+        sizes.append(sum(p[4] for p in group))
+        targets.append(group)
     kwargs: dict[str, Any] = {"reply_bytes": sizes}
     if timeout is not None:
         kwargs["timeout"] = timeout
     replies = router.call_all(calls, **kwargs)
     try:
-        for (part, positions, request), reply in zip(targets, replies):
-            _take_rows(router.endpoints[part], positions, reply, request)
+        for group, reply in zip(targets, replies):
+            _take_group(router.endpoints[group[0][0]], group, reply)
     finally:
         for reply in replies:  # rows copied out: lent memory may be reused
             reply.release()
 
 
-def _take_rows(address: str, positions: Tensor, reply: Any, request: RowRequest) -> None:
+def _merged(pieces: list[tuple], reply_limits: Sequence[Optional[int]]) -> list[list[tuple]]:
+    """The pieces as calls: every ``get`` piece of one part joins that part's
+    open ``get_types`` call while the answer stays within its reply limit;
+    other pieces are calls of their own."""
+    calls: list[list[tuple]] = []
+    open_call: dict[int, list[tuple]] = {}
+    for piece in pieces:
+        part, request = piece[0], piece[2]
+        if request.op != "get":
+            calls.append([piece])
+            continue
+        limit = reply_limits[part] if part < len(reply_limits) else None
+        current = open_call.get(part)
+        if current is not None and (limit is None or
+                                    sum(p[4] for p in current) + piece[4] <= limit):
+            current.append(piece)
+            continue
+        open_call[part] = [piece]
+        calls.append(open_call[part])
+    return calls
+
+
+def _take_group(address: str, group: list[tuple], reply: Any) -> None:
+    """Copies one reply's rows out: the pieces' tensors one after another."""
     tensors = list(reply.tensors)
-    if len(tensors) != len(request.names):
-        raise StoreError(f"server {address} answered {request.op!r} with {len(tensors)} "
-                         f"tensors for {len(request.names)} attributes")
+    expected = sum(len(p[2].names) for p in group)
+    op = group[0][2].op if len(group) == 1 else "get_types"
+    if len(tensors) != expected:
+        raise StoreError(f"server {address} answered {op!r} with {len(tensors)} tensors "
+                         f"for {expected} attributes")
+    start = 0
+    for _, positions, request, _, _ in group:
+        count = len(request.names)
+        _take_rows(address, positions, tensors[start:start + count], request)
+        start += count
+
+
+def _take_rows(address: str, positions: Tensor, tensors: list[Tensor],
+               request: RowRequest) -> None:
     for out, name, tensor in zip(request.outs, request.names, tensors):
         expected = (positions.numel(), *out.shape[1:])
         if tuple(tensor.shape) != expected:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch_geometric.data import TensorAttr
 from torch_geometric.loader import NeighborLoader
 
 from pyg_dist.errors import GraphKindMismatchError, LoaderError, UnknownTypeError
@@ -144,3 +145,19 @@ def test_homogeneous_calls_on_hetero_and_the_reverse(cora_stores, stores):
         DistNeighborLoader(cora_stores, num_neighbors=[2], input_nodes=("paper", None))
     with pytest.raises(GraphKindMismatchError, match="homogeneous"):
         DistNeighborLoader(cora_stores, num_neighbors={("a", "b", "c"): [2]})
+
+
+def test_a_batch_asks_each_server_once_for_every_node_types_features(graph, stores):
+    """Counted by the servers: one get (get_types) per server for a batch's
+    three node types, and the rows are right."""
+    fs, gs = stores
+    router = gs.router
+    before = [r.result["get_calls"] for r in router.call_all(
+        [(p, "stats", {}, []) for p in range(router.num_parts)])]
+    ids = {t: torch.arange(0, graph[t].num_nodes, 2) for t in graph.node_types}
+    attrs = [TensorAttr(t, "x", ids[t]) for t in graph.node_types]
+    for attr, x in zip(attrs, fs.multi_get_tensor(attrs)):
+        assert torch.equal(x, graph[attr.group_name].x[ids[attr.group_name]])
+    after = [r.result["get_calls"] for r in router.call_all(
+        [(p, "stats", {}, []) for p in range(router.num_parts)])]
+    assert [a - b for a, b in zip(after, before)] == [1] * router.num_parts

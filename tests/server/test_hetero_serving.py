@@ -158,3 +158,36 @@ def test_malformed_sample_types_is_refused_and_the_server_keeps_serving(served, 
     with pytest.raises(RemoteError, match=match):
         client.call(0, "sample_types", args, tensors)
     assert client.call(0, "meta").result["part"] == 0
+
+
+def test_get_types_answers_every_group_as_get_does(graph, served):
+    reader, client = served
+    groups, ids = [], []
+    for node_type in graph.node_types:
+        owned = [o for part, _, o in reader.book_of(node_type).split(torch.arange(30))
+                 if part == 1][0]
+        attrs = ["x", "y"] if node_type == "v0" else ["x"]
+        groups.append({"group": node_type, "attrs": attrs})
+        ids.append(owned)
+    reply = client.call(1, "get_types", {"groups": groups, "sizes": [i.numel() for i in ids]},
+                        [torch.cat(ids)])
+    expected = [graph[g["group"]][a][i] for g, i in zip(groups, ids) for a in g["attrs"]]
+    assert len(reply.tensors) == len(expected)
+    for got, want in zip(reply.tensors, expected):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("args, match", [
+    ({"groups": [], "sizes": []}, "groups"),
+    ({"groups": ["v0"], "sizes": [1]}, "groups"),
+    ({"groups": [{"group": "v0", "attrs": ["x"]}], "sizes": [2]}, "sum of 'sizes'"),
+    ({"groups": [{"group": "v0", "attrs": ["x"]}], "sizes": [True]}, "sizes"),
+    ({"groups": [{"group": "nope", "attrs": ["x"]}], "sizes": [1]}, "no node type"),
+    ({"groups": [{"group": "v0", "attrs": ["nope"]}], "sizes": [1]}, "unknown feature"),
+])
+def test_malformed_get_types_is_refused_and_the_server_keeps_serving(served, args, match):
+    reader, client = served
+    owned = [o for part, _, o in reader.book_of("v0").split(torch.arange(30)) if part == 0][0]
+    with pytest.raises(RemoteError, match=match):
+        client.call(0, "get_types", args, [owned[:1]])
+    assert client.call(0, "meta").result["part"] == 0
