@@ -1,5 +1,6 @@
 """The partition server's operations: ``meta``, ``sample`` (and ``sample_types``,
-several edge types in one request: :mod:`pyg_dist.server.typed_sample`), ``get``, ``sizes``,
+several edge types in one request: :mod:`pyg_dist.server.typed_sample`), ``get``,
+``get_types``, ``sizes`` (:mod:`pyg_dist.server.node_features`),
 ``edge_index``, ``degree``, ``stats`` (argument checks in
 :mod:`pyg_dist.server.requests`, sampling by weight or time in
 :mod:`pyg_dist.server.sample_attrs`), and the edge attribute ops
@@ -17,36 +18,32 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import threading
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
+from torch_geometric.data import FeatureStore, GraphStore
 
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc.context import CallContext, uses_context
-from pyg_dist.rpc.protocol import DTYPES, PROTOCOL_VERSION
+from pyg_dist.rpc.protocol import PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.shm import host_id
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.edge_features import EdgeFeatureOps
+from pyg_dist.server.node_features import NodeFeatureOps
 from pyg_dist.server.requests import (
     Csc,
     LocalIndex,
     edge_type_arg,
     fan_out,
-    group_arg,
     int_arg,
     sampled_count,
     seeded_generator,
 )
 from pyg_dist.server.sample_attrs import SampleAttributes, parse_request, wants_attributes
 from pyg_dist.server.typed_sample import split_typed_request
-from pyg_dist.store.local import PartitionFeatureStore
 
 Result = tuple[dict[str, Any], list[Tensor]]
 
@@ -64,8 +61,6 @@ _EXACT_ABOVE = 1 << 20
 # candidate entry costs about 48 bytes per candidate (keys, order,
 # positions, segments), the dense and Floyd kernels less.
 _SAMPLE_WORK_FACTOR = 4
-MAX_GROUPS = 4096
-"""Most node types one ``get_types`` may name."""
 _SAMPLE_CANDIDATE_BYTES = 48
 
 
@@ -100,9 +95,6 @@ class PartitionOps:
         self._books = [reader.book.to_tensor()] if not reader.is_hetero else \
             [reader.book_of(t).to_tensor() for t in reader.node_types]
         self._csc: dict[Any, Csc] = {}
-        # (group, *attrs) -> get's checked plan; filled by the estimate, used
-        # again by the handler.
-        self._plans: dict[tuple, tuple] = {}
         self._indexes: dict[Optional[str], LocalIndex] = {}
         for attr in graph_store.get_all_edge_attrs():
             edge_type = attr.edge_type
@@ -112,6 +104,8 @@ class PartitionOps:
             deg = colptr.diff()
             self._csc[edge_type] = Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),
                                         self._index(dst), int(deg.max()) if deg.numel() else 0)
+        self._nodes = NodeFeatureOps(reader, feature_store, self._type_nodes, self._index,
+                                     self._ids, self._check_reply)
         self._edges = EdgeFeatureOps(reader, part, list(self._csc), self._check_reply)
         self._attributes = SampleAttributes(
             reader, part, {t: (c.row, c.edge_ids, c.deg) for t, c in self._csc.items()})
@@ -119,25 +113,20 @@ class PartitionOps:
         self._graph_id = {"name": reader.meta.get("graph_name"),
                           "files_sha256": hashlib.sha256(files).hexdigest()}
         self._host = host_id()
-        # What `get` served, for `stats` (a trainer-side cache is judged by
-        # the bytes the servers did not have to send).
-        self._served_lock = threading.Lock()
-        self._served = {"get_calls": 0, "get_rows": 0, "get_bytes": 0}
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
         return {"meta": self.meta, "sample": self.sample, "sample_types": self.sample_types,
-                "get": self.get, "get_types": self.get_types,
-                "sizes": self.sizes, "edge_index": self.edge_index,
-                "degree": self.degree, "stats": self.stats, **self._edges.handlers()}
+                "edge_index": self.edge_index, "degree": self.degree, "stats": self.stats,
+                **self._nodes.handlers(), **self._edges.handlers()}
 
     def estimators(self) -> dict[str, Estimator]:
         """Operation name -> size of the answer it would allocate, for
         :class:`~pyg_dist.rpc.RpcServer` (routing by cost, reply budgets).
         ``meta`` and ``sizes`` answer with views or a few bytes: none."""
         return {"sample": self.sample_bytes, "sample_types": self.sample_types_bytes,
-                "get": self.get_bytes, "get_types": self.get_types_bytes,
-                "edge_index": self.edge_index_bytes, **self._edges.estimators()}
+                "edge_index": self.edge_index_bytes, **self._nodes.estimators(),
+                **self._edges.estimators()}
 
     # Validation ############################################################
 
@@ -177,18 +166,7 @@ class PartitionOps:
                 f"the answer to {op!r} would take {nbytes} bytes, over this server's reply "
                 f"limit of {self.max_reply_bytes} bytes (PYG_DIST_MAX_REPLY_BYTES); {hint}")
 
-    def _specs(self, group: Optional[str]) -> dict[str, dict[str, Any]]:
-        try:
-            return self.reader.node_feature_specs(group)
-        except Exception as exc:
-            raise StoreError(f"no node type {describe(group)} in this graph") from exc
-
     # Operations ############################################################
-
-    def _type_features(self, node_type: Optional[str]) -> dict[str, dict[str, Any]]:
-        size = self._type_nodes[node_type]
-        return {name: {**spec, "size": [size, *spec["shape"]]}
-                for name, spec in self._specs(node_type).items()}
 
     def meta(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """Counts, feature specs, the partition book(s), versions.
@@ -201,7 +179,7 @@ class PartitionOps:
         """
         meta = self.reader.meta
         hetero = self.reader.is_hetero
-        features = self._type_features(None) if not hetero else {}
+        features = self._nodes.type_features(None) if not hetero else {}
         result = {
             "version": PROTOCOL_VERSION,
             "part": self.part,
@@ -221,7 +199,8 @@ class PartitionOps:
         }
         if hetero:
             result["node_types"] = [
-                {"name": t, "num_nodes": self._type_nodes[t], "features": self._type_features(t)}
+                {"name": t, "num_nodes": self._type_nodes[t],
+                 "features": self._nodes.type_features(t)}
                 for t in self.reader.node_types]
             result["edge_types"] = [
                 {"type": list(t), "num_edges": self.reader.num_edges_of(t),
@@ -341,50 +320,6 @@ class PartitionOps:
                           "use a smaller fan-out or fewer seeds per request")
         return total
 
-    def _get_plan(self, args: dict[str, Any]) -> tuple[Optional[str], list[str],
-                                                      dict[str, dict[str, Any]], int]:
-        """Checks ``get``'s arguments: ``(group, attrs, specs, bytes per row)``."""
-        group = group_arg(args.get("group"))
-        attrs = args.get("attrs")
-        if not isinstance(attrs, list) or not attrs or \
-                not all(isinstance(a, str) for a in attrs):
-            raise ProtocolError(f"argument 'attrs' must be a non-empty list of feature "
-                                f"names, got {describe(attrs)}")
-        key = (group, *attrs)
-        plan = self._plans.get(key)
-        if plan is not None:  # the estimate checked these arguments just before
-            return plan
-        plan = self._new_get_plan(group, attrs)
-        if len(self._plans) < 256:  # clients choose attrs: keep the memo small
-            self._plans[key] = plan
-        return plan
-
-    def _new_get_plan(self, group: Optional[str], attrs: list[str]
-                      ) -> tuple[Optional[str], list[str], dict[str, dict[str, Any]], int]:
-        specs = self._specs(group)
-        unknown = [a for a in attrs if a not in specs]
-        if unknown:
-            raise StoreError(f"unknown feature(s) {describe(unknown)} of node type "
-                             f"{describe(group)}; this "
-                             f"graph has {sorted(specs)}")
-        row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
-                        for a in attrs)
-        return group, attrs, specs, row_bytes
-
-    def get_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Bytes of ``get``'s answer (rows times the attributes' row bytes).
-
-        Raises:
-            ProtocolError: if the answer would exceed the reply limit, or
-                the arguments are malformed.
-            StoreError: on features this part does not hold.
-        """
-        if len(tensors) != 1:
-            return 0  # refused by get itself
-        answer = tensors[0].numel() * self._get_plan(args)[3]
-        self._check_reply(answer, "get", "ask for fewer ids per request")
-        return answer
-
     def edge_index_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Bytes of ``edge_index``'s answer (three int64 per edge)."""
         csc = self._csc_of(args)
@@ -400,93 +335,6 @@ class PartitionOps:
         count = int_arg(args, "count", None, 0, 1 << 62)
         return start, total if count is None else min(total, start + count)
 
-    @uses_context
-    def get(self, args: dict[str, Any], tensors: list[Tensor], ctx: CallContext) -> Result:
-        """Rows of features ``attrs`` (list of names) of ``group`` for the ids,
-        one tensor per attribute, written into the outputs the call context
-        allocates (memory the client lent, when it did)."""
-        plan = self._get_plan(args)
-        rows = self._ids(tensors, self._index(plan[0]))
-        return {"attrs": plan[1]}, self._serve_rows([(plan, rows)], "get", ctx)
-
-    @uses_context
-    def get_types(self, args: dict[str, Any], tensors: list[Tensor],
-                  ctx: CallContext) -> Result:
-        """``get`` for several node types in one request: ``groups`` (a list
-        of ``{"group", "attrs"}``) and ``sizes`` (ids per group); the ids of
-        every group travel as one tensor, group after group, and the answer
-        is every group's attribute tensors in that order."""
-        planned = self._get_types_plan(args, tensors)
-        return {"groups": len(planned)}, self._serve_rows(planned, "get_types", ctx)
-
-    def get_types_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Bytes of ``get_types``' answer (every group's rows)."""
-        answer = sum(rows.numel() * plan[3]
-                     for plan, rows in self._get_types_plan(args, tensors))
-        self._check_reply(answer, "get_types", "ask for fewer ids per request")
-        return answer
-
-    def _get_types_plan(self, args: dict[str, Any], tensors: list[Tensor]
-                        ) -> list[tuple[tuple, Tensor]]:
-        """``get_types``' groups checked: ``[(get plan, local rows)]``."""
-        groups, sizes = args.get("groups"), args.get("sizes")
-        if not isinstance(groups, list) or not 0 < len(groups) <= MAX_GROUPS or not all(
-                isinstance(g, dict) for g in groups):
-            raise ProtocolError(f"argument 'groups' must be a list of 1 to {MAX_GROUPS} "
-                                f"{{group, attrs}} maps, got {describe(groups)}")
-        if not isinstance(sizes, list) or len(sizes) != len(groups) or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
-            raise ProtocolError(f"argument 'sizes' must list one non-negative int per group "
-                                f"({len(groups)}), got {describe(sizes)}")
-        if len(tensors) != 1 or tensors[0].dim() != 1 or tensors[0].numel() != sum(sizes):
-            raise ProtocolError(f"get_types takes the ids of every group as one 1-D tensor "
-                                f"of {sum(sizes)} entries (the sum of 'sizes')")
-        planned, start = [], 0
-        for group, size in zip(groups, sizes):
-            plan = self._get_plan(group)
-            ids = tensors[0][start:start + size]
-            planned.append((plan, self._ids([ids], self._index(plan[0]))))
-            start += size
-        return planned
-
-    def _serve_rows(self, planned: list[tuple[tuple, Tensor]], op: str,
-                    ctx: CallContext) -> list[Tensor]:
-        """Gathers the rows of every ``(plan, rows)`` into outputs the call
-        context allocates at once (the lent memory, when there is some)."""
-        answer = sum(rows.numel() * plan[3] for plan, rows in planned)
-        self._check_reply(answer, op, "ask for fewer ids per request")
-        with self._served_lock:
-            self._served["get_calls"] += 1
-            self._served["get_rows"] += sum(rows.numel() for _, rows in planned)
-            self._served["get_bytes"] += answer
-        outs = iter(ctx.alloc([(DTYPES[specs[a]["dtype"]], (rows.numel(), *specs[a]["shape"]))
-                               for (_, attrs, specs, _), rows in planned for a in attrs]))
-        return [self._rows(group, name, rows, next(outs))
-                for (group, attrs, _, _), rows in planned for name in attrs]
-
-    def _rows(self, group: Optional[str], name: str, rows: Tensor,
-              out: Optional[Tensor] = None) -> Tensor:
-        if isinstance(self.features, PartitionFeatureStore):
-            # Our own stores hand out the whole tensor without a copy, and
-            # index_select gathers rows about 5-10x faster than the advanced
-            # indexing behind FeatureStore.get_tensor(index=...).
-            whole = self.features.get_tensor(TensorAttr(group, name, None))
-            if out is not None and whole.dtype == out.dtype:
-                return torch.index_select(whole, 0, rows, out=out)
-            gathered = whole.index_select(0, rows)
-        else:
-            # A plugin's store is promised int64 indices, as PyG's loaders give.
-            gathered = self.features.get_tensor(TensorAttr(group, name, rows.long()))
-        return gathered if out is None else out.copy_(gathered)
-
-    def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""
-        group = group_arg(args.get("group"))
-        specs = self._specs(group)
-        size = self._type_nodes.get(group, 0)
-        return {"sizes": {n: [size, *s["shape"]] for n, s in specs.items()},
-                "dtypes": {n: s["dtype"] for n, s in specs.items()}}, []
-
     def degree(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """In-degrees of the part's nodes for ``edge_type``: tensors
         ``node_ids`` (global, sorted) and ``degree`` (int64), 16 bytes a node."""
@@ -498,9 +346,7 @@ class PartitionOps:
         ``get_rows`` and ``get_bytes`` (the rows' bytes, whether they went
         over the socket or into shared memory); ``get_edges_calls``,
         ``get_edges_rows``, ``get_edges_bytes`` the same for ``get_edges``."""
-        with self._served_lock:
-            served = dict(self._served)
-        return {**served, **self._edges.served()}, []
+        return {**self._nodes.served(), **self._edges.served()}, []
 
     def edge_index(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """The part's edges as tensors ``row`` (source), ``col`` (destination),
