@@ -17,7 +17,11 @@ temporal at most 2x uniform), the median of ``--repeats`` calls. The
 ``sorted`` rows are the way a server samples temporally: its CSC sorted by
 time within every destination once (:func:`sort_by_time`), every seed's
 past a prefix found by binary search (``temporal weighted`` draws by weight
-among the past).
+among the past). Likewise ``weighted, replace`` is the server's way: alias
+tables over the CSC's columns built once (:func:`build_alias_table`), O(1)
+a draw; ``weighted, replace, per call`` is the kernel without them (running
+sums of every segment on every call, what draws over a part of a column,
+such as a seed's past, still do).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from collections.abc import Callable
 import torch
 
 from pyg_dist.kernels import (
+    AliasTable,
+    build_alias_table,
     sample_segments,
     sample_temporal_segments,
     sample_time_sorted,
@@ -65,15 +71,17 @@ def _time(fn: Callable[[], tuple[torch.Tensor, torch.Tensor]], repeats: int) -> 
 
 def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tensor,
              entry_time: torch.Tensor, seed_time: torch.Tensor,
-             gen: torch.Generator, by_time: tuple[torch.Tensor, torch.Tensor]
-             ) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
+             gen: torch.Generator, by_time: tuple[torch.Tensor, torch.Tensor],
+             alias: AliasTable) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
     """One call of every kernel over the same segments, by row name.
     ``by_time``: ``(perm, sorted_time)`` of the whole CSC, the layout a
-    server sorts once per time attribute."""
+    server sorts once per time attribute; ``alias``: the alias tables of
+    ``weight``, which a server builds once per weight attribute."""
     perm, sorted_time = by_time
     sorted_weight = weight[perm]
-    def weighted(replace: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample_weighted_segments(start, deg, weight, k, replace, gen)
+
+    def weighted(replace: bool, table: AliasTable = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample_weighted_segments(start, deg, weight, k, replace, gen, alias=table)
 
     def temporal(strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
         return sample_temporal_segments(start, deg, entry_time, seed_time, k, strategy,
@@ -83,7 +91,8 @@ def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tenso
         "uniform": lambda: sample_segments(start, deg, k, False, gen),
         "uniform, replace": lambda: sample_segments(start, deg, k, True, gen),
         "weighted": lambda: weighted(False),
-        "weighted, replace": lambda: weighted(True),
+        "weighted, replace": lambda: weighted(True, alias),
+        "weighted, replace, per call": lambda: weighted(True),
         "temporal uniform": lambda: temporal("uniform"),
         "temporal last": lambda: temporal("last"),
         # The server's way: segments sorted by time once, pasts are prefixes.
@@ -123,17 +132,21 @@ def main() -> None:
     began = time.perf_counter()
     by_time = sort_by_time(colptr.diff(), entry_time)
     sort_seconds = time.perf_counter() - began
+    began = time.perf_counter()
+    alias = build_alias_table(colptr.diff(), weight)
+    alias_seconds = time.perf_counter() - began
 
     print(f"graph: {args.num_nodes:,} nodes, {num_edges:,} CSC entries; "
           f"torch threads {args.threads}; median of {args.repeats} calls; sorting the CSC "
-          f"by time once: {sort_seconds * 1e3:.0f} ms")
+          f"by time once: {sort_seconds * 1e3:.0f} ms; alias tables once: "
+          f"{alias_seconds * 1e3:.0f} ms")
     print(f"{'hop':>3} {'seeds':>7} {'k':>3}  {'kernel':<26} {'us/call':>9} "
           f"{'edges':>8} {'ns/edge':>8} {'x uniform':>9}")
     for hop, k in enumerate(fanouts):
         start = colptr[seeds]
         deg = colptr[seeds + 1] - start
         seed_time = torch.full((seeds.numel(),), 500_000, dtype=torch.long)
-        rows = _kernels(start, deg, k, weight, entry_time, seed_time, gen, by_time)
+        rows = _kernels(start, deg, k, weight, entry_time, seed_time, gen, by_time, alias)
         base = {}
         for name, fn in rows.items():
             seconds, edges = _time(fn, args.repeats)
