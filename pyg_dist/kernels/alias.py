@@ -24,7 +24,7 @@ never cross a column.
 
 Exactness: an entry of weight 0 is light with ``prob`` exactly 0 and no
 entry's alias is ever one of weight 0 (aliases are heavy), so it is never
-drawn; a column without positive weight gets ``alias = -1`` and no draws.
+drawn; a column without positive weight gets ``prob = -1`` and no draws.
 Other probabilities are those of the weights up to float64 rounding of
 the prefix sums (about ``1e-16`` times the number of entries of the part,
 a few ``1e-10`` for millions: far below what any test of the law sees).
@@ -43,13 +43,15 @@ class AliasTable(NamedTuple):
 
     Attributes:
         prob: float64, per CSC entry: the chance that a draw landing in the
-            entry's bucket keeps the entry.
-        alias: int64 CSC position drawn otherwise (same column); ``-1`` in
-            every entry of a column whose weights are all 0.
+            entry's bucket keeps the entry; ``-1`` in every entry of a
+            column whose weights are all 0 (no draws there).
+        step: int64, per CSC entry: how far the entry drawn otherwise (its
+            alias, in the same column) lies from it, ``alias - position``
+            (a draw adds it or not: no select between two gathers).
     """
 
     prob: Tensor
-    alias: Tensor
+    step: Tensor
 
 
 def _segment_max(values: Tensor, column: Tensor, num_columns: int) -> Tensor:
@@ -149,7 +151,9 @@ def build_alias_table(deg: Tensor, weight: Tensor) -> AliasTable:
     prob[heavy] = torch.where(last, 1.0, 1 - overshoot)
     following = heavy[(rank + 1).clamp(max=max(heavy.numel() - 1, 0))]
     alias[heavy] = torch.where(last, heavy, following)
-    return AliasTable(prob, alias)
+    prob.masked_fill_(~ok, -1.0)
+    position = torch.arange(num_entries, device=device)
+    return AliasTable(prob, torch.where(ok, alias - position, 0))
 
 
 def sample_alias(start: Tensor, deg: Tensor, table: AliasTable, k: int,
@@ -173,10 +177,10 @@ def sample_alias(start: Tensor, deg: Tensor, table: AliasTable, k: int,
         return torch.zeros_like(deg), deg.new_empty(0)
     size = table.prob.numel()
     # A seed without entries draws u * 0 = bucket 0 at its start, kept in
-    # range here; its draws, as those of a column of zero weights (alias
+    # range here; its draws, as those of a column of zero weights (prob
     # -1), are dropped below.
     start = start.clamp(max=size - 1)
-    drawn = (deg > 0) & (table.alias.index_select(0, start) >= 0)
+    drawn = (deg > 0) & (table.prob.index_select(0, start) >= 0)
     # One uniform a draw: its integer part picks the bucket, its fraction
     # (uniform on [0, 1) and independent of the bucket) decides between the
     # bucket's entry and its alias. torch's float64 uniforms are multiples
@@ -186,10 +190,9 @@ def sample_alias(start: Tensor, deg: Tensor, table: AliasTable, k: int,
                        generator=generator).mul_(deg.unsqueeze(1))
     bucket = point.long()
     point.sub_(bucket)
-    bucket.add_(start.unsqueeze(1))
-    flat = bucket.view(-1)
-    keep = point.view(-1) < table.prob.index_select(0, flat)
-    picked = torch.where(keep, flat, table.alias.index_select(0, flat))
+    flat = bucket.add_(start.unsqueeze(1)).view(-1)
+    moved = point.view(-1) >= table.prob.index_select(0, flat)
+    picked = table.step.index_select(0, flat).mul_(moved).add_(flat)
     counts = torch.where(drawn, k, 0)
     if bool(drawn.all()):
         return counts, picked

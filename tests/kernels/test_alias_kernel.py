@@ -21,9 +21,10 @@ def _implied(deg: torch.Tensor, table: AliasTable) -> torch.Tensor:
     """Probability of every entry under the table: (own share + aliased
     shares) / the column's number of buckets."""
     column = torch.repeat_interleave(torch.arange(deg.numel()), deg)
-    mass = table.prob.clone()
-    aliased = table.alias >= 0
-    mass.index_add_(0, table.alias[aliased], (1 - table.prob)[aliased])
+    usable = table.prob >= 0
+    mass = torch.where(usable, table.prob, 0.0)
+    alias = torch.arange(table.prob.numel()) + table.step
+    mass.index_add_(0, alias[usable], (1 - table.prob)[usable])
     return mass / deg[column].double()
 
 
@@ -55,13 +56,13 @@ def test_the_table_implies_exactly_the_weights(kind, seed):
     implied = _implied(deg, table)
     expected = weight.double() / total[column].clamp(min=1e-300)
     assert torch.allclose(implied[usable], expected[usable], rtol=1e-9, atol=1e-12)
-    assert torch.all((table.prob >= 0) & (table.prob <= 1))
+    assert torch.all((table.prob[usable] >= 0) & (table.prob[usable] <= 1))
     # Weight 0: probability exactly 0, and no bucket aliases to it.
     assert torch.all(implied[weight == 0] == 0)
-    aliases = table.alias[usable]
+    aliases = (torch.arange(weight.numel()) + table.step)[usable]
     assert torch.all(column[aliases] == column[usable]) and torch.all(weight[aliases] > 0)
     # A column of zero weights is marked as such (no draws).
-    assert torch.all(table.alias[~usable] == -1)
+    assert torch.all(table.prob[~usable] == -1)
 
 
 def test_draws_follow_the_weights_and_never_take_weight_zero():
