@@ -13,7 +13,9 @@ the bench ([15, 10]). Weights are uniform in [0, 1) with 10% zeros; times
 are uniform over the edges and every seed's time is the median, so half of
 every neighbourhood lies in its future. Each row gives microseconds per
 call and nanoseconds per sampled edge (the issue's yardstick: weighted and
-temporal at most 2x uniform), the median of ``--repeats`` calls. The
+temporal at most 2x uniform), the median of ``--repeats`` calls, the
+kernels' calls interleaved (one call of each in turn) so that the ratios
+hold on a loaded machine. The
 ``sorted`` rows are the way a server samples temporally: its CSC sorted by
 time within every destination once (:func:`sort_by_time`), every seed's
 past a prefix found by binary search (``temporal weighted`` draws by weight
@@ -58,15 +60,20 @@ def _graph(num_nodes: int, avg_degree: float, seed: int) -> tuple[torch.Tensor, 
     return colptr, row
 
 
-def _time(fn: Callable[[], tuple[torch.Tensor, torch.Tensor]], repeats: int) -> tuple[float, int]:
-    """Median seconds of a call, and the edges one call samples."""
-    counts, _ = fn()  # warm-up
-    seconds = []
+def _time_all(fns: dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]], repeats: int
+              ) -> dict[str, tuple[float, int]]:
+    """Median seconds of a call of every kernel, and the edges one call
+    samples. The calls go round-robin (every kernel once, ``repeats``
+    times), so that on a shared machine every kernel meets the same load and
+    the ratios between them hold even when the absolute times move."""
+    edges = {name: int(fn()[0].sum()) for name, fn in fns.items()}  # warm-up
+    seconds: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        began = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - began)
-    return statistics.median(seconds), int(counts.sum())
+        for name, fn in fns.items():
+            began = time.perf_counter()
+            fn()
+            seconds[name].append(time.perf_counter() - began)
+    return {name: (statistics.median(s), edges[name]) for name, s in seconds.items()}
 
 
 def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tensor,
@@ -140,7 +147,7 @@ def main() -> None:
           f"torch threads {args.threads}; median of {args.repeats} calls; sorting the CSC "
           f"by time once: {sort_seconds * 1e3:.0f} ms; alias tables once: "
           f"{alias_seconds * 1e3:.0f} ms")
-    print(f"{'hop':>3} {'seeds':>7} {'k':>3}  {'kernel':<26} {'us/call':>9} "
+    print(f"{'hop':>3} {'seeds':>7} {'k':>3}  {'kernel':<27} {'us/call':>9} "
           f"{'edges':>8} {'ns/edge':>8} {'x uniform':>9}")
     for hop, k in enumerate(fanouts):
         start = colptr[seeds]
@@ -148,14 +155,16 @@ def main() -> None:
         seed_time = torch.full((seeds.numel(),), 500_000, dtype=torch.long)
         rows = _kernels(start, deg, k, weight, entry_time, seed_time, gen, by_time, alias)
         base = {}
-        for name, fn in rows.items():
-            seconds, edges = _time(fn, args.repeats)
+        for name, (seconds, edges) in _time_all(rows, args.repeats).items():
             per_edge = seconds / max(edges, 1) * 1e9
             ref = base.setdefault("replace" if "replace" in name else "plain", per_edge)
-            print(f"{hop + 1:>3} {seeds.numel():>7,} {k:>3}  {name:<26} {seconds * 1e6:>9.0f} "
+            print(f"{hop + 1:>3} {seeds.numel():>7,} {k:>3}  {name:<27} {seconds * 1e6:>9.0f} "
                   f"{edges:>8,} {per_edge:>8.1f} {per_edge / ref:>9.2f}")
-        # The next hop's seeds: the distinct nodes this hop reached.
-        _, positions = sample_segments(start, deg, k, False, gen)
+        # The next hop's seeds: the distinct nodes this hop reached (drawn
+        # with a generator of their own, so that the frontier does not
+        # depend on what the kernels above drew).
+        _, positions = sample_segments(start, deg, k, False,
+                                       torch.Generator().manual_seed(2 + hop))
         seeds = torch.unique(row[positions])
 
 

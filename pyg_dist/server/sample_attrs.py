@@ -277,7 +277,7 @@ class SampleAttributes:
     def alias_table(self, edge_type: Any, name: str) -> AliasTable:
         """Alias tables of the weights ``name`` over the part's CSC columns
         (:func:`~pyg_dist.kernels.build_alias_table`), built by the first
-        draw with replacement by them and kept (16 bytes a CSC entry): the
+        draw with replacement by them and kept (8 bytes a CSC entry): the
         weights never change, and a draw is then O(1)."""
         key = ("alias", edge_type, name)
         return self._cached(key, lambda: build_alias_table(self.csc[edge_type][2],

@@ -2,9 +2,9 @@
 
 The table is checked exactly (the probability it implies for every entry,
 its own bucket's share plus what other buckets alias to it, against
-``w / sum(w)``) and by draws (chi-square at p = 0.001 for the degrees of
-freedom, fixed seeds; the statistic also rejects uniform draws, so the
-check can fail).
+``w / sum(w)``, to float32's precision of every bucket's split) and by
+draws (chi-square at p = 0.001 for the degrees of freedom, fixed seeds;
+the statistic also rejects uniform draws, so the check can fail).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ def _implied(deg: torch.Tensor, table: AliasTable) -> torch.Tensor:
     """Probability of every entry under the table: (own share + aliased
     shares) / the column's number of buckets."""
     column = torch.repeat_interleave(torch.arange(deg.numel()), deg)
-    usable = table.prob >= 0
-    mass = torch.where(usable, table.prob, 0.0)
-    alias = torch.arange(table.prob.numel()) + table.step
-    mass.index_add_(0, alias[usable], (1 - table.prob)[usable])
+    prob = table.prob.double()
+    usable = prob >= 0
+    mass = torch.where(usable, prob, 0.0)
+    alias = torch.arange(prob.numel()) + table.step
+    mass.index_add_(0, alias[usable], (1 - prob)[usable])
     return mass / deg[column].double()
 
 
@@ -55,7 +56,8 @@ def test_the_table_implies_exactly_the_weights(kind, seed):
     usable = total[column] > 0
     implied = _implied(deg, table)
     expected = weight.double() / total[column].clamp(min=1e-300)
-    assert torch.allclose(implied[usable], expected[usable], rtol=1e-9, atol=1e-12)
+    # Every bucket's split is kept in float32: 6e-8 of itself.
+    assert torch.allclose(implied[usable], expected[usable], rtol=1e-6, atol=1e-9)
     assert torch.all((table.prob[usable] >= 0) & (table.prob[usable] <= 1))
     # Weight 0: probability exactly 0, and no bucket aliases to it.
     assert torch.all(implied[weight == 0] == 0)
