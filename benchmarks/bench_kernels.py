@@ -14,8 +14,9 @@ are uniform over the edges and every seed's time is the median, so half of
 every neighbourhood lies in its future. Each row gives microseconds per
 call and nanoseconds per sampled edge (the issue's yardstick: weighted and
 temporal at most 2x uniform), the median of ``--repeats`` calls, the
-kernels' calls interleaved (one call of each in turn) so that the ratios
-hold on a loaded machine. The
+kernels' calls interleaved (one call of each in turn) and ``x uniform`` the
+median of the ratios within a round, so that the ratios hold on a loaded
+machine. The
 ``sorted`` rows are the way a server samples temporally: its CSC sorted by
 time within every destination once (:func:`sort_by_time`), every seed's
 past a prefix found by binary search (``temporal weighted`` draws by weight
@@ -61,11 +62,11 @@ def _graph(num_nodes: int, avg_degree: float, seed: int) -> tuple[torch.Tensor, 
 
 
 def _time_all(fns: dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]], repeats: int
-              ) -> dict[str, tuple[float, int]]:
-    """Median seconds of a call of every kernel, and the edges one call
+              ) -> dict[str, tuple[list[float], int]]:
+    """Seconds of every call of every kernel, and the edges one call
     samples. The calls go round-robin (every kernel once, ``repeats``
-    times), so that on a shared machine every kernel meets the same load and
-    the ratios between them hold even when the absolute times move."""
+    times), so that on a shared machine the kernels of one round meet the
+    same load and their ratios hold even when the absolute times move."""
     edges = {name: int(fn()[0].sum()) for name, fn in fns.items()}  # warm-up
     seconds: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
@@ -73,7 +74,7 @@ def _time_all(fns: dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]], r
             began = time.perf_counter()
             fn()
             seconds[name].append(time.perf_counter() - began)
-    return {name: (statistics.median(s), edges[name]) for name, s in seconds.items()}
+    return {name: (s, edges[name]) for name, s in seconds.items()}
 
 
 def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tensor,
@@ -154,12 +155,17 @@ def main() -> None:
         deg = colptr[seeds + 1] - start
         seed_time = torch.full((seeds.numel(),), 500_000, dtype=torch.long)
         rows = _kernels(start, deg, k, weight, entry_time, seed_time, gen, by_time, alias)
-        base = {}
-        for name, (seconds, edges) in _time_all(rows, args.repeats).items():
-            per_edge = seconds / max(edges, 1) * 1e9
-            ref = base.setdefault("replace" if "replace" in name else "plain", per_edge)
-            print(f"{hop + 1:>3} {seeds.numel():>7,} {k:>3}  {name:<27} {seconds * 1e6:>9.0f} "
-                  f"{edges:>8,} {per_edge:>8.1f} {per_edge / ref:>9.2f}")
+        timed = _time_all(rows, args.repeats)
+        for name, (seconds, edges) in timed.items():
+            # x uniform: the median over rounds of this kernel's time per
+            # edge over the uniform kernel's (same replacement mode) in the
+            # same round, robust to load that changes between rounds.
+            ref_seconds, ref_edges = timed["uniform, replace" if "replace" in name else "uniform"]
+            ratio = statistics.median(a / max(edges, 1) / (b / max(ref_edges, 1))
+                                      for a, b in zip(seconds, ref_seconds))
+            median = statistics.median(seconds)
+            print(f"{hop + 1:>3} {seeds.numel():>7,} {k:>3}  {name:<27} {median * 1e6:>9.0f} "
+                  f"{edges:>8,} {median / max(edges, 1) * 1e9:>8.1f} {ratio:>9.2f}")
         # The next hop's seeds: the distinct nodes this hop reached (drawn
         # with a generator of their own, so that the frontier does not
         # depend on what the kernels above drew).
