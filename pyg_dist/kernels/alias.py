@@ -123,6 +123,24 @@ def _local_prefix(values: Tensor, column: Tensor, num_columns: int
     return running, begin, end, before
 
 
+def _scaled(deg: Tensor, weight: Tensor, column: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Every weight scaled to its column's mean of 1, whether its column has
+    a positive weight, and whether the entry is heavy."""
+    num_columns = deg.numel()
+    w = weight.double()
+    # Scaled by the column's largest weight first, so no sum overflows.
+    top = _segment_max(w, column, num_columns)
+    usable = top > 0
+    w = w / torch.where(usable, top, 1.0)[column]
+    total = torch.zeros(num_columns, dtype=torch.float64, device=w.device).index_add_(
+        0, column, w)
+    scaled = w * (deg / torch.where(usable, total, 1.0))[column]
+    ok = usable[column]
+    # The column's largest entry is heavy even if rounding put it at 1 - eps:
+    # every usable column has a heavy entry to alias its light ones to.
+    return scaled, ok, ok & ((scaled >= 1) | (w == 1))
+
+
 def build_alias_table(deg: Tensor, weight: Tensor) -> AliasTable:
     """Alias tables of every column of a CSC, all at once (see the module).
 
@@ -133,6 +151,9 @@ def build_alias_table(deg: Tensor, weight: Tensor) -> AliasTable:
 
     Returns:
         The :class:`AliasTable` of the whole CSC.
+
+    Raises:
+        ValueError: if a column has 2^31 entries or more.
     """
     num_entries, num_columns = weight.numel(), deg.numel()
     device = weight.device
@@ -141,24 +162,14 @@ def build_alias_table(deg: Tensor, weight: Tensor) -> AliasTable:
                          "2^31 entries")
     column = torch.repeat_interleave(torch.arange(num_columns, device=device), deg,
                                      output_size=num_entries)
-    w = weight.double()
-    # Scaled by the column's largest weight first, so no sum overflows.
-    top = _segment_max(w, column, num_columns)
-    usable = top > 0
-    w = w / torch.where(usable, top, 1.0)[column]
-    total = torch.zeros(num_columns, dtype=torch.float64, device=device).index_add_(0, column, w)
-    scaled = w * (deg / torch.where(usable, total, 1.0))[column]
-    ok = usable[column]
-    # The column's largest entry is heavy even if rounding put it at 1 - eps:
-    # every usable column has a heavy entry to alias its light ones to.
-    heavy_mask = ok & ((scaled >= 1) | (w == 1))
+    scaled, ok, heavy_mask = _scaled(deg, weight, column)
     light = (ok & ~heavy_mask).nonzero().view(-1)
     heavy = heavy_mask.nonzero().view(-1)
-    light_col, heavy_col = column[light], column[heavy]
+    light_col = column[light]
     need, light_begin, light_end, need_before = _local_prefix(
         1 - scaled[light], light_col, num_columns)
     gift, heavy_begin, heavy_end, _ = _local_prefix(
-        (scaled[heavy] - 1).clamp_(min=0), heavy_col, num_columns)
+        (scaled[heavy] - 1).clamp_(min=0), column[heavy], num_columns)
 
     prob = torch.zeros(num_entries, dtype=torch.float64, device=device)
     alias = torch.full((num_entries,), -1, dtype=torch.long, device=device)
@@ -167,10 +178,21 @@ def build_alias_table(deg: Tensor, weight: Tensor) -> AliasTable:
     donor = _search(gift, heavy_begin[light_col], heavy_end[light_col], need_before, True)
     prob[light] = scaled[light]
     alias[light] = heavy[torch.minimum(donor, heavy_end[light_col] - 1)]
-    # A heavy entry keeps its bucket but for the part of the need covering
-    # the end of its gift, which the next heavy of its column pays; the
-    # column's last heavy keeps its whole bucket.
-    rank = torch.arange(heavy.numel(), device=device)
+    prob[heavy], alias[heavy] = _heavy_buckets(heavy, column[heavy], gift, heavy_end, need,
+                                               need_before, light_begin, light_end)
+    prob.masked_fill_(~ok, -1.0)
+    position = torch.arange(num_entries, device=device)
+    return _pack(prob, torch.where(ok, alias - position, 0))
+
+
+def _heavy_buckets(heavy: Tensor, heavy_col: Tensor, gift: Tensor, heavy_end: Tensor,
+                   need: Tensor, need_before: Tensor, light_begin: Tensor,
+                   light_end: Tensor) -> tuple[Tensor, Tensor]:
+    """``(prob, alias)`` of the heavy entries' buckets: a heavy entry keeps
+    its bucket but for the part of the need covering the end of its gift,
+    which the next heavy of its column pays; the column's last heavy keeps
+    its whole bucket."""
+    rank = torch.arange(heavy.numel(), device=heavy.device)
     last = rank == heavy_end[heavy_col] - 1
     covering = _search(need, light_begin[heavy_col], light_end[heavy_col], gift, False)
     inside = covering < light_end[heavy_col]
@@ -180,12 +202,8 @@ def build_alias_table(deg: Tensor, weight: Tensor) -> AliasTable:
         overshoot = torch.where(inside, need[covering] - gift, 0.0).clamp_(0.0, 1.0)
     else:
         overshoot = torch.zeros_like(gift)
-    prob[heavy] = torch.where(last, 1.0, 1 - overshoot)
     following = heavy[(rank + 1).clamp(max=max(heavy.numel() - 1, 0))]
-    alias[heavy] = torch.where(last, heavy, following)
-    prob.masked_fill_(~ok, -1.0)
-    position = torch.arange(num_entries, device=device)
-    return _pack(prob, torch.where(ok, alias - position, 0))
+    return torch.where(last, 1.0, 1 - overshoot), torch.where(last, heavy, following)
 
 
 def sample_alias(start: Tensor, deg: Tensor, table: AliasTable, k: int,
