@@ -13,11 +13,18 @@ the bench ([15, 10]). Weights are uniform in [0, 1) with 10% zeros; times
 are uniform over the edges and every seed's time is the median, so half of
 every neighbourhood lies in its future. Each row gives microseconds per
 call and nanoseconds per sampled edge (the issue's yardstick: weighted and
-temporal at most 2x uniform), the median of ``--repeats`` calls. The
+temporal at most 2x uniform), the median of ``--repeats`` calls, the
+kernels' calls interleaved (one call of each in turn) and ``x uniform`` the
+median of the ratios within a round, so that the ratios hold on a loaded
+machine. The
 ``sorted`` rows are the way a server samples temporally: its CSC sorted by
 time within every destination once (:func:`sort_by_time`), every seed's
 past a prefix found by binary search (``temporal weighted`` draws by weight
-among the past).
+among the past). Likewise ``weighted, replace`` is the server's way: alias
+tables over the CSC's columns built once (:func:`build_alias_table`), O(1)
+a draw; ``weighted, replace, per call`` is the kernel without them (running
+sums of every segment on every call, what draws over a part of a column,
+such as a seed's past, still do).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from collections.abc import Callable
 import torch
 
 from pyg_dist.kernels import (
+    AliasTable,
+    build_alias_table,
     sample_segments,
     sample_temporal_segments,
     sample_time_sorted,
@@ -52,28 +61,35 @@ def _graph(num_nodes: int, avg_degree: float, seed: int) -> tuple[torch.Tensor, 
     return colptr, row
 
 
-def _time(fn: Callable[[], tuple[torch.Tensor, torch.Tensor]], repeats: int) -> tuple[float, int]:
-    """Median seconds of a call, and the edges one call samples."""
-    counts, _ = fn()  # warm-up
-    seconds = []
+def _time_all(fns: dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]], repeats: int
+              ) -> dict[str, tuple[list[float], int]]:
+    """Seconds of every call of every kernel, and the edges one call
+    samples. The calls go round-robin (every kernel once, ``repeats``
+    times), so that on a shared machine the kernels of one round meet the
+    same load and their ratios hold even when the absolute times move."""
+    edges = {name: int(fn()[0].sum()) for name, fn in fns.items()}  # warm-up
+    seconds: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        began = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - began)
-    return statistics.median(seconds), int(counts.sum())
+        for name, fn in fns.items():
+            began = time.perf_counter()
+            fn()
+            seconds[name].append(time.perf_counter() - began)
+    return {name: (s, edges[name]) for name, s in seconds.items()}
 
 
 def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tensor,
              entry_time: torch.Tensor, seed_time: torch.Tensor,
-             gen: torch.Generator, by_time: tuple[torch.Tensor, torch.Tensor]
-             ) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
+             gen: torch.Generator, by_time: tuple[torch.Tensor, torch.Tensor],
+             alias: AliasTable) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
     """One call of every kernel over the same segments, by row name.
     ``by_time``: ``(perm, sorted_time)`` of the whole CSC, the layout a
-    server sorts once per time attribute."""
+    server sorts once per time attribute; ``alias``: the alias tables of
+    ``weight``, which a server builds once per weight attribute."""
     perm, sorted_time = by_time
     sorted_weight = weight[perm]
-    def weighted(replace: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample_weighted_segments(start, deg, weight, k, replace, gen)
+
+    def weighted(replace: bool, table: AliasTable = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample_weighted_segments(start, deg, weight, k, replace, gen, alias=table)
 
     def temporal(strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
         return sample_temporal_segments(start, deg, entry_time, seed_time, k, strategy,
@@ -83,7 +99,8 @@ def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tenso
         "uniform": lambda: sample_segments(start, deg, k, False, gen),
         "uniform, replace": lambda: sample_segments(start, deg, k, True, gen),
         "weighted": lambda: weighted(False),
-        "weighted, replace": lambda: weighted(True),
+        "weighted, replace": lambda: weighted(True, alias),
+        "weighted, replace, per call": lambda: weighted(True),
         "temporal uniform": lambda: temporal("uniform"),
         "temporal last": lambda: temporal("last"),
         # The server's way: segments sorted by time once, pasts are prefixes.
@@ -123,26 +140,37 @@ def main() -> None:
     began = time.perf_counter()
     by_time = sort_by_time(colptr.diff(), entry_time)
     sort_seconds = time.perf_counter() - began
+    began = time.perf_counter()
+    alias = build_alias_table(colptr.diff(), weight)
+    alias_seconds = time.perf_counter() - began
 
     print(f"graph: {args.num_nodes:,} nodes, {num_edges:,} CSC entries; "
           f"torch threads {args.threads}; median of {args.repeats} calls; sorting the CSC "
-          f"by time once: {sort_seconds * 1e3:.0f} ms")
-    print(f"{'hop':>3} {'seeds':>7} {'k':>3}  {'kernel':<26} {'us/call':>9} "
+          f"by time once: {sort_seconds * 1e3:.0f} ms; alias tables once: "
+          f"{alias_seconds * 1e3:.0f} ms")
+    print(f"{'hop':>3} {'seeds':>7} {'k':>3}  {'kernel':<27} {'us/call':>9} "
           f"{'edges':>8} {'ns/edge':>8} {'x uniform':>9}")
     for hop, k in enumerate(fanouts):
         start = colptr[seeds]
         deg = colptr[seeds + 1] - start
         seed_time = torch.full((seeds.numel(),), 500_000, dtype=torch.long)
-        rows = _kernels(start, deg, k, weight, entry_time, seed_time, gen, by_time)
-        base = {}
-        for name, fn in rows.items():
-            seconds, edges = _time(fn, args.repeats)
-            per_edge = seconds / max(edges, 1) * 1e9
-            ref = base.setdefault("replace" if "replace" in name else "plain", per_edge)
-            print(f"{hop + 1:>3} {seeds.numel():>7,} {k:>3}  {name:<26} {seconds * 1e6:>9.0f} "
-                  f"{edges:>8,} {per_edge:>8.1f} {per_edge / ref:>9.2f}")
-        # The next hop's seeds: the distinct nodes this hop reached.
-        _, positions = sample_segments(start, deg, k, False, gen)
+        rows = _kernels(start, deg, k, weight, entry_time, seed_time, gen, by_time, alias)
+        timed = _time_all(rows, args.repeats)
+        for name, (seconds, edges) in timed.items():
+            # x uniform: the median over rounds of this kernel's time per
+            # edge over the uniform kernel's (same replacement mode) in the
+            # same round, robust to load that changes between rounds.
+            ref_seconds, ref_edges = timed["uniform, replace" if "replace" in name else "uniform"]
+            ratio = statistics.median(a / max(edges, 1) / (b / max(ref_edges, 1))
+                                      for a, b in zip(seconds, ref_seconds))
+            median = statistics.median(seconds)
+            print(f"{hop + 1:>3} {seeds.numel():>7,} {k:>3}  {name:<27} {median * 1e6:>9.0f} "
+                  f"{edges:>8,} {median / max(edges, 1) * 1e9:>8.1f} {ratio:>9.2f}")
+        # The next hop's seeds: the distinct nodes this hop reached (drawn
+        # with a generator of their own, so that the frontier does not
+        # depend on what the kernels above drew).
+        _, positions = sample_segments(start, deg, k, False,
+                                       torch.Generator().manual_seed(2 + hop))
         seeds = torch.unique(row[positions])
 
 

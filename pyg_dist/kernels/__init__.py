@@ -2,7 +2,9 @@
 
 * :func:`sample_neighbors`: exact, vectorised one-hop sampling over CSC.
 * :func:`sample_segments`: the same over segments the caller looked up.
-* :func:`sample_weighted_segments`: by edge weight (:mod:`.weighted_sample`).
+* :func:`sample_weighted_segments`: by edge weight (:mod:`.weighted_sample`);
+  with replacement over whole columns in O(1) a draw given the alias tables
+  of :func:`build_alias_table` (:mod:`.alias`), built once per weight.
 * :func:`sample_temporal_segments`: no neighbour from a seed's future,
   uniform, by weight or most recent (:mod:`.temporal_sample`).
 * :func:`sample_time_sorted`: the same over segments sorted by time once
@@ -10,15 +12,18 @@
   search (:mod:`.time_sorted`; what the server uses).
 
 The weighted and temporal kernels work on a padded ``[seeds, max degree]``
-matrix, or, for frontiers where that padding costs too much, narrow every
-segment to the entries it may draw from (:mod:`.candidates`) first.
+matrix (for big frontiers one per group of seeds of similar degree), or,
+for frontiers where that padding costs too much, narrow every segment to
+the entries it may draw from (:mod:`.candidates`) first.
 """
 
+from pyg_dist.kernels.alias import AliasTable, build_alias_table, sample_alias
 from pyg_dist.kernels.neighbor_sample import sample_neighbors, sample_segments, segment_arange
 from pyg_dist.kernels.temporal_sample import TEMPORAL_STRATEGIES, sample_temporal_segments
 from pyg_dist.kernels.time_sorted import past_counts, sample_time_sorted, sort_by_time
 from pyg_dist.kernels.weighted_sample import sample_weighted_segments
 
-__all__ = ["TEMPORAL_STRATEGIES", "past_counts", "sample_neighbors", "sample_segments",
+__all__ = ["TEMPORAL_STRATEGIES", "AliasTable", "build_alias_table", "past_counts",
+           "sample_alias", "sample_neighbors", "sample_segments",
            "sample_temporal_segments", "sample_time_sorted", "sample_weighted_segments",
            "segment_arange", "sort_by_time"]

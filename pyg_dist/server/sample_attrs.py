@@ -6,7 +6,9 @@ its second tensor). :class:`SampleAttributes` finds those attributes in the
 part's files the first time they are asked for, checks them (known name, one
 value per edge or node, a numeric weight that is finite and non-negative, an
 integer time) and keeps them as one value per CSC entry of the part, so
-that the kernels of :mod:`pyg_dist.kernels` gather straight from them:
+that the kernels of :mod:`pyg_dist.kernels` gather straight from them
+(and, built from them once when first needed, a time's sorted layout and a
+weight's alias tables):
 
 * an edge attribute is stored with the edges (``part-K/edges*.safetensors``),
   in the file's CSC order;
@@ -30,6 +32,8 @@ from torch import Tensor
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import (
     TEMPORAL_STRATEGIES,
+    AliasTable,
+    build_alias_table,
     sample_time_sorted,
     sample_weighted_segments,
     sort_by_time,
@@ -270,6 +274,15 @@ class SampleAttributes:
         return self._cached(key, lambda: self.weight(edge_type, weight_attr).index_select(
             0, self.time_sorted(edge_type, time_attr)[0]))
 
+    def alias_table(self, edge_type: Any, name: str) -> AliasTable:
+        """Alias tables of the weights ``name`` over the part's CSC columns
+        (:func:`~pyg_dist.kernels.build_alias_table`), built by the first
+        draw with replacement by them and kept (8 bytes a CSC entry): the
+        weights never change, and a draw is then O(1)."""
+        key = ("alias", edge_type, name)
+        return self._cached(key, lambda: build_alias_table(self.csc[edge_type][2],
+                                                           self.weight(edge_type, name)))
+
     # Sampling ##############################################################
 
     def sample(self, edge_type: Any, request: SampleRequest, start: Tensor, deg: Tensor,
@@ -284,7 +297,11 @@ class SampleAttributes:
         weight = None if request.weight_attr is None else \
             self.weight(edge_type, request.weight_attr)
         if request.time_attr is None:
-            return sample_weighted_segments(start, deg, weight, k, replace, generator)
+            # The seeds' segments are whole columns: the alias tables apply.
+            alias = self.alias_table(edge_type, request.weight_attr) if replace and k > 0 \
+                else None
+            return sample_weighted_segments(start, deg, weight, k, replace, generator,
+                                            alias=alias)
         perm, sorted_time = self.time_sorted(edge_type, request.time_attr)
         if weight is not None:
             weight = self.sorted_weight(edge_type, request.weight_attr, request.time_attr)

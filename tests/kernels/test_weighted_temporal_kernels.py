@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from pyg_dist.kernels import sample_temporal_segments, sample_weighted_segments
+from pyg_dist.kernels import sample_temporal_segments, sample_weighted_segments, weighted_sample
 
 # chi-square critical values at p = 0.001, by degrees of freedom.
 CRITICAL_001 = {2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 9: 27.88, 14: 36.12, 19: 43.82}
@@ -37,11 +37,23 @@ def _segments(counts: torch.Tensor, positions: torch.Tensor) -> list[list[int]]:
 
 # Both ways to the same law: the padded matrix and the narrowed segments.
 WAYS = pytest.mark.parametrize("dense", [True, False], ids=["dense", "sparse"])
+# The weighted kernel has a third: seeds in groups of similar degree (what
+# big frontiers take without replacement), forced here on small ones.
+WEIGHTED_WAYS = pytest.mark.parametrize("dense", [True, False, None],
+                                        ids=["dense", "sparse", "grouped"])
 
 
 def _weighted(start, deg, weight, k, replace, dense, seed=0):
-    return sample_weighted_segments(start, deg, weight, k, replace,
-                                    torch.Generator().manual_seed(seed), dense=dense)
+    if dense is not None:
+        return sample_weighted_segments(start, deg, weight, k, replace,
+                                        torch.Generator().manual_seed(seed), dense=dense)
+    saved = weighted_sample.GROUP_MIN_CELLS
+    weighted_sample.GROUP_MIN_CELLS = 0
+    try:
+        return sample_weighted_segments(start, deg, weight, k, replace,
+                                        torch.Generator().manual_seed(seed))
+    finally:
+        weighted_sample.GROUP_MIN_CELLS = saved
 
 
 def _temporal(start, deg, entry_time, seed_time, k, strategy="uniform", replace=False,
@@ -63,7 +75,7 @@ def _random_graph(num_seeds: int, max_degree: int, seed: int):
 
 # Weighted ###################################################################
 
-@WAYS
+@WEIGHTED_WAYS
 @pytest.mark.parametrize("k", [-1, 0, 1, 3, 8])
 @pytest.mark.parametrize("replace", [False, True])
 def test_weighted_samples_stay_in_segment_and_skip_zero_weights(k, replace, dense):
@@ -82,7 +94,7 @@ def test_weighted_samples_stay_in_segment_and_skip_zero_weights(k, replace, dens
             assert len(set(picked)) == len(picked)
 
 
-@WAYS
+@WEIGHTED_WAYS
 def test_weighted_draws_with_replacement_follow_the_weights(dense):
     weight = torch.tensor([1.0, 0.0, 2.0, 3.0, 0.5, 3.5])
     start, deg = torch.zeros(4000, dtype=torch.long), torch.full((4000,), 6)
@@ -105,7 +117,7 @@ def _successive_pair_probability(weight: list[float], a: int, b: int) -> float:
             + weight[b] / total * weight[a] / (total - weight[b]))
 
 
-@WAYS
+@WEIGHTED_WAYS
 def test_weighted_subsets_without_replacement_follow_successive_sampling(dense):
     # 6 entries, one of weight 0, k = 2: the 10 pairs of the 5 positive ones
     # with the probabilities of drawing one after another by weight.
@@ -128,9 +140,11 @@ def test_weighted_subsets_without_replacement_follow_successive_sampling(dense):
     assert _chi_square(observed, torch.full((10,), draws / 10)) > 10 * CRITICAL_001[9]
 
 
-@WAYS
-def test_one_draw_without_replacement_is_proportional_to_weight(dense):
-    weight = torch.tensor([0.0, 1.0, 1.0, 6.0, 2.0])
+@WEIGHTED_WAYS
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_draw_without_replacement_is_proportional_to_weight(dense, dtype):
+    # float32 weights race in float32, float64 ones in float64.
+    weight = torch.tensor([0.0, 1.0, 1.0, 6.0, 2.0], dtype=dtype)
     draws = 20_000
     start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 5)
     _, positions = _weighted(start, deg, weight, 1, False, dense, seed=3)
@@ -139,7 +153,7 @@ def test_one_draw_without_replacement_is_proportional_to_weight(dense):
     assert _chi_square(observed[1:], weight[1:] / weight.sum() * draws) < CRITICAL_001[3]
 
 
-@WAYS
+@WEIGHTED_WAYS
 def test_the_same_generator_seed_gives_the_same_weighted_sample(dense):
     start, deg, weight, _ = _random_graph(100, 12, seed=5)
     for replace in (False, True):
@@ -148,7 +162,7 @@ def test_the_same_generator_seed_gives_the_same_weighted_sample(dense):
         assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
-@WAYS
+@WEIGHTED_WAYS
 def test_weighted_with_replacement_survives_tiny_and_huge_weights(dense):
     # Weights 12 decades apart: the tiny ones are still reachable in
     # principle and never pushed out of their segment by rounding.
@@ -158,6 +172,27 @@ def test_weighted_with_replacement_survives_tiny_and_huge_weights(dense):
     for i, picked in enumerate(_segments(counts, positions)):
         lo = 0 if i % 2 == 0 else 3
         assert all(lo <= p < lo + 3 and p != 2 for p in picked)
+
+
+@pytest.mark.parametrize("k", [1, 4, 12])
+def test_grouped_way_over_a_hub_among_leaves(k):
+    # Degrees from 0 to 260 (several groups, seeds with at most k entries
+    # taking all), a narrower segment of the widest group last in the array
+    # (its row reaches past the weights): every seed gets min(k, positive)
+    # distinct positive entries of its own segment, in the grouped and in
+    # the dense way alike.
+    deg = torch.tensor([0, 1, 2, 5, 9, 40, 13, 260, 250]).repeat(20)
+    start = torch.cumsum(deg, 0) - deg
+    gen = torch.Generator().manual_seed(k)
+    weight = torch.rand(int(deg.sum()), generator=gen)
+    weight[torch.rand(weight.numel(), generator=gen) < 0.2] = 0
+    for dense in (None, True):
+        counts, positions = _weighted(start, deg, weight, k, False, dense, seed=k)
+        for i, picked in enumerate(_segments(counts, positions)):
+            lo, hi = int(start[i]), int(start[i] + deg[i])
+            positive = {p for p in range(lo, hi) if weight[p] > 0}
+            assert len(set(picked)) == len(picked) == min(k, len(positive))
+            assert set(picked) <= positive
 
 
 # Temporal ###################################################################
