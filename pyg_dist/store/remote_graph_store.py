@@ -32,9 +32,9 @@ from torch_geometric.typing import EdgeTensorType, EdgeType
 from torch_geometric.utils import index_sort
 
 from pyg_dist.errors import GraphKindMismatchError, StoreError
-from pyg_dist.kernels.seeds import mix_seed
 from pyg_dist.partitioning.type_keys import edge_type_key
-from pyg_dist.store.routing import Router, reassemble
+from pyg_dist.store.remote_sampling import attribute_args, sample_hop
+from pyg_dist.store.routing import Router
 
 logger = logging.getLogger(__name__)
 
@@ -166,83 +166,11 @@ class RemoteGraphStore(GraphStore):
                    ) -> list[tuple[Tensor, Tensor, Tensor]]:
         """Samples one hop for several edge types at once: one request per
         server covering every edge type it owns destinations of
-        (``sample_types``), all in flight together (one round trip).
-
-        Args:
-            frontiers: ``(edge_type, ids, seed_time)`` per edge type: ids of
-                its destination type, and with ``time_attr`` one int64 time
-                per id.
-            num_neighbors: Fan-out, one for all or one per frontier.
-            replace, seed, timeout, weight_attr, time_attr,
-                temporal_strategy: As in :meth:`sample_neighbors`; every edge
-                type draws from its own seed derived from ``seed``.
-
-        Returns:
-            ``(counts, neighbours, edge_ids)`` per frontier, as
-            :meth:`sample_neighbors` returns them.
-        """
-        fanouts = [int(num_neighbors)] * len(frontiers) if isinstance(num_neighbors, int) \
-            else [int(k) for k in num_neighbors]
-        shared = {"replace": bool(replace),
-                  **_attribute_args(weight_attr, time_attr, temporal_strategy)}
-        # Per part, the (frontier, positions, ids, times) it owns.
-        owned: dict[int, list[tuple[int, Tensor, Tensor, Optional[Tensor]]]] = {}
-        for index, (edge_type, ids, seed_time) in enumerate(frontiers):
-            if time_attr is not None and (seed_time is None or seed_time.numel() != ids.numel()):
-                raise StoreError(f"time_attr {time_attr!r} needs one seed time per id")
-            if not ids.numel():
-                continue
-            times = None if time_attr is None else seed_time.to(torch.long).view(-1)
-            for part, positions, part_ids in self.router.split(
-                    ids, None if edge_type is None else edge_type[-1]):
-                owned.setdefault(part, []).append(
-                    (index, positions, part_ids,
-                     None if times is None else times.index_select(0, positions)))
-        requests = [self._hop_request(part, shares, frontiers, fanouts, shared, seed)
-                    for part, shares in owned.items()]
-        replies = self.router.call_all(requests, timeout) if requests else []
-        answers: list[list[tuple[Tensor, list[Tensor]]]] = [[] for _ in frontiers]
-        for (part, shares), reply in zip(owned.items(), replies):
-            tensors = list(reply.tensors)
-            if len(tensors) != 3 * len(shares):
-                raise StoreError(f"server {self.router.endpoints[part]} answered a hop over "
-                                 f"{len(shares)} edge types with {len(tensors)} tensors, "
-                                 f"expected {3 * len(shares)}")
-            for k, (index, positions, _, _) in enumerate(shares):
-                answer = tensors[3 * k:3 * k + 3]
-                _check_sample_reply(answer, positions.numel(), self.router.endpoints[part])
-                answers[index].append((positions, answer))
-        out = []
-        for (_, ids, _), answer in zip(frontiers, answers):
-            if not answer:
-                empty = torch.empty(0, dtype=torch.long)
-                out.append((empty, empty, empty))
-                continue
-            counts, (nbrs, eids) = reassemble(
-                ids.numel(), [p for p, _ in answer], [t[0] for _, t in answer],
-                [(t[1], t[2]) for _, t in answer])
-            out.append((counts, nbrs, eids))
-        return out
-
-    @staticmethod
-    def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Tensor]]],
-                     frontiers: Sequence[tuple[Any, Tensor, Any]], fanouts: list[int],
-                     shared: dict[str, Any], seed: int) -> tuple[int, str, dict, list[Tensor]]:
-        """One server's request of a hop: ``sample`` for a homogeneous graph
-        (its one edge type), ``sample_types`` for every edge type it owns
-        destinations of on a heterogeneous one."""
-        tensors = [torch.cat([ids for _, _, ids, _ in shares])]
-        if shares[0][3] is not None:
-            tensors.append(torch.cat([times for _, _, _, times in shares]))
-        part_seed = mix_seed(seed, part)
-        if frontiers[shares[0][0]][0] is None:  # homogeneous: the request as it always was
-            return part, "sample", {**shared, "num_neighbors": fanouts[shares[0][0]],
-                                    "seed": part_seed}, tensors
-        return part, "sample_types", {
-            **shared, "seed": part_seed,
-            "edge_types": [list(frontiers[index][0]) for index, _, _, _ in shares],
-            "sizes": [ids.numel() for _, _, ids, _ in shares],
-            "num_neighbors": [fanouts[index] for index, _, _, _ in shares]}, tensors
+        (``sample_types``), all in flight together (one round trip). See
+        :func:`pyg_dist.store.remote_sampling.sample_hop`."""
+        return sample_hop(self.router, frontiers, num_neighbors, replace, seed, timeout,
+                          weight_attr=weight_attr, time_attr=time_attr,
+                          temporal_strategy=temporal_strategy)
 
     def check_sample_attributes(self, weight_attr: Optional[str], time_attr: Optional[str],
                                 temporal_strategy: str = "uniform",
@@ -259,7 +187,7 @@ class RemoteGraphStore(GraphStore):
                 (unknown, negative or NaN weights, a time of the wrong dtype).
         """
         args = {"num_neighbors": 0, "replace": False,
-                **_attribute_args(weight_attr, time_attr, temporal_strategy)}
+                **attribute_args(weight_attr, time_attr, temporal_strategy)}
         empty = torch.empty(0, dtype=torch.long)
         tensors = [empty, empty] if time_attr is not None else [empty]
         # Every edge type of every part: the attribute must exist on each.
@@ -425,28 +353,3 @@ class RemoteGraphStore(GraphStore):
 
 # Bytes an edge takes in an ``edge_index`` answer: source, destination, id.
 _EDGE_BYTES = 24
-
-
-def _attribute_args(weight_attr: Optional[str], time_attr: Optional[str],
-                    temporal_strategy: str) -> dict[str, Any]:
-    """The optional arguments of a weighted or temporal ``sample``; none
-    for a uniform one, whose request stays as it was."""
-    args: dict[str, Any] = {}
-    if weight_attr is not None:
-        args["weight_attr"] = weight_attr
-    if time_attr is not None:
-        args["time_attr"] = time_attr
-        args["temporal_strategy"] = temporal_strategy
-    return args
-
-
-def _check_sample_reply(tensors: list[Tensor], num_seeds: int, address: str) -> None:
-    if len(tensors) != 3:
-        raise StoreError(f"server {address} answered 'sample' with {len(tensors)} tensors, "
-                         f"expected 3 (counts, neighbours, edge ids)")
-    counts, nbrs, eids = tensors
-    if counts.numel() != num_seeds or nbrs.numel() != eids.numel() or \
-            int(counts.sum()) != nbrs.numel():
-        raise StoreError(f"server {address} answered 'sample' inconsistently: {counts.numel()} "
-                         f"counts for {num_seeds} seeds summing to {int(counts.sum())}, "
-                         f"{nbrs.numel()} neighbours, {eids.numel()} edge ids")

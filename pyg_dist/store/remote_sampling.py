@@ -1,0 +1,137 @@
+"""One hop of neighbour sampling on the servers that own the frontier.
+
+:func:`sample_hop` is the trainer's side of ``sample`` / ``sample_types``:
+the frontier of every edge type is split by the partition book of its
+destination type, every server gets one request covering every edge type it
+owns destinations of (a homogeneous graph's one edge type: the plain
+``sample``), all of them fly at once, and every answer is checked and put
+back in the frontier's order (:func:`~pyg_dist.store.routing.reassemble`).
+Every part samples with its own seed derived from the hop's
+(:func:`~pyg_dist.kernels.seeds.mix_seed`), so the answer does not depend
+on timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.typing import EdgeType
+
+from pyg_dist.errors import StoreError
+from pyg_dist.kernels.seeds import mix_seed
+from pyg_dist.store.routing import Router, reassemble
+
+
+def sample_hop(router: Router,
+               frontiers: Sequence[tuple[Optional[EdgeType], Tensor, Optional[Tensor]]],
+               num_neighbors: Union[int, Sequence[int]], replace: bool, seed: int,
+               timeout: Optional[float] = None, *, weight_attr: Optional[str] = None,
+               time_attr: Optional[str] = None, temporal_strategy: str = "uniform"
+               ) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Samples one hop for several edge types at once: one request per
+    server covering every edge type it owns destinations of
+    (``sample_types``), all in flight together (one round trip).
+
+    Args:
+        router: Routes requests to the owning servers.
+        frontiers: ``(edge_type, ids, seed_time)`` per edge type: ids of
+            its destination type, and with ``time_attr`` one int64 time
+            per id.
+        num_neighbors: Fan-out, one for all or one per frontier.
+        replace, seed, timeout, weight_attr, time_attr,
+            temporal_strategy: As in ``RemoteGraphStore.sample_neighbors``;
+            every part draws from its own seed derived from ``seed``.
+
+    Returns:
+        ``(counts, neighbours, edge_ids)`` per frontier, as
+        :meth:`~pyg_dist.store.remote_graph_store.RemoteGraphStore.sample_neighbors` returns them.
+    """
+    fanouts = [int(num_neighbors)] * len(frontiers) if isinstance(num_neighbors, int) \
+        else [int(k) for k in num_neighbors]
+    shared = {"replace": bool(replace),
+              **attribute_args(weight_attr, time_attr, temporal_strategy)}
+    # Per part, the (frontier, positions, ids, times) it owns.
+    owned: dict[int, list[tuple[int, Tensor, Tensor, Optional[Tensor]]]] = {}
+    for index, (edge_type, ids, seed_time) in enumerate(frontiers):
+        if time_attr is not None and (seed_time is None or seed_time.numel() != ids.numel()):
+            raise StoreError(f"time_attr {time_attr!r} needs one seed time per id")
+        if not ids.numel():
+            continue
+        times = None if time_attr is None else seed_time.to(torch.long).view(-1)
+        for part, positions, part_ids in router.split(
+                ids, None if edge_type is None else edge_type[-1]):
+            owned.setdefault(part, []).append(
+                (index, positions, part_ids,
+                 None if times is None else times.index_select(0, positions)))
+    requests = [_hop_request(part, shares, frontiers, fanouts, shared, seed)
+                for part, shares in owned.items()]
+    replies = router.call_all(requests, timeout) if requests else []
+    answers: list[list[tuple[Tensor, list[Tensor]]]] = [[] for _ in frontiers]
+    for (part, shares), reply in zip(owned.items(), replies):
+        tensors = list(reply.tensors)
+        if len(tensors) != 3 * len(shares):
+            raise StoreError(f"server {router.endpoints[part]} answered a hop over "
+                             f"{len(shares)} edge types with {len(tensors)} tensors, "
+                             f"expected {3 * len(shares)}")
+        for k, (index, positions, _, _) in enumerate(shares):
+            answer = tensors[3 * k:3 * k + 3]
+            _check_sample_reply(answer, positions.numel(), router.endpoints[part])
+            answers[index].append((positions, answer))
+    out = []
+    for (_, ids, _), answer in zip(frontiers, answers):
+        if not answer:
+            empty = torch.empty(0, dtype=torch.long)
+            out.append((empty, empty, empty))
+            continue
+        counts, (nbrs, eids) = reassemble(
+            ids.numel(), [p for p, _ in answer], [t[0] for _, t in answer],
+            [(t[1], t[2]) for _, t in answer])
+        out.append((counts, nbrs, eids))
+    return out
+
+def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Tensor]]],
+                 frontiers: Sequence[tuple[Any, Tensor, Any]], fanouts: list[int],
+                 shared: dict[str, Any], seed: int) -> tuple[int, str, dict, list[Tensor]]:
+    """One server's request of a hop: ``sample`` for a homogeneous graph
+    (its one edge type), ``sample_types`` for every edge type it owns
+    destinations of on a heterogeneous one."""
+    tensors = [torch.cat([ids for _, _, ids, _ in shares])]
+    if shares[0][3] is not None:
+        tensors.append(torch.cat([times for _, _, _, times in shares]))
+    part_seed = mix_seed(seed, part)
+    if frontiers[shares[0][0]][0] is None:  # homogeneous: the request as it always was
+        return part, "sample", {**shared, "num_neighbors": fanouts[shares[0][0]],
+                                "seed": part_seed}, tensors
+    return part, "sample_types", {
+        **shared, "seed": part_seed,
+        "edge_types": [list(frontiers[index][0]) for index, _, _, _ in shares],
+        "sizes": [ids.numel() for _, _, ids, _ in shares],
+        "num_neighbors": [fanouts[index] for index, _, _, _ in shares]}, tensors
+
+
+def attribute_args(weight_attr: Optional[str], time_attr: Optional[str],
+                    temporal_strategy: str) -> dict[str, Any]:
+    """The optional arguments of a weighted or temporal ``sample``; none
+    for a uniform one, whose request stays as it was."""
+    args: dict[str, Any] = {}
+    if weight_attr is not None:
+        args["weight_attr"] = weight_attr
+    if time_attr is not None:
+        args["time_attr"] = time_attr
+        args["temporal_strategy"] = temporal_strategy
+    return args
+
+
+def _check_sample_reply(tensors: list[Tensor], num_seeds: int, address: str) -> None:
+    if len(tensors) != 3:
+        raise StoreError(f"server {address} answered 'sample' with {len(tensors)} tensors, "
+                         f"expected 3 (counts, neighbours, edge ids)")
+    counts, nbrs, eids = tensors
+    if counts.numel() != num_seeds or nbrs.numel() != eids.numel() or \
+            int(counts.sum()) != nbrs.numel():
+        raise StoreError(f"server {address} answered 'sample' inconsistently: {counts.numel()} "
+                         f"counts for {num_seeds} seeds summing to {int(counts.sum())}, "
+                         f"{nbrs.numel()} neighbours, {eids.numel()} edge ids")
