@@ -59,15 +59,22 @@ class Row:
 
 
 def _batch_stats(batch: Any) -> tuple[int, int, int]:
-    feats = sum(t.numel() * t.element_size() for t in (batch.x, batch.y) if t is not None)
-    return int(batch.batch_size), int(batch.edge_index.size(1)), int(feats)
+    """Seeds, sampled edges and feature bytes (``x``, ``y``) of a ``Data`` or
+    ``HeteroData`` batch."""
+    stores = batch.node_stores
+    seeds = sum(int(s.batch_size) for s in stores if "batch_size" in s)
+    edges = sum(int(s.edge_index.size(1)) for s in batch.edge_stores if "edge_index" in s)
+    feats = sum(s[k].numel() * s[k].element_size() for s in stores for k in ("x", "y")
+                if k in s)
+    return seeds, edges, int(feats)
 
 
 def _on(batch: Any, device: Optional[torch.device]) -> Any:
     """``batch`` on ``device`` (a copy only if it is not there yet)."""
-    if device is None or batch.x.device == device:
+    if device is None:
         return batch
-    return batch.to(device)
+    x = next((s.x for s in batch.node_stores if "x" in s), None)
+    return batch if x is not None and x.device == device else batch.to(device)
 
 
 def _synchronize(device: Optional[torch.device]) -> None:

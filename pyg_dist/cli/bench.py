@@ -69,6 +69,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None,
                    help="put batches on this device and train there, e.g. cuda (with "
                         "prefetch: pinned memory, side-stream copies); default: CPU")
+    p.add_argument("--hetero", action="store_true",
+                   help="measure the heterogeneous loader instead: a FakeHeteroDataset graph "
+                        "(3 node types of --num-nodes/3 nodes, 6 edge types) against PyG's "
+                        "NeighborLoader on the same HeteroData, and against the homogeneous "
+                        "loader on a graph of the same size")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.set_defaults(run=run)
 
@@ -86,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
         PygDistError: for a device this machine lacks, or ``--baseline`` /
             ``--link-delay-ms`` without the benchmarks package.
     """
+    if args.hetero and (args.baseline or args.link_delay_ms or args.device):
+        raise PygDistError("--hetero measures the loaders only; run --baseline, "
+                           "--link-delay-ms and --device without it")
     # Before torch is even imported: a missing package is named at once.
     if args.baseline or args.link_delay_ms:
         load_harness("--baseline" if args.baseline else "--link-delay-ms")
@@ -102,7 +110,12 @@ def run(args: argparse.Namespace) -> int:
         num_batches=args.num_batches, prefetch=args.prefetch,
         link_delays_ms=args.link_delay_ms, baseline=args.baseline, seed=args.seed,
         device=args.device, threads=args.threads, trainers=args.trainers)
-    result = run_bench(cfg)
+    if args.hetero:
+        from pyg_dist.bench.hetero import run_hetero_bench
+
+        result = run_hetero_bench(cfg)
+    else:
+        result = run_bench(cfg)
     print(format_table(result))
     if args.json:
         write_json(result, args.json)

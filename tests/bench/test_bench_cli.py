@@ -63,3 +63,32 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
                                      "pyg-dist K=2 over TCP / pyg-local (seeds/s)",
                                      "epoch K=2 / max(compute, loader)",
                                      "epoch K=2 / K=0 @1ms (time)"}
+
+
+@pytest.mark.timeout(LIMIT_S + 60)
+def test_bench_hetero_mode_measures_the_heterogeneous_loader(tmp_path):
+    out = tmp_path / "hetero.json"
+    proc = _run_bench("--hetero", "--num-nodes", "3000", "--avg-degree", "3",
+                      "--num-features", "16", "--num-batches", "2", "--batch-size", "64",
+                      "--prefetch", "2", "--partitioner", "random", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = {r["name"]: r for r in result["rows"]}
+    for name in ("pyg-local hetero NeighborLoader", "pyg-dist hetero K=0",
+                 "pyg-dist hetero K=2", "pyg-dist homogeneous K=0", "pyg-dist homogeneous K=2"):
+        assert rows[name]["batches"] == 2 and rows[name]["seeds"] == 2 * 64, name
+    # The same seed gives the same batches with and without prefetch.
+    assert rows["pyg-dist hetero K=0"]["edges"] == rows["pyg-dist hetero K=2"]["edges"] > 0
+    assert rows["pyg-dist hetero K=0"]["feature_bytes"] == \
+        rows["pyg-dist hetero K=2"]["feature_bytes"] > 0
+    assert set(result["ratios"]) == {
+        f"{a} K={k}{b}" for k in (0, 2) for a, b in (
+            ("pyg-dist hetero", " / pyg-local hetero (seeds/s)"),
+            ("hetero / homogeneous cost per seed", ""),
+            ("hetero / homogeneous cost per sampled edge", ""))}
+
+
+def test_bench_hetero_refuses_the_rows_it_does_not_measure():
+    proc = _run_bench("--hetero", "--baseline")
+    assert proc.returncode == 1
+    assert "--hetero measures the loaders only" in proc.stderr
