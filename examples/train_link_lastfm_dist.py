@@ -45,7 +45,7 @@ import pyg_dist
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=512, help="global batch (all ranks)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.005)
