@@ -45,11 +45,11 @@ import pyg_dist
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=512, help="global batch (all ranks)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=1024, help="global batch (all ranks)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.005)
-    p.add_argument("--fanout", type=int, nargs="+", default=[10, 5])
+    p.add_argument("--fanout", type=int, nargs="+", default=[5, 5])
     p.add_argument("--prefetch", type=int, default=2)
     return p.parse_args()
 
