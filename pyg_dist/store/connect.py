@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.discovery import SERVERS_ENV, server_addresses
-from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.errors import ProtocolError, ServerListError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.wire_values import describe
@@ -84,7 +84,8 @@ class ServerMeta:
         return None not in self.node_types
 
 
-def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = None, *,
+def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = None,
+            config: Any = None, *,
             timeout: Optional[float] = None, tune_malloc: Optional[bool] = None
             ) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
     """Connects to the partition servers of one graph.
@@ -94,7 +95,11 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
             ``host:port`` (read as TCP) or ``ipc://path``, as a list or a
             comma-separated string, or ``None`` to read ``PYG_DIST_SERVERS``
             or else the file named by ``PYG_DIST_SERVERS_FILE``
-            (:mod:`pyg_dist.discovery`).
+            (:mod:`pyg_dist.discovery`). A list entry may itself be a list:
+            replicas of one part (``[["a:5555", "a2:5555"], "b:5555"]``),
+            each checked to serve the same part of the same graph; reads
+            fail over among them when one dies, in every process
+            (``DataLoader`` workers included).
         config: An :class:`~pyg_dist.rpc.config.RpcConfig`; ``None`` uses the
             defaults and the environment.
         timeout: Deadline of the ``meta`` calls; ``None`` uses the config's
@@ -114,43 +119,83 @@ def connect(addresses: Union[Sequence[str], str, None] = None, config: Any = Non
         close the connections of both.
 
     Raises:
-        ServerListError: if no address is given or an address does not
-            parse (checked before anything connects).
-        StoreError: if the servers do not serve
-            each part of one graph exactly once.
+        ServerListError: if no address is given, an address does not parse
+            or repeats, or a replica list is empty (checked before anything
+            connects).
+        StoreError: if the servers do not serve each part of one graph
+            exactly once, or a replica serves another part or graph.
         RpcError: if a server cannot be reached within the deadline.
     """
     from pyg_dist.rpc.client import RpcClient
 
-    endpoints = server_addresses(addresses)
+    groups = _replica_groups(addresses)
+    flat = [e for g in groups for e in g]
     # Every batch brings tens of MB of feature rows into fresh tensors; with
     # glibc's defaults each one is new pages from the kernel (about 15% of
     # the loader's throughput on 2 cores). tune_malloc=False or
     # PYG_DIST_TUNE_MALLOC=0 opts out.
     if tune_process_malloc(tune_malloc):
         logger.debug("glibc malloc tuned for per-batch buffers")
-    client = RpcClient(endpoints, config)
+    client = RpcClient(flat, config)
     try:
         deadline = client.config.connect_timeout if timeout is None else timeout
         futures = [client.call_async(i, "meta", {}, [], timeout=deadline)
-                   for i in range(len(endpoints))]
-        metas = [_parse_meta(endpoints[i], f.result(timeout=deadline + 5.0))
-                 for i, f in enumerate(futures)]
-        order = _check_cluster(metas)
-        by_part = [metas[i] for i in order]
+                   for i in range(len(flat))]
+        replies = iter([_parse_meta(flat[i], f.result(timeout=deadline + 5.0))
+                        for i, f in enumerate(futures)])
+        metas = [[next(replies) for _ in g] for g in groups]
+        _check_replicas(metas)
+        order = _check_cluster([m[0] for m in metas])
+        by_part = [metas[i][0] for i in order]
         _books(by_part)  # checked before anything else is built
     except BaseException:
         client.close()
         raise
-    if order != list(range(len(endpoints))):
-        # The client indexes servers by position; rebuild it in part order.
+    ordered = [groups[i] for i in order]
+    if any(len(g) > 1 for g in groups) or order != list(range(len(groups))):
+        # The client indexes servers by position (one per part, in part
+        # order); a replicated part needs the failover client.
         client.close()
         client = None
-    return build_stores(by_part, [m.address for m in by_part], config, client)
+    replicas = ordered if any(len(g) > 1 for g in ordered) else None
+    return build_stores(by_part, [g[0] for g in ordered], config, client, replicas)
+
+
+def _replica_groups(addresses: Any) -> list[list[str]]:
+    """The servers as groups of replicas of one part (one endpoint each when
+    nothing is replicated), checked and normalised like any address list."""
+    if isinstance(addresses, (list, tuple)) and any(
+            isinstance(a, (list, tuple)) for a in addresses):
+        entries = [list(a) if isinstance(a, (list, tuple)) else [a] for a in addresses]
+        if any(not g for g in entries):
+            raise ServerListError("every part needs at least one server in its replica "
+                                  "list; got an empty one")
+        flat = server_addresses([e for g in entries for e in g])  # refuses repeats
+        out, start = [], 0
+        for g in entries:
+            out.append(flat[start:start + len(g)])
+            start += len(g)
+        return out
+    return [[e] for e in server_addresses(addresses)]
+
+
+def _check_replicas(metas: list[list[ServerMeta]]) -> None:
+    """Every replica serves the same part of the same graph as its group's first."""
+    for group in metas:
+        first = group[0]
+        for meta in group[1:]:
+            if (meta.part, meta.num_parts, meta.graph, meta.node_types, meta.edge_types,
+                    meta.features) != (first.part, first.num_parts, first.graph,
+                                       first.node_types, first.edge_types, first.features):
+                raise StoreError(
+                    f"{meta.address} is listed as a replica of {first.address} but serves "
+                    f"part {meta.part} of another or different graph (part {first.part} "
+                    f"expected); list only servers of the same part and dataset together")
 
 
 def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = None,
-                 client: Any = None) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
+                 client: Any = None, replicas: Optional[list[list[str]]] = None
+                 ) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
     """The store pair over servers whose ``meta`` was checked.
 
     Args:
@@ -159,11 +204,13 @@ def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = No
         config: The RPC configuration.
         client: A connected client whose server ``k`` is part ``k``, or
             ``None`` to connect on first use.
+        replicas: Per part, its replica endpoints (the first is
+            ``endpoints[k]``): reads fail over among them.
     """
     first = metas[0]
     books = _books(metas)
     router = Router(endpoints, books if first.is_hetero else books[None], first.num_nodes,
-                    config=config, client=client)
+                    config=config, client=client, replicas=replicas)
     logger.info("connected to %d servers of a graph with %d nodes, %d edges",
                 len(endpoints), first.num_nodes, first.num_edges)
     limits = [m.max_reply_bytes for m in metas]

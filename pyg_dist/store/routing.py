@@ -124,11 +124,16 @@ class Router:
             defaults and environment.
         client: An already connected client whose server ``k`` is part ``k``
             (used in the process that created it).
+        replicas: Per part, its replica endpoints (``replicas[k][0]`` is
+            ``endpoints[k]``); the client of every process is then a
+            :class:`~pyg_dist.rpc.replicas.FailoverClient`.
     """
 
     def __init__(self, endpoints: Sequence[str], book: Any, num_nodes: int,
-                 config: Any = None, client: Any = None) -> None:
+                 config: Any = None, client: Any = None,
+                 replicas: Optional[Sequence[Sequence[str]]] = None) -> None:
         self.endpoints = list(endpoints)
+        self.replicas = [list(g) for g in replicas] if replicas else None
         # One book per node type; a homogeneous graph has the one type None.
         self.books: dict[Optional[str], Any] = dict(book) if isinstance(book, dict) \
             else {None: book}
@@ -154,8 +159,10 @@ class Router:
                 raise StoreError("the remote store was closed; call pyg_dist.connect() again")
             if self._client is None:
                 from pyg_dist.rpc.client import RpcClient
+                from pyg_dist.rpc.replicas import FailoverClient
 
-                self._client = RpcClient(self.endpoints, self.config)
+                self._client = FailoverClient(self.replicas, self.config) if self.replicas \
+                    else RpcClient(self.endpoints, self.config)
             return self._client
 
     def close(self) -> None:
