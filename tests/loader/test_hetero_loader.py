@@ -161,3 +161,16 @@ def test_a_batch_asks_each_server_once_for_every_node_types_features(graph, stor
     after = [r.result["get_calls"] for r in router.call_all(
         [(p, "stats", {}, []) for p in range(router.num_parts)])]
     assert [a - b for a, b in zip(after, before)] == [1] * router.num_parts
+
+
+@pytest.mark.parametrize("filter_per_worker", [True, False])
+def test_worker_processes_give_the_same_hetero_batches(graph, stores, filter_per_worker):
+    """DataLoader worker processes (features joined in the workers or in the
+    main process) yield the batches the synchronous loader yields."""
+    kwargs = dict(num_neighbors=[-1, -1], input_nodes=("v0", torch.arange(90)), batch_size=30)
+    ref = list(DistNeighborLoader(stores, **kwargs))
+    got = list(DistNeighborLoader(stores, num_workers=2, filter_per_worker=filter_per_worker,
+                                  **kwargs))
+    assert len(got) == len(ref) == 3
+    for a, b in zip(ref, got):
+        assert_same_batch(b, a, graph)
