@@ -55,8 +55,19 @@ class RequestFuzzer:
         ids = self.owned[torch.randint(len(self.owned), (rng.randint(1, 16),),
                                        generator=torch.Generator().manual_seed(req_id))]
         op = rng.choice(["get", "get", "sample", "sample", "meta", "sizes", "ping",
-                         "edge_index", "edge_ids"])
-        if op == "get":
+                         "edge_index", "edge_ids", "get_types", "sample_types"])
+        cut = rng.randint(0, ids.numel())
+        if op == "get_types":
+            # Two groups (the graph's one node type twice): ids split in two.
+            args = {"groups": [{"group": None, "attrs": ["x"]}, {"group": None, "attrs": ["y"]}],
+                    "sizes": [cut, ids.numel() - cut]}
+            tensors = [ids]
+        elif op == "sample_types":
+            args = {"edge_types": [None, None], "sizes": [cut, ids.numel() - cut],
+                    "num_neighbors": [rng.choice([-1, 2, 5]), 2], "replace": False,
+                    "seed": rng.randint(0, 100)}
+            tensors = [ids]
+        elif op == "get":
             args, tensors = {"attrs": rng.choice([["x"], ["y"], ["x", "y"]])}, [ids]
         elif op == "sample":
             # Small fan-outs without replacement: even flipped bits cannot ask
