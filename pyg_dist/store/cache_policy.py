@@ -77,24 +77,34 @@ class CachePolicy(Protocol):
         ...
 
 
-def checked_choice(ids: Any, budget: int, num_nodes: int, policy: str) -> Tensor:
+def checked_choice(ids: Any, budget: int, num_nodes: int, policy: str,
+                   node_type: Optional[str] = None) -> Tensor:
     """The first ``budget`` distinct ids of a policy's answer, validated.
 
     A policy is third-party code: its answer must be 1-D integer ids in
     ``[0, num_nodes)``; repeats keep their first (most valuable) place.
 
+    Args:
+        ids: The policy's answer.
+        budget: Nodes the cache holds (of this type).
+        num_nodes: Nodes of the type; ids must lie below.
+        policy: The policy's name, for messages.
+        node_type: The node type chosen for (``None``: homogeneous graph).
+
     Raises:
-        CacheError: naming the policy and what was wrong.
+        CacheError: naming the policy, the node type and what was wrong.
     """
+    who = f"cache policy {policy!r}" + ("" if node_type is None else
+                                         f" (for node type {node_type!r})")
     if not isinstance(ids, Tensor):
-        raise CacheError(f"cache policy {policy!r} returned {type(ids).__name__}, "
+        raise CacheError(f"{who} returned {type(ids).__name__}, "
                          f"expected a 1-D int64 tensor of node ids")
     if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
-        raise CacheError(f"cache policy {policy!r} returned a tensor of dtype {ids.dtype} and "
+        raise CacheError(f"{who} returned a tensor of dtype {ids.dtype} and "
                          f"shape {tuple(ids.shape)}, expected 1-D integer node ids")
     ids = ids.to(torch.long).cpu()
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
-        raise CacheError(f"cache policy {policy!r} returned node ids outside "
+        raise CacheError(f"{who} returned node ids outside "
                          f"[0, {num_nodes}): min {int(ids.min())}, max {int(ids.max())}")
     # Keep the first occurrence of every id, in the policy's order.
     first = torch.full((num_nodes,), ids.numel(), dtype=torch.long)

@@ -194,7 +194,7 @@ class CachedFeatureStore(FeatureStore):
                     raise
                 raise CacheError(f"cache policy {name!r} refused its options "
                                  f"{sorted(options)}: {exc}") from exc
-            chosen[t] = checked_choice(answer, tc.budget, tc.num_nodes, name)
+            chosen[t] = checked_choice(answer, tc.budget, tc.num_nodes, name, t)
             tc.report = context.report
         return chosen
 

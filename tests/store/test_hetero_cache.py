@@ -195,3 +195,13 @@ def test_a_capacity_over_the_memory_available_is_refused(hetero2, monkeypatch):
     with pytest.raises(CacheError, match=r"v0: \d+ nodes x \d+ bytes, v1: .*lower capacity"):
         CachedFeatureStore(fs, 1.0, "degree", graph_store=gs)
     CachedFeatureStore(fs, 0.05, "degree", graph_store=gs)
+
+
+def test_a_policy_answer_out_of_range_names_its_node_type(hetero_data, hetero2):
+    fs, gs = hetero2
+
+    def too_far(context, budget):
+        return torch.tensor([context.num_nodes])  # one past the type's last node
+
+    with pytest.raises(CacheError, match=r"for node type 'v0'.*outside"):
+        CachedFeatureStore(fs, 0.1, too_far, graph_store=gs)
