@@ -13,8 +13,11 @@ before any socket exists, from the first of:
 
 An address is ``tcp://host:port``, ``host:port`` (read as TCP) or
 ``ipc://path``; the order does not matter (servers say which part they
-serve). A bad entry is a :class:`~pyg_dist.errors.ServerListError` that names
-its source (and the file's line).
+serve). Replicas of one part (:func:`server_groups`, what
+:func:`pyg_dist.connect` reads) are joined by ``|``, e.g.
+``PYG_DIST_SERVERS=a:5555|a2:5555,b:5555``, or given as a list. A bad entry
+is a :class:`~pyg_dist.errors.ServerListError` that names its source (and
+the file's line).
 """
 
 from __future__ import annotations
@@ -56,6 +59,50 @@ def server_addresses(addresses: Union[Sequence[str], str, None] = None,
             read or is too big, the list is empty, an entry does not parse,
             or an address repeats.
     """
+    items, source = _items(addresses, environ)
+    return _normalise(items, source)
+
+
+def server_groups(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = None,
+                  environ: Optional[dict[str, str]] = None) -> list[list[str]]:
+    """:func:`server_addresses` with replicas: every entry is a server or a
+    group of replicas of one part, given as a list (``[["a:1", "a2:1"],
+    "b:1"]``) or joined by ``|`` (``"a:1|a2:1,b:1"``, in the environment
+    variable and the file too).
+
+    Returns:
+        One list of distinct endpoints per part (a single one when the part
+        has no replicas).
+
+    Raises:
+        ServerListError: as :func:`server_addresses`, and for an empty
+            replica group.
+    """
+    items, source = _items(addresses, environ)
+    members: list[tuple[object, Optional[int]]] = []
+    sizes = []
+    for entry, line in items:
+        group = entry.split("|") if isinstance(entry, str) else \
+            list(entry) if isinstance(entry, (list, tuple)) else [entry]
+        if not group or any(isinstance(m, str) and not m.strip() for m in group):
+            where = source if line is None else f"{source}, line {line}"
+            raise ServerListError(f"a replica group in the server list ({where}) is empty "
+                                  f"or has an empty member: {entry!r}; write "
+                                  f"host:port|host2:port for the replicas of one part")
+        members += [(m.strip() if isinstance(m, str) else m, line) for m in group]
+        sizes.append(len(group))
+    flat = _normalise(members, source)
+    groups, start = [], 0
+    for size in sizes:
+        groups.append(flat[start:start + size])
+        start += size
+    return groups
+
+
+def _items(addresses: object, environ: Optional[dict[str, str]]
+           ) -> tuple[list[tuple[object, Optional[int]]], str]:
+    """The raw entries of the first list found (see the module doc), each
+    with its line in the file, and the list's source."""
     env = os.environ if environ is None else environ
     if addresses is not None:
         source = "pyg_dist.connect()"
@@ -75,7 +122,7 @@ def server_addresses(addresses: Union[Sequence[str], str, None] = None,
             f"no server addresses: pass them to pyg_dist.connect([...]), or set {SERVERS_ENV} "
             f"(comma-separated host:port, as pyg-dist launch does) or {SERVERS_FILE_ENV} (a "
             f"file with one host:port a line) in every trainer's environment")
-    return _normalise(items, source)
+    return items, source
 
 
 def _read(path: Path, source: str) -> str:

@@ -22,8 +22,8 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.discovery import SERVERS_ENV, server_addresses
-from pyg_dist.errors import ProtocolError, ServerListError, StoreError
+from pyg_dist.discovery import SERVERS_ENV, server_groups
+from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.wire_values import describe
@@ -95,8 +95,9 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
             ``host:port`` (read as TCP) or ``ipc://path``, as a list or a
             comma-separated string, or ``None`` to read ``PYG_DIST_SERVERS``
             or else the file named by ``PYG_DIST_SERVERS_FILE``
-            (:mod:`pyg_dist.discovery`). A list entry may itself be a list:
-            replicas of one part (``[["a:5555", "a2:5555"], "b:5555"]``),
+            (:mod:`pyg_dist.discovery`). An entry may be a group of
+            replicas of one part, as a list (``[["a:5555", "a2:5555"],
+            "b:5555"]``) or joined by ``|`` (``"a:5555|a2:5555,b:5555"``),
             each checked to serve the same part of the same graph; reads
             fail over among them when one dies, in every process
             (``DataLoader`` workers included).
@@ -128,7 +129,7 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
     """
     from pyg_dist.rpc.client import RpcClient
 
-    groups = _replica_groups(addresses)
+    groups = server_groups(addresses)
     flat = [e for g in groups for e in g]
     # Every batch brings tens of MB of feature rows into fresh tensors; with
     # glibc's defaults each one is new pages from the kernel (about 15% of
@@ -159,24 +160,6 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
         client = None
     replicas = ordered if any(len(g) > 1 for g in ordered) else None
     return build_stores(by_part, [g[0] for g in ordered], config, client, replicas)
-
-
-def _replica_groups(addresses: Any) -> list[list[str]]:
-    """The servers as groups of replicas of one part (one endpoint each when
-    nothing is replicated), checked and normalised like any address list."""
-    if isinstance(addresses, (list, tuple)) and any(
-            isinstance(a, (list, tuple)) for a in addresses):
-        entries = [list(a) if isinstance(a, (list, tuple)) else [a] for a in addresses]
-        if any(not g for g in entries):
-            raise ServerListError("every part needs at least one server in its replica "
-                                  "list; got an empty one")
-        flat = server_addresses([e for g in entries for e in g])  # refuses repeats
-        out, start = [], 0
-        for g in entries:
-            out.append(flat[start:start + len(g)])
-            start += len(g)
-        return out
-    return [[e] for e in server_addresses(addresses)]
 
 
 def _check_replicas(metas: list[list[ServerMeta]]) -> None:

@@ -42,12 +42,15 @@ def test_epoch_survives_the_death_of_one_replica(cora2_root, cora_data, edge_key
             fs.close()
 
 
-def test_failover_in_dataloader_worker_processes(cora2_root, cora_data, edge_keys):
-    """Forked workers build their own failover client (not a plain one)."""
+def test_failover_in_dataloader_worker_processes(cora2_root, cora_data, edge_keys,
+                                                  monkeypatch):
+    """Forked workers build their own failover client (not a plain one);
+    the replicas come from PYG_DIST_SERVERS, joined by '|'."""
     config = RpcConfig(timeout=2.0, connect_timeout=30.0)
     with serve_parts(cora2_root, [0, 1, 1]) as cluster:
         part0, part1_a, part1_b = cluster.endpoints
-        fs, gs = connect([part0, [part1_a, part1_b]], config)
+        monkeypatch.setenv("PYG_DIST_SERVERS", f"{part0},{part1_a}|{part1_b}")
+        fs, gs = connect(None, config)
         try:
             loader = DistNeighborLoader((fs, gs), num_neighbors=[5, 5], batch_size=256,
                                         seed=4, num_workers=2)
@@ -63,7 +66,9 @@ def test_failover_in_dataloader_worker_processes(cora2_root, cora_data, edge_key
 
 
 def test_bad_replica_lists_are_refused_before_connecting():
-    with pytest.raises(ServerListError, match="at least one server"):
+    with pytest.raises(ServerListError, match="replica group .* is empty"):
         connect([["tcp://127.0.0.1:1"], []])
+    with pytest.raises(ServerListError, match="empty member"):
+        connect("127.0.0.1:1|,127.0.0.1:2")
     with pytest.raises(ServerListError, match="repeat"):
         connect([["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], "tcp://127.0.0.1:1"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pyg_dist
-from pyg_dist.discovery import SERVERS_ENV, SERVERS_FILE_ENV, server_addresses
+from pyg_dist.discovery import SERVERS_ENV, SERVERS_FILE_ENV, server_addresses, server_groups
 from pyg_dist.errors import ServerListError
 
 
@@ -67,3 +67,25 @@ def test_connect_reads_the_file(served_cora, tmp_path, monkeypatch):
     fs2, _ = pyg_dist.connect()
     with fs2:
         assert fs2[None, "y", None].numel() == served_cora.data.num_nodes
+
+
+def test_replica_groups_from_a_list_the_environment_and_a_file(tmp_path):
+    assert server_groups([["a:1", "tcp://a2:1"], "b:2"]) == \
+        [["tcp://a:1", "tcp://a2:1"], ["tcp://b:2"]]
+    assert server_groups(None, {"PYG_DIST_SERVERS": "a:1|a2:1, b:2"}) == \
+        [["tcp://a:1", "tcp://a2:1"], ["tcp://b:2"]]
+    listed = tmp_path / "servers.txt"
+    listed.write_text("# part 0, two replicas\na:1|a2:1\nb:2\n")
+    assert server_groups(None, {"PYG_DIST_SERVERS_FILE": str(listed)}) == \
+        [["tcp://a:1", "tcp://a2:1"], ["tcp://b:2"]]
+
+
+@pytest.mark.parametrize("given, match", [
+    ("a:1||a2:1,b:2", "empty member"),
+    ([["a:1"], []], "is empty"),
+    ("a:1|a:1,b:2", "repeats"),
+    ("a:1|nope,b:2", "nope"),
+])
+def test_bad_replica_groups_are_refused(given, match):
+    with pytest.raises(ServerListError, match=match):
+        server_groups(given)
