@@ -15,11 +15,6 @@ from pyg_dist.datasets import cora, fake, fake_hetero, imdb, load_dataset
 from pyg_dist.errors import DatasetResolveError
 
 
-@pytest.fixture(scope="module")
-def cora_data():
-    return cora()
-
-
 def test_cora_has_the_planetoid_shape(cora_data):
     d = cora_data
     assert d.num_nodes == 2708 and d.num_edges == 10556

@@ -7,13 +7,14 @@ import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.datasets import cora, fake
+from pyg_dist.datasets import fake
 from pyg_dist.partitioning import PartitionReader
 
 
 @pytest.fixture(scope="session")
-def cora_graph() -> Data:
-    return cora()
+def cora_graph(cora_data) -> Data:
+    """Cora (the session's one copy, tests/support/served_cora.py)."""
+    return cora_data
 
 
 @pytest.fixture(scope="session")

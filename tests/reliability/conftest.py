@@ -16,13 +16,7 @@ from reliability_checks import LIMIT
 from support.servers import serve_part
 
 import pyg_dist
-from pyg_dist.datasets import cora
 from pyg_dist.partitioning import PartitionReader
-
-
-@pytest.fixture(scope="session")
-def cora_data():
-    return cora()
 
 
 @pytest.fixture(scope="session")

@@ -6,15 +6,9 @@ import pytest
 from support.servers import serve_parts
 
 import pyg_dist
-from pyg_dist.datasets import cora
 from pyg_dist.partitioning import PartitionReader
 
 MAX_MESSAGE_BYTES = 1 << 20
-
-
-@pytest.fixture(scope="session")
-def cora_data():
-    return cora()
 
 
 @pytest.fixture(scope="session")
