@@ -174,3 +174,22 @@ def test_worker_processes_give_the_same_hetero_batches(graph, stores, filter_per
     assert len(got) == len(ref) == 3
     for a, b in zip(ref, got):
         assert_same_batch(b, a, graph)
+
+
+def test_bidirectional_hetero_batches_hold_both_directions(graph, stores):
+    """subgraph_type='bidirectional' on a heterogeneous graph (PyG's
+    to_bidirectional): an edge type between nodes of one type holds every
+    sampled edge in both directions."""
+    loader = DistNeighborLoader(stores, num_neighbors=[5, 5], input_nodes="v0",
+                                batch_size=64, subgraph_type="bidirectional", seed=6)
+    batch = next(iter(loader))
+    same_type = [t for t in graph.edge_types if t[0] == t[-1]]
+    assert same_type, "the test graph needs an edge type within one node type"
+    sampled = 0
+    for edge_type in same_type:
+        n_id = batch[edge_type[0]].n_id
+        row, col = batch[edge_type].edge_index
+        pairs = set(zip(n_id[row].tolist(), n_id[col].tolist()))
+        assert pairs == {(v, u) for u, v in pairs}, edge_type
+        sampled += len(pairs)
+    assert sampled > 0
