@@ -117,9 +117,6 @@ class DistNeighborSampler(BaseSampler):
         except ValueError as exc:
             raise SamplerError(f"subgraph_type must be one of 'directional', 'bidirectional', "
                                f"'induced'; got {subgraph_type!r}") from exc
-        if self.is_hetero and self.subgraph_type == SubgraphType.induced:
-            raise SamplerError("subgraph_type='induced' is not supported on heterogeneous "
-                               "graphs yet; use 'directional' or 'bidirectional'")
         self.feature_store = data[0] if isinstance(data, (tuple, list)) else None
         self.weight_attr, self.time_attr = weight_attr, time_attr
         self.temporal_strategy = temporal_strategy

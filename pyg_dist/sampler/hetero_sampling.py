@@ -17,7 +17,9 @@ type equal PyG's on the unpartitioned graph. One hop costs one round trip:
 the requests of every edge type to every server fly together
 (:meth:`~pyg_dist.store.remote_graph_store.RemoteGraphStore.sample_hop`).
 Disjoint (and so temporal) sampling keys a node by ``(seed, id)`` as the
-homogeneous sampler does, per node type.
+homogeneous sampler does, per node type. ``subgraph_type="induced"`` asks
+once more for the sampled nodes' whole neighbourhoods and keeps every edge
+between sampled nodes, as PyG does.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 from torch_geometric.sampler import HeteroSamplerOutput
+from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_dist.sampler.relabel import node_index
@@ -127,10 +130,36 @@ def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
         node[t] = node_keys % sizes[t] if disjoint else node_keys
         if disjoint:
             batch[t] = node_keys // sizes[t]
-    return HeteroSamplerOutput(
-        node=node,
-        row={t: torch.cat(v) if v else empty for t, v in rows.items()},
-        col={t: torch.cat(v) if v else empty for t, v in cols.items()},
-        edge={t: torch.cat(v) if v else empty for t, v in edges.items()},
-        batch=batch, num_sampled_nodes=num_sampled_nodes,
-        num_sampled_edges=num_sampled_edges)
+    row = {t: torch.cat(v) if v else empty for t, v in rows.items()}
+    col = {t: torch.cat(v) if v else empty for t, v in cols.items()}
+    edge = {t: torch.cat(v) if v else empty for t, v in edges.items()}
+    if sampler.subgraph_type == SubgraphType.induced:
+        row, col, edge = _induced_edges(sampler, node, index, base_seed)
+        num_sampled_nodes = num_sampled_edges = None  # no hop structure, as in PyG
+    return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge, batch=batch,
+                               num_sampled_nodes=num_sampled_nodes,
+                               num_sampled_edges=num_sampled_edges)
+
+
+def _induced_edges(sampler: Any, node: dict[NodeType, Tensor], index: dict[NodeType, Any],
+                   base_seed: int) -> tuple[dict, dict, dict]:
+    """Every edge of every edge type whose two endpoints were sampled: one
+    more round trip asks for the whole in-neighbourhood of every sampled
+    node (per edge type, its destinations) and keeps the sampled sources."""
+    edge_types = list(sampler.num_neighbors)
+    asked = [t for t in edge_types if node[t[-1]].numel()]
+    answers = sampler.graph_store.sample_hop(
+        [(t, node[t[-1]], None) for t in asked], -1, False,
+        sampler.hop_seed(base_seed, sampler.num_hops), timeout=sampler.timeout)
+    empty = torch.empty(0, dtype=torch.long)
+    row = {t: empty for t in edge_types}
+    col = {t: empty for t in edge_types}
+    edge = {t: empty for t in edge_types}
+    for edge_type, (counts, nbrs, eids) in zip(asked, answers):
+        counts = counts.to(torch.long)
+        dst_local = torch.arange(node[edge_type[-1]].numel()).repeat_interleave(
+            counts, output_size=nbrs.numel())
+        src_local, found = index[edge_type[0]].lookup(nbrs.to(torch.long))
+        row[edge_type], col[edge_type] = src_local[found], dst_local[found]
+        edge[edge_type] = eids.to(torch.long)[found]
+    return row, col, edge

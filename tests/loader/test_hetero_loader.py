@@ -193,3 +193,26 @@ def test_bidirectional_hetero_batches_hold_both_directions(graph, stores):
         assert pairs == {(v, u) for u, v in pairs}, edge_type
         sampled += len(pairs)
     assert sampled > 0
+
+
+def test_induced_hetero_batches_equal_pyg(graph, stores):
+    """subgraph_type='induced' at full fan-out: the same nodes as PyG, and
+    every edge of every type between them."""
+    seeds = torch.arange(0, 60, 3)
+    ref = NeighborLoader(graph, num_neighbors=[-1], input_nodes=("v0", seeds),
+                         batch_size=20, subgraph_type="induced")
+    dist = DistNeighborLoader(stores, num_neighbors=[-1], input_nodes=("v0", seeds),
+                              batch_size=20, subgraph_type="induced")
+    for a, b in zip(ref, dist):
+        for node_type in graph.node_types:
+            assert set(b[node_type].n_id.tolist()) == set(a[node_type].n_id.tolist())
+        for edge_type in graph.edge_types:
+            src, _, dst = edge_type
+            ei = graph[edge_type].edge_index
+            inside = torch.isin(ei[0], b[src].n_id) & torch.isin(ei[1], b[dst].n_id)
+            assert global_edges(b, edge_type) == set(zip(
+                ei[0, inside].tolist(), ei[1, inside].tolist(),
+                inside.nonzero().view(-1).tolist())), edge_type
+            assert {(s, d) for s, d, _ in global_edges(b, edge_type)} == \
+                {(int(a[src].n_id[r]), int(a[dst].n_id[c]))
+                 for r, c in a[edge_type].edge_index.t().tolist()}, edge_type
