@@ -126,3 +126,21 @@ def test_bad_link_inputs_are_typed_errors(hetero_data, hetero_stores, cora_store
     with pytest.raises(Exception, match="homogeneous"):
         DistLinkNeighborLoader(cora_stores, num_neighbors=[2],
                                edge_label_index=(edge_type, torch.zeros(2, 1, dtype=torch.long)))
+
+
+def test_disjoint_hetero_link_batches_give_every_link_its_own_tree(hetero_data,
+                                                                    hetero_stores):
+    edge_type = seed_type(hetero_data)
+    src, _, dst = edge_type
+    loader = DistLinkNeighborLoader(hetero_stores, num_neighbors=[3, 2],
+                                    edge_label_index=edge_type, neg_sampling="binary",
+                                    batch_size=16, disjoint=True, seed=8)
+    batch = next(iter(loader))
+    index = batch[edge_type].edge_label_index
+    assert index.size(1) == 32
+    # Link i's endpoints root tree i (negatives: trees 16..31, as in PyG).
+    assert torch.equal(batch[src].batch[index[0]] % 16, torch.arange(32) % 16)
+    assert torch.equal(batch[dst].batch[index[1]] % 16, torch.arange(32) % 16)
+    for t in hetero_data.edge_types:
+        row, col = batch[t].edge_index
+        assert torch.equal(batch[t[0]].batch[row], batch[t[-1]].batch[col]), t
