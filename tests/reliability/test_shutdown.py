@@ -8,10 +8,9 @@ would hide a stuck thread after a 5 s wait.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
-from support.handlers import HANDLERS
+from support.handlers import HANDLERS, SLOW_RUNNING
 
 from pyg_dist.errors import RpcError
 from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer
@@ -27,7 +26,8 @@ def test_stop_during_a_running_handler_joins_every_thread():
     client = RpcClient([server.endpoint], RpcConfig(timeout=2.0))
     try:
         future = client.call_async(0, "slow", {"s": 1.0})
-        time.sleep(0.3)  # the worker is inside the handler now
+        # The handler is inside its call when the server is told to stop.
+        assert SLOW_RUNNING.wait(timeout=10)
         server.stop(timeout=3.0)
         with pytest.raises(RpcError):  # its reply was dropped: a typed timeout
             future.result(timeout=30)

@@ -5,11 +5,10 @@ during either."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
-from support.handlers import HANDLERS
+from support.handlers import HANDLERS, SLOW_RUNNING
 
 from pyg_dist.errors import RemoteError, RpcError
 from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer
@@ -97,7 +96,8 @@ def test_stop_during_a_running_handler_drops_its_reply_and_joins_every_thread(in
     client = RpcClient([server.endpoint], RpcConfig(timeout=2.0))
     try:
         future = client.call_async(0, "slow", {"s": 1.0})
-        time.sleep(0.3)  # the handler is running now
+        # The handler is inside its call when the server is told to stop.
+        assert SLOW_RUNNING.wait(timeout=10)
         server.stop(timeout=3.0)
         with pytest.raises(RpcError):  # its reply was dropped: a typed timeout
             future.result(timeout=30)

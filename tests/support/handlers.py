@@ -23,9 +23,18 @@ def crash(args, tensors):
     raise RuntimeError("handler bug")
 
 
+SLOW_RUNNING = threading.Event()
+"""Set while a ``slow`` handler runs (in-process servers): a test waits on
+it to know a handler is inside its call, instead of sleeping and hoping."""
+
+
 def slow(args, tensors):
-    # Bounded so a stuck test cannot keep a worker forever.
-    threading.Event().wait(min(float(args.get("s", 1.0)), 5.0))
+    SLOW_RUNNING.set()
+    try:
+        # Bounded so a stuck test cannot keep a worker forever.
+        threading.Event().wait(min(float(args.get("s", 1.0)), 5.0))
+    finally:
+        SLOW_RUNNING.clear()
     return {"slept": args.get("s")}, []
 
 
