@@ -25,7 +25,6 @@ memory-mapped from the part's file (pages read as rows are asked for).
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,13 @@ from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
-from pyg_dist.server.requests import LocalIndex, edge_type_arg, int_arg
+from pyg_dist.server.requests import (
+    LocalIndex,
+    attrs_arg,
+    edge_type_arg,
+    int_arg,
+    one_id_tensor,
+)
 
 Result = tuple[dict[str, Any], list[Tensor]]
 
@@ -129,30 +134,9 @@ class EdgeFeatureOps:
     def _plan(self, args: dict[str, Any]) -> tuple[Any, list[str], int]:
         """Checks ``get_edges``'s arguments: ``(edge_type, attrs, bytes per row)``."""
         edge_type = self._edge_type(args)
-        attrs = args.get("attrs")
-        if not isinstance(attrs, list) or not attrs or \
-                not all(isinstance(a, str) for a in attrs):
-            raise ProtocolError(f"argument 'attrs' must be a non-empty list of edge "
-                                f"attribute names, got {describe(attrs)}")
-        specs = self._specs[edge_type]
-        unknown = [a for a in attrs if a not in specs]
-        if unknown:
-            raise StoreError(f"unknown edge attribute(s) {describe(unknown)} of edge type "
-                             f"{describe(_edge_type_json(edge_type))}; its edges hold "
-                             f"{sorted(specs)}")
-        row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
-                        for a in attrs)
+        attrs, row_bytes = attrs_arg(args, self._specs[edge_type], "edge attribute",
+                                     f"edge type {describe(_edge_type_json(edge_type))}")
         return edge_type, attrs, row_bytes
-
-    @staticmethod
-    def _ids(tensors: list[Tensor]) -> Tensor:
-        if len(tensors) != 1:
-            raise ProtocolError(f"expected exactly one tensor of edge ids, got {len(tensors)}")
-        ids = tensors[0]
-        if ids.dtype != torch.int64 or ids.dim() != 1:
-            raise ProtocolError(f"edge ids must be a 1-D int64 tensor, got {ids.dtype} of "
-                                f"shape {list(ids.shape)}")
-        return ids
 
     def _table(self, edge_type: Any) -> EdgeTable:
         table = self._tables.get(edge_type)
@@ -200,7 +184,7 @@ class EdgeFeatureOps:
         one tensor per attribute, in the order of the ids; result
         ``{"attrs": [...]}``."""
         edge_type, attrs, row_bytes = self._plan(args)
-        ids = self._ids(tensors)
+        ids = one_id_tensor(tensors, "edge")
         table = self._table(edge_type)
         rows = table.index.rows(ids, self._num_edges[edge_type])
         self._check_reply(rows.numel() * row_bytes, "get_edges",

@@ -11,7 +11,6 @@ what was served for ``stats``.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from typing import Any, Optional
@@ -25,7 +24,7 @@ from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
-from pyg_dist.server.requests import group_arg
+from pyg_dist.server.requests import attrs_arg, group_arg, split_by_sizes
 from pyg_dist.store.local import PartitionFeatureStore
 
 Result = tuple[dict[str, Any], list[Tensor]]
@@ -94,30 +93,17 @@ class NodeFeatureOps:
         """Checks ``get``'s arguments: ``(group, attrs, specs, bytes per row)``."""
         group = group_arg(args.get("group"))
         attrs = args.get("attrs")
-        if not isinstance(attrs, list) or not attrs or \
-                not all(isinstance(a, str) for a in attrs):
-            raise ProtocolError(f"argument 'attrs' must be a non-empty list of feature "
-                                f"names, got {describe(attrs)}")
-        key = (group, *attrs)
-        plan = self._plans.get(key)
+        key = (group, *attrs) if isinstance(attrs, list) and \
+            all(isinstance(a, str) for a in attrs) else None
+        plan = self._plans.get(key) if key is not None else None
         if plan is not None:  # the estimate checked these arguments just before
             return plan
-        plan = self._new_get_plan(group, attrs)
+        specs = self.specs(group)
+        attrs, row_bytes = attrs_arg(args, specs, "feature", f"node type {describe(group)}")
+        plan = (group, attrs, specs, row_bytes)
         if len(self._plans) < 256:  # clients choose attrs: keep the memo small
             self._plans[key] = plan
         return plan
-
-    def _new_get_plan(self, group: Optional[str], attrs: list[str]
-                      ) -> tuple[Optional[str], list[str], dict[str, dict[str, Any]], int]:
-        specs = self.specs(group)
-        unknown = [a for a in attrs if a not in specs]
-        if unknown:
-            raise StoreError(f"unknown feature(s) {describe(unknown)} of node type "
-                             f"{describe(group)}; this "
-                             f"graph has {sorted(specs)}")
-        row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
-                        for a in attrs)
-        return group, attrs, specs, row_bytes
 
     def get_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Bytes of ``get``'s answer (rows times the attributes' row bytes).
@@ -149,38 +135,28 @@ class NodeFeatureOps:
         of ``{"group", "attrs"}``) and ``sizes`` (ids per group); the ids of
         every group travel as one tensor, group after group, and the answer
         is every group's attribute tensors in that order."""
-        planned = self._get_types_plan(args, tensors)
+        planned = [(plan, self._ids_of([ids], self._index_of(plan[0])))
+                   for plan, ids in self._get_types_groups(args, tensors)]
         return {"groups": len(planned)}, self._serve_rows(planned, "get_types", ctx)
 
     def get_types_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Bytes of ``get_types``' answer (every group's rows)."""
-        answer = sum(rows.numel() * plan[3]
-                     for plan, rows in self._get_types_plan(args, tensors))
+        answer = sum(ids.numel() * plan[3]
+                     for plan, ids in self._get_types_groups(args, tensors))
         self._check_reply(answer, "get_types", "ask for fewer ids per request")
         return answer
 
-    def _get_types_plan(self, args: dict[str, Any], tensors: list[Tensor]
-                        ) -> list[tuple[tuple, Tensor]]:
-        """``get_types``' groups checked: ``[(get plan, local rows)]``."""
-        groups, sizes = args.get("groups"), args.get("sizes")
+    def _get_types_groups(self, args: dict[str, Any], tensors: list[Tensor]
+                          ) -> list[tuple[tuple, Tensor]]:
+        """``get_types``' groups checked: ``[(get plan, the group's ids)]``
+        (the ids' ownership is checked when they are looked up)."""
+        groups = args.get("groups")
         if not isinstance(groups, list) or not 0 < len(groups) <= MAX_GROUPS or not all(
                 isinstance(g, dict) for g in groups):
             raise ProtocolError(f"argument 'groups' must be a list of 1 to {MAX_GROUPS} "
                                 f"{{group, attrs}} maps, got {describe(groups)}")
-        if not isinstance(sizes, list) or len(sizes) != len(groups) or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
-            raise ProtocolError(f"argument 'sizes' must list one non-negative int per group "
-                                f"({len(groups)}), got {describe(sizes)}")
-        if len(tensors) != 1 or tensors[0].dim() != 1 or tensors[0].numel() != sum(sizes):
-            raise ProtocolError(f"get_types takes the ids of every group as one 1-D tensor "
-                                f"of {sum(sizes)} entries (the sum of 'sizes')")
-        planned, start = [], 0
-        for group, size in zip(groups, sizes):
-            plan = self._get_plan(group)
-            ids = tensors[0][start:start + size]
-            planned.append((plan, self._ids_of([ids], self._index_of(plan[0]))))
-            start += size
-        return planned
+        slices = split_by_sizes(args, tensors, len(groups), "get_types")
+        return [(self._get_plan(group), ids) for group, (ids,) in zip(groups, slices)]
 
     def _serve_rows(self, planned: list[tuple[tuple, Tensor]], op: str,
                     ctx: CallContext) -> list[Tensor]:

@@ -39,6 +39,7 @@ from pyg_dist.server.requests import (
     edge_type_arg,
     fan_out,
     int_arg,
+    one_id_tensor,
     sampled_count,
     seeded_generator,
 )
@@ -143,13 +144,7 @@ class PartitionOps:
 
     def _ids(self, tensors: list[Tensor], index: LocalIndex) -> Tensor:
         """Checks the one id tensor of a request; returns the local rows."""
-        if len(tensors) != 1:
-            raise ProtocolError(f"expected exactly one tensor of node ids, got {len(tensors)}")
-        ids = tensors[0]
-        if ids.dtype != torch.int64 or ids.dim() != 1:
-            raise ProtocolError(f"node ids must be a 1-D int64 tensor, got {ids.dtype} of "
-                                f"shape {list(ids.shape)}")
-        return index.rows(ids, index.num_nodes)
+        return index.rows(one_id_tensor(tensors), index.num_nodes)
 
     def _csc_of(self, args: dict[str, Any]) -> Csc:
         edge_type = edge_type_arg(args.get("edge_type"))

@@ -9,6 +9,7 @@ value is ever ``repr``-ed whole (:func:`~pyg_dist.rpc.wire_values.describe`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.local import local_rows
 
@@ -162,3 +164,68 @@ def seeded_generator(seed: Optional[int]) -> torch.Generator:
     else:
         generator.manual_seed(seed)
     return generator
+
+
+def one_id_tensor(tensors: list[Tensor], what: str = "node") -> Tensor:
+    """The one 1-D int64 id tensor of a ``get``/``sample``-like request."""
+    if len(tensors) != 1:
+        raise ProtocolError(f"expected exactly one tensor of {what} ids, got {len(tensors)}")
+    ids = tensors[0]
+    if ids.dtype != torch.int64 or ids.dim() != 1:
+        raise ProtocolError(f"{what} ids must be a 1-D int64 tensor, got {ids.dtype} of "
+                            f"shape {list(ids.shape)}")
+    return ids
+
+
+def attrs_arg(args: dict[str, Any], specs: dict[str, dict[str, Any]], noun: str,
+              owner: str) -> tuple[list[str], int]:
+    """A request's ``attrs``, checked against the served ``specs``, and the
+    bytes one row of all of them takes.
+
+    Args:
+        args: The request's arguments.
+        specs: ``{name: {"dtype", "shape"}}`` of what is served.
+        noun: What an attribute is called in errors (``"feature"``).
+        owner: Whose attributes they are (``"node type 'v0'"``).
+    """
+    attrs = args.get("attrs")
+    if not isinstance(attrs, list) or not attrs or not all(isinstance(a, str) for a in attrs):
+        raise ProtocolError(f"argument 'attrs' must be a non-empty list of {noun} names, "
+                            f"got {describe(attrs)}")
+    unknown = [a for a in attrs if a not in specs]
+    if unknown:
+        raise StoreError(f"unknown {noun}(s) {describe(unknown)} of {owner}; it has "
+                         f"{sorted(specs)}")
+    row_bytes = sum(math.prod(specs[a]["shape"]) * DTYPES[specs[a]["dtype"]].itemsize
+                    for a in attrs)
+    return attrs, row_bytes
+
+
+def split_by_sizes(args: dict[str, Any], tensors: list[Tensor], count: int, op: str,
+                   max_tensors: int = 1) -> list[list[Tensor]]:
+    """The per-entry slices of a request that batches ``count`` entries (node
+    types of ``get_types``, edge types of ``sample_types``): its ``sizes``
+    argument (one non-negative int per entry) cuts each of its 1 to
+    ``max_tensors`` aligned 1-D tensors, entry after entry.
+
+    Raises:
+        ProtocolError: on sizes of the wrong count or type, or tensors whose
+            length is not their sum.
+    """
+    sizes = args.get("sizes")
+    if not isinstance(sizes, list) or len(sizes) != count or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
+        raise ProtocolError(f"argument 'sizes' must list one non-negative int per entry "
+                            f"({count}), got {describe(sizes)}")
+    total = sum(sizes)
+    if not 1 <= len(tensors) <= max_tensors or any(
+            t.dim() != 1 or t.numel() != total for t in tensors):
+        raise ProtocolError(f"{op} takes the ids of every entry, one after another, as 1-D "
+                            f"tensors of {total} entries (the sum of 'sizes'); got "
+                            f"{len(tensors)} tensors of shapes "
+                            f"{[list(t.shape) for t in tensors][:4]}")
+    out, start = [], 0
+    for size in sizes:
+        out.append([t[start:start + size] for t in tensors])
+        start += size
+    return out

@@ -27,6 +27,7 @@ from torch import Tensor
 from pyg_dist.errors import ProtocolError
 from pyg_dist.kernels.seeds import mix_seed
 from pyg_dist.rpc.wire_values import describe
+from pyg_dist.server.requests import split_by_sizes
 
 MAX_EDGE_TYPES = 4096
 """Most edge types one request may name."""
@@ -40,15 +41,11 @@ def split_typed_request(args: dict[str, Any], tensors: list[Tensor]
         ProtocolError: on a malformed request (checked whole before the
             first edge type is yielded).
     """
-    edge_types, sizes, fanouts = args.get("edge_types"), args.get("sizes"), \
-        args.get("num_neighbors")
+    edge_types, fanouts = args.get("edge_types"), args.get("num_neighbors")
     if not isinstance(edge_types, list) or not 0 < len(edge_types) <= MAX_EDGE_TYPES:
         raise ProtocolError(f"argument 'edge_types' must be a list of 1 to {MAX_EDGE_TYPES} "
                             f"edge types, got {describe(edge_types)}")
-    if not isinstance(sizes, list) or len(sizes) != len(edge_types) or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
-        raise ProtocolError(f"argument 'sizes' must list one non-negative int per edge type "
-                            f"({len(edge_types)}), got {describe(sizes)}")
+    slices = split_by_sizes(args, tensors, len(edge_types), "sample_types", max_tensors=2)
     if isinstance(fanouts, int) and not isinstance(fanouts, bool):
         fanouts = [fanouts] * len(edge_types)
     if not isinstance(fanouts, list) or len(fanouts) != len(edge_types):
@@ -57,18 +54,10 @@ def split_typed_request(args: dict[str, Any], tensors: list[Tensor]
     seed = args.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise ProtocolError(f"argument 'seed' must be an int or nil, got {describe(seed)}")
-    if len(tensors) not in (1, 2) or any(t.dim() != 1 for t in tensors) or \
-            any(t.numel() != sum(sizes) for t in tensors):
-        raise ProtocolError(f"sample_types takes the ids (and seed times) of every edge type "
-                            f"as 1-D tensors of {sum(sizes)} entries (the sum of 'sizes'), "
-                            f"got {len(tensors)} tensors of shapes "
-                            f"{[list(t.shape) for t in tensors][:4]}")
     shared = {k: v for k, v in args.items()
               if k not in ("edge_types", "sizes", "num_neighbors", "seed")}
-    start = 0
-    for index, (edge_type, size, fanout) in enumerate(zip(edge_types, sizes, fanouts)):
+    for index, (edge_type, part, fanout) in enumerate(zip(edge_types, slices, fanouts)):
         sub = {**shared, "edge_type": edge_type, "num_neighbors": fanout}
         if seed is not None:
             sub["seed"] = mix_seed(seed, index)
-        yield sub, [t[start:start + size] for t in tensors]
-        start += size
+        yield sub, part

@@ -185,10 +185,11 @@ class RemoteFeatureStore(FeatureStore):
         prepared: list[tuple[Tensor, bool]] = []
         for i, attr in enumerate(attrs):
             if is_edge_group(attr.group_name):
+                # Checked once, by the fetcher's row_request below.
                 fetcher, edge_type = self._edge_fetcher(), edge_group_type(attr.group_name)
                 index = torch.arange(fetcher.num_edges.get(edge_type, 0)) \
                     if attr.index is None else _edge_index(attr.index)
-                prepared.append((fetcher.check_ids(edge_type, index), False))
+                prepared.append((index, False))
             else:
                 self._check_node_attr(attr)
                 prepared.append(self._to_ids(attr.index, attr.group_name))

@@ -4,24 +4,15 @@ ranks) about as well as the one-process reference."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.examples import EXAMPLES, launch_command, printed_value
 from support.servers import run_process_tree
 
 from pyg_dist.datasets import imdb
 from pyg_dist.partitioning.writer import partition
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def _accuracy(output: str) -> float:
-    found = re.findall(r"^test_acc=([0-9.]+)$", output, flags=re.M)
-    assert found, output[-3000:]
-    return float(found[-1])
 
 
 @pytest.fixture(scope="module")
@@ -39,13 +30,14 @@ def imdb_parts(tmp_path_factory) -> str:
 def test_imdb_trains_under_launch_as_well_as_in_one_process(imdb_parts, model, args):
     args = ["--model", model, "--seed", "0", *args]
     dist = run_process_tree(
-        [sys.executable, "-m", "pyg_dist", "launch", imdb_parts, "--nproc", "2", "--",
-         str(EXAMPLES / "train_hetero_imdb_dist.py"), *args], timeout=600)
+        launch_command(imdb_parts, 2, str(EXAMPLES / "train_hetero_imdb_dist.py"), *args),
+        timeout=600)
     assert dist.returncode == 0, dist.stdout[-2000:] + dist.stderr[-4000:]
     local = subprocess.run([sys.executable, str(EXAMPLES / "train_hetero_imdb_local.py"), *args],
                            capture_output=True, text=True, timeout=600)
     assert local.returncode == 0, local.stderr[-4000:]
-    dist_acc, local_acc = _accuracy(dist.stdout), _accuracy(local.stdout)
+    dist_acc = printed_value("test_acc", dist.stdout)
+    local_acc = printed_value("test_acc", local.stdout)
     # A few epochs each, so the bounds are loose; the majority genre is ~38%
     # of the test movies.
     assert dist_acc > 0.45 and local_acc > 0.45, (dist_acc, local_acc)

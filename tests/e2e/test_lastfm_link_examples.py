@@ -6,33 +6,19 @@ reference, and both report AUC and recall@20 on the held-out listens."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.examples import EXAMPLES, REPO, example_module, printed_value
 from support.servers import run_process_tree
 
 from pyg_dist.partitioning.writer import partition
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
-
-
-def _value(name: str, output: str) -> float:
-    found = re.findall(rf"^{name}=([-0-9.e]+)$", output, flags=re.M)
-    assert found, output[-3000:]
-    return float(found[-1])
-
 
 @pytest.mark.timeout(600)
 def test_lastfm_recommendation_trains_under_launch_as_well_as_in_one_process(tmp_path):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        from lastfm_link_split import train_graph
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    train_graph = example_module("lastfm_link_split").train_graph
     root = str(tmp_path / "lastfm-link")
     partition(train_graph(), 2, root)
     # A short config (one epoch, big batches, small fan-out and embeddings):
@@ -48,10 +34,11 @@ def test_lastfm_recommendation_trains_under_launch_as_well_as_in_one_process(tmp
     local = subprocess.run([sys.executable, str(EXAMPLES / "train_link_lastfm_local.py"), *args],
                            capture_output=True, text=True, timeout=300, env=env)
     assert local.returncode == 0, local.stderr[-4000:]
-    dist_auc, local_auc = _value("test_auc", dist.stdout), _value("test_auc", local.stdout)
+    dist_auc = printed_value("test_auc", dist.stdout)
+    local_auc = printed_value("test_auc", local.stdout)
     # One epoch each, so the bounds are loose; a random scorer gives 0.5 and
     # recall@20 about 20 / 18,022.
     assert dist_auc > 0.7 and local_auc > 0.7, (dist_auc, local_auc)
     assert abs(dist_auc - local_auc) < 0.08, (dist_auc, local_auc)
     for output in (dist.stdout, local.stdout):
-        assert 0.01 < _value("test_recall20", output) <= 1.0, output[-2000:]
+        assert 0.01 < printed_value("test_recall20", output) <= 1.0, output[-2000:]

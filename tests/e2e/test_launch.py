@@ -10,16 +10,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from support.examples import EXAMPLES, launch_command, printed_value
 from support.servers import run_process_tree, stop_process_tree
 
 from pyg_dist.datasets import cora
 from pyg_dist.partitioning.writer import partition
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -27,17 +24,6 @@ def cora_root(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("e2e") / "cora2")
     partition(cora(), 2, root)
     return root
-
-
-def _launch(root: str, nproc: int, *command: str) -> list[str]:
-    return [sys.executable, "-m", "pyg_dist", "launch", root, "--nproc", str(nproc), "--",
-            *command]
-
-
-def _test_acc(output: str) -> float:
-    found = re.findall(r"^test_acc=([0-9.]+)$", output, flags=re.M)
-    assert found, output[-3000:]
-    return float(found[-1])
 
 
 def _port_closed(endpoint: str) -> bool:
@@ -50,13 +36,15 @@ def _port_closed(endpoint: str) -> bool:
 @pytest.mark.timeout(600)
 def test_graphsage_trains_under_launch_as_well_as_in_one_process(cora_root):
     args = ["--seed", "0", "--epochs", "15"]
-    dist = run_process_tree(_launch(cora_root, 2, str(EXAMPLES / "train_sage_dist.py"), *args),
-                            timeout=400)
+    dist = run_process_tree(
+        launch_command(cora_root, 2, str(EXAMPLES / "train_sage_dist.py"), *args),
+        timeout=400)
     assert dist.returncode == 0, dist.stdout[-2000:] + dist.stderr[-4000:]
     local = subprocess.run([sys.executable, str(EXAMPLES / "train_sage_local.py"), *args],
                            capture_output=True, text=True, timeout=300)
     assert local.returncode == 0, local.stderr[-4000:]
-    dist_acc, local_acc = _test_acc(dist.stdout), _test_acc(local.stdout)
+    dist_acc = printed_value("test_acc", dist.stdout)
+    local_acc = printed_value("test_acc", local.stdout)
     # One seed only, so the bound is loose; the 3-seed comparison is in docs/loader.md.
     assert dist_acc > 0.6 and local_acc > 0.6
     assert abs(dist_acc - local_acc) < 0.06, (dist_acc, local_acc)
@@ -78,7 +66,7 @@ def test_ctrl_c_stops_trainers_and_servers(cora_root, tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     pid_file = tmp_path / "pid"
-    proc = subprocess.Popen(_launch(cora_root, 1, str(script), str(pid_file)),
+    proc = subprocess.Popen(launch_command(cora_root, 1, str(script), str(pid_file)),
                             stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240

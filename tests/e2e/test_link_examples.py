@@ -5,46 +5,29 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.examples import EXAMPLES, example_module, launch_command, printed_value
 from support.servers import run_process_tree
 
 from pyg_dist.datasets import cora
 from pyg_dist.partitioning.writer import partition
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
-
-
-def _launch(root: str, nproc: int, *command: str) -> list[str]:
-    return [sys.executable, "-m", "pyg_dist", "launch", root, "--nproc", str(nproc), "--",
-            *command]
-
-
-def _value(name: str, output: str) -> float:
-    found = re.findall(rf"^{name}=([-0-9.e]+)$", output, flags=re.M)
-    assert found, output[-3000:]
-    return float(found[-1])
-
 
 @pytest.mark.timeout(600)
 def test_link_prediction_trains_under_launch_as_well_as_in_one_process(tmp_path):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        from cora_link_split import train_graph
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    train_graph = example_module("cora_link_split").train_graph
     root = str(tmp_path / "cora-link")
     partition(train_graph(), 2, root)
     args = ["--seed", "0", "--epochs", "2"]
     dist = run_process_tree(
-        _launch(root, 2, str(EXAMPLES / "train_link_cora_dist.py"), *args), timeout=400)
+        launch_command(root, 2, str(EXAMPLES / "train_link_cora_dist.py"), *args), timeout=400)
     assert dist.returncode == 0, dist.stdout[-2000:] + dist.stderr[-4000:]
     local = subprocess.run([sys.executable, str(EXAMPLES / "train_link_cora_local.py"), *args],
                            capture_output=True, text=True, timeout=300)
     assert local.returncode == 0, local.stderr[-4000:]
-    dist_auc, local_auc = _value("test_auc", dist.stdout), _value("test_auc", local.stdout)
+    dist_auc = printed_value("test_auc", dist.stdout)
+    local_auc = printed_value("test_auc", local.stdout)
     # One short run each, so the bound is loose; a random scorer gives 0.5.
     assert dist_auc > 0.75 and local_auc > 0.75, (dist_auc, local_auc)
     assert abs(dist_auc - local_auc) < 0.08, (dist_auc, local_auc)
@@ -55,8 +38,9 @@ def test_layerwise_inference_equals_a_full_batch_pass(tmp_path):
     root = str(tmp_path / "cora2")
     partition(cora(), 2, root)
     out = run_process_tree(
-        _launch(root, 2, str(EXAMPLES / "infer_layerwise_dist.py"), "--check", "--hidden", "32"),
+        launch_command(root, 2, str(EXAMPLES / "infer_layerwise_dist.py"), "--check",
+                       "--hidden", "32"),
         timeout=400)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert re.search(r"^embeddings=2708x32$", out.stdout, flags=re.M), out.stdout[-2000:]
-    assert _value("max_abs_diff", out.stdout) < 1e-4
+    assert printed_value("max_abs_diff", out.stdout) < 1e-4

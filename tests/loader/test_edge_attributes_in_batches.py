@@ -5,10 +5,12 @@ NeighborLoader on the unpartitioned graph (homogeneous and heterogeneous,
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from support.edge_graphs import hetero_graph, homo_graph
-from support.servers import serve_parts
+from support.served_cora import ServedGraph
 from torch_geometric.loader import NeighborLoader
 
 import pyg_dist
@@ -27,30 +29,26 @@ def hetero():
     return hetero_graph()
 
 
-def _served(data, num_parts, tmp_path_factory, name):
-    root = tmp_path_factory.mktemp(f"{name}{num_parts}") / "ds"
-    pyg_dist.partition(data, num_parts, root, "metis")
-    return root
+@pytest.fixture(scope="module")
+def served(homo, hetero, tmp_path_factory):
+    """Both graphs, partitioned and served per part count on first use."""
+    workdir = tmp_path_factory.mktemp("edge-attrs")
+    graphs = {"homo": ServedGraph(homo, workdir, "homo"),
+              "hetero": ServedGraph(hetero, workdir, "hetero")}
+    with contextlib.ExitStack() as stack:
+        for graph in graphs.values():
+            stack.enter_context(graph.stack)
+        yield graphs
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["2parts", "3parts"])
-def homo_stores(request, homo, tmp_path_factory):
-    with serve_parts(_served(homo, request.param, tmp_path_factory, "homo")) as cluster:
-        fs, gs = pyg_dist.connect(cluster.endpoints)
-        try:
-            yield fs, gs
-        finally:
-            fs.close()
+@pytest.fixture(params=[2, 3], ids=["2parts", "3parts"])
+def homo_stores(request, served):
+    return served["homo"].get(request.param)
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["2parts", "3parts"])
-def hetero_stores(request, hetero, tmp_path_factory):
-    with serve_parts(_served(hetero, request.param, tmp_path_factory, "hetero")) as cluster:
-        fs, gs = pyg_dist.connect(cluster.endpoints)
-        try:
-            yield fs, gs
-        finally:
-            fs.close()
+@pytest.fixture(params=[2, 3], ids=["2parts", "3parts"])
+def hetero_stores(request, served):
+    return served["hetero"].get(request.param)
 
 
 def edge_rows(store, n_id_src, n_id_dst, names) -> dict[tuple[int, int, int], tuple]:
