@@ -8,8 +8,8 @@ at its deadline): it must never stop the thread reading it.
 
 A server's lost connection (:mod:`pyg_dist.rpc.liveness`) ends the wait of
 its calls early. Calls sent to it and awaiting a reply fail at once with
-:class:`~pyg_dist.errors.ServerUnavailableError` (idempotent ones with
-retries left are sent again instead). Calls issued while it is down are
+:class:`~pyg_dist.errors.ServerUnavailableError` (whether to send one again
+is :mod:`pyg_dist.rpc.retrying`'s to decide). Calls issued while it is down are
 queued by libzmq and go out when it reconnects; if it has not come back
 within ``reconnect_grace`` they fail the same way (the client passes an
 infinite grace when retries are configured: the deadline decides then).
@@ -59,10 +59,6 @@ class Call:
     future: futures.Future
     deadline: float
     timeout: float
-    retries: int = 0  # re-sends left after a timeout (idempotent calls only)
-    backoff: float = 0.0  # pause before the next re-send, doubled each time
-    backoff_max: float = 0.0
-    attempts: int = 1
     sent: bool = False
     # When the call gives up waiting for its lost server to come back.
     unavailable_at: float = float("inf")
@@ -87,9 +83,6 @@ class IoState:
         # full queue); re-tried every loop until they go or their deadline
         # passes, so a call never fails earlier than its deadline.
         self._backlog: list[Call] = []
-        # (time, req_id) of idempotent calls to send again after a timeout
-        # or a lost connection.
-        self._resends: list[tuple[float, int]] = []
 
     def add(self, call: Call) -> None:
         self.pending[call.req_id] = call
@@ -170,13 +163,11 @@ class IoState:
 
     def lost(self, server: int, address: str) -> None:
         """Server ``server`` lost its connection: its calls awaiting a reply
-        fail now (or are sent again), the others wait for a reconnect."""
+        fail now, the others wait for a reconnect."""
         now = time.monotonic()
         for call in [c for c in self.pending.values() if c.server == server]:
             if not call.sent:
                 self._wait_for_reconnect(call, now)
-            elif call.retries:
-                self._resend_later(call, now)
             else:
                 del self.pending[call.req_id]
                 fail(call.future, ServerUnavailableError(
@@ -192,20 +183,14 @@ class IoState:
             self._backlog.append(call)
             return False
         call.sent = True
-        if not call.retries:
-            call.frames = []  # let the tensors go as soon as libzmq has them
+        call.frames = []  # let the tensors go as soon as libzmq has them
         return True
 
     def send_due(self, sockets: list[zmq.Socket]) -> None:
-        """Re-tries refused sends and sends the re-sends that are due."""
-        if not self._backlog and not self._resends:
+        """Re-tries the sends libzmq refused for now."""
+        if not self._backlog:
             return
         backlog, self._backlog = self._backlog, []
-        now = time.monotonic()
-        while self._resends and self._resends[0][0] <= now:
-            call = self.pending.get(heapq.heappop(self._resends)[1])
-            if call is not None:
-                backlog.append(call)
         for call in backlog:
             if call.req_id in self.pending:  # not expired meanwhile
                 self.send(sockets[call.server], call)
@@ -215,16 +200,12 @@ class IoState:
             heapq.heappop(self._deadlines)
         if not self._deadlines:
             return MAX_POLL_MS
-        soonest = self._deadlines[0][0]
-        if self._resends:
-            soonest = min(soonest, self._resends[0][0])
-        left = soonest - time.monotonic()
+        left = self._deadlines[0][0] - time.monotonic()
         limit = BACKLOG_POLL_MS if self._backlog else MAX_POLL_MS
         return max(0, min(limit, int(left * 1000) + 1))
 
     def expire(self, endpoints: Sequence[str]) -> None:
-        """Fails (or re-sends) the calls whose deadline or reconnect grace
-        passed."""
+        """Fails the calls whose deadline or reconnect grace passed."""
         now = time.monotonic()
         while self._deadlines and self._deadlines[0][0] <= now:
             _, req_id = heapq.heappop(self._deadlines)
@@ -237,26 +218,18 @@ class IoState:
                 call.unavailable_at = float("inf")
                 if self.peers.is_down(call.server):  # else it came back: wait on
                     self._unavailable(call, endpoints[call.server], now)
-            # else an old deadline of a call sent again
 
     def _timed_out(self, call: Call, address: str, now: float) -> None:
-        if call.retries:
-            self._resend_later(call, now)
-            return
         del self.pending[call.req_id]
         unsent = "" if call.sent else " (it could not even be sent: no connection)"
         down = "" if not self.peers.is_down(call.server) else \
             " (its connection is lost and has not come back)"
-        tries = f" in each of {call.attempts} attempts" if call.attempts > 1 else ""
         fail(call.future, RpcTimeoutError(
-            f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s{tries}"
+            f"no reply from {address} to {call.op!r} within {call.timeout:.3g}s"
             f"{unsent}{down}; is the server running and reachable, and do the CURVE "
             f"keys match?", address=address, op=call.op))
 
     def _unavailable(self, call: Call, address: str, now: float) -> None:
-        if call.retries:
-            self._resend_later(call, now)
-            return
         del self.pending[call.req_id]
         since = now - (self.peers.down_since(call.server) or now)
         fail(call.future, ServerUnavailableError(
@@ -264,20 +237,6 @@ class IoState:
             f"lost {since:.3g}s ago and did not come back within "
             f"{self.reconnect_grace:.3g}s (RpcConfig.reconnect_grace); is the server "
             f"running and reachable?", address=address, op=call.op))
-
-    def _resend_later(self, call: Call, now: float) -> None:
-        # Idempotent: send it again after a pause, with a fresh deadline; a
-        # late reply to any attempt completes the call.
-        call.retries -= 1
-        resend_at = now + call.backoff
-        call.backoff = min(2 * call.backoff, call.backoff_max)
-        call.deadline = resend_at + call.timeout
-        call.sent = False  # a connection lost meanwhile does not cost another retry
-        call.unavailable_at = float("inf")
-        heapq.heappush(self._resends, (resend_at, call.req_id))
-        heapq.heappush(self._deadlines, (call.deadline, call.req_id))
-        if self.peers.is_down(call.server):
-            self._wait_for_reconnect(call, now)
 
 
 def fail(future: futures.Future, exc: BaseException) -> None:
@@ -291,12 +250,10 @@ _GRACE = 5.0
 
 
 def wait_result(future: futures.Future, config: Any, timeout: Optional[float],
-                idempotent: bool, address: str, op: str) -> Reply:
-    """The reply ``future`` holds, waited for as long as the call's attempts
-    (``config``'s timeout or ``timeout``, retries, backoff) may take."""
-    attempts = 1 + (config.retries if idempotent else 0)
-    each = (config.timeout if timeout is None else timeout) + config.retry_backoff_max
-    wait = attempts * each + _GRACE
+                address: str, op: str) -> Reply:
+    """The reply ``future`` holds, waited for as long as the call's
+    deadline (``config``'s timeout or ``timeout``) and a grace."""
+    wait = (config.timeout if timeout is None else timeout) + _GRACE
     try:
         return future.result(wait)
     except RpcError:  # RpcTimeoutError is a TimeoutError too: keep it as is

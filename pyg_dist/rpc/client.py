@@ -125,10 +125,12 @@ class RpcClient:
     # Calls ###################################################################
 
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
-                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None,
-                   idempotent: bool = False, *, reply_bytes: Optional[int] = None
-                   ) -> futures.Future:
-        """Sends a request and returns a future of its :class:`Reply`.
+                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None, *,
+                   reply_bytes: Optional[int] = None) -> futures.Future:
+        """Sends a request once and returns a future of its :class:`Reply`.
+
+        One attempt, one deadline: re-sending, failover and back-off are
+        :class:`~pyg_dist.rpc.retrying.RetryingClient`'s.
 
         The future fails with :class:`RemoteError` (the server's error
         message intact), :class:`RpcTimeoutError` (no reply within the
@@ -144,17 +146,11 @@ class RpcClient:
             args: msgpack-native arguments.
             tensors: Tensors sent as raw frames (not copied: do not modify
                 them until the future completes).
-            timeout: Deadline in seconds; ``config.timeout`` by default (of
-                each attempt, when retried).
-            idempotent: Whether the request may be sent again when no reply
-                came within the deadline or the connection was lost: up to
-                ``config.retries`` more
-                attempts, after a pause of ``config.retry_backoff`` doubling
-                up to ``config.retry_backoff_max``. Only for reads.
+            timeout: Deadline in seconds; ``config.timeout`` by default.
             reply_bytes: Bytes the reply's tensors take (a handler that
                 allocates them from its call context): a server on this host
                 writes them into memory lent for it; they are views, valid
-                until :meth:`Reply.release`; the call is not re-sent.
+                until :meth:`Reply.release`.
 
         Raises:
             RpcError: if the client is closed, ``server`` is out of range or
@@ -163,14 +159,14 @@ class RpcClient:
         """
         if reply_bytes is not None and 0 <= server < len(self._endpoints):
             lease = self._lender.lease(server, reply_bytes, lambda i: self._send(
-                i, "ping", None, (), self._config.connect_timeout, False))
+                i, "ping", None, (), self._config.connect_timeout))
             if lease is not None:
                 return self._lender.call(self._send, server, op, args, tensors, timeout,
                                          lease)
-        return self._send(server, op, args, tensors, timeout, idempotent)
+        return self._send(server, op, args, tensors, timeout)
 
     def _send(self, server: int, op: str, args: Optional[dict[str, Any]],
-              tensors: Sequence[Tensor], timeout: Optional[float], idempotent: bool,
+              tensors: Sequence[Tensor], timeout: Optional[float],
               lease: Optional[Lease] = None) -> futures.Future:
         if not 0 <= server < len(self._endpoints):
             raise RpcError(f"server index {server} is out of range; this client "
@@ -192,9 +188,7 @@ class RpcClient:
             raise
         future: futures.Future = futures.Future()
         future.set_running_or_notify_cancel()  # calls cannot be cancelled
-        retries = self._config.retries if idempotent else 0
-        call = Call(server, req_id, op, frames, future, deadline, timeout, retries,
-                    self._config.retry_backoff, self._config.retry_backoff_max, 1 + retries,
+        call = Call(server, req_id, op, frames, future, deadline, timeout,
                     lent=lease is not None)
         outcome = self._send_now(call)
         wake = outcome == "wake"
@@ -244,25 +238,21 @@ class RpcClient:
             pass
 
     def call(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
-             tensors: Sequence[Tensor] = (), timeout: Optional[float] = None,
-             idempotent: bool = False) -> Reply:
-        """Calls ``op`` on ``server`` and waits for its :class:`Reply`.
+             tensors: Sequence[Tensor] = (), timeout: Optional[float] = None) -> Reply:
+        """Calls ``op`` on ``server`` once and waits for its :class:`Reply`.
 
         Args:
             server: Index of the server in :attr:`endpoints`.
             op: Operation name.
             args: msgpack-native arguments.
             tensors: Tensors sent as raw frames.
-            timeout: Deadline of each attempt in seconds.
-            idempotent: Whether the call may be re-sent after a timeout
-                (see :meth:`call_async`).
+            timeout: Deadline in seconds.
 
         Raises:
             RemoteError, RpcTimeoutError, RpcError: see :meth:`call_async`.
         """
-        future = self.call_async(server, op, args, tensors, timeout, idempotent)
-        return wait_result(future, self._config, timeout, idempotent, self._endpoints[server],
-                           op)
+        future = self.call_async(server, op, args, tensors, timeout)
+        return wait_result(future, self._config, timeout, self._endpoints[server], op)
 
     def ping(self, server: int, timeout: Optional[float] = None) -> dict[str, Any]:
         """Asks a server for its protocol version, name, host and ops.

@@ -130,9 +130,10 @@ class RpcConfig:
         handshake_timeout: Seconds a new connection has to finish the ZeroMQ
             handshake (greeting, CURVE authentication) before a server drops
             it (libzmq's ``ZMQ_HANDSHAKE_IVL``).
-        retries: How often :meth:`RpcClient.call` re-sends an idempotent
-            request that timed out or could not be sent. ``0`` keeps every
-            call within its single deadline.
+        retries: How often :class:`~pyg_dist.rpc.retrying.RetryingClient`
+            re-sends a call of a retry-safe op that timed out or lost its
+            server, once every replica of its part failed (``0``: with one
+            server a part, every call stays within its single deadline).
         retry_backoff: First pause between retries in seconds, doubled on
             every retry.
         retry_backoff_max: Upper bound of that pause.

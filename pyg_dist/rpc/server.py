@@ -39,34 +39,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Optional
 
 import zmq
-from torch import Tensor
 from zmq.auth.thread import ThreadAuthenticator
 
-from pyg_dist.errors import ProtocolError, PygDistError, TransportError, wire_type
+from pyg_dist.errors import TransportError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.containment import FATAL, FailureLog
+from pyg_dist.rpc.dispatch import Dispatch, Handler
+from pyg_dist.rpc.ops import RPC_OPS, OpSpec
 from pyg_dist.rpc.router import router_socket, start_authenticator
 from pyg_dist.rpc.shm.serving import SegmentService
 from pyg_dist.rpc.sockets import NOBLOCK, send_frames
-from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.rpc.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[..., tuple[dict[str, Any], Sequence[Tensor]]]
-"""``handler(args, tensors) -> (result, tensors)``, or ``handler(args,
-tensors, ctx)`` when marked with :func:`~pyg_dist.rpc.context.uses_context`."""
-
 __all__ = ["Estimator", "Handler", "RpcServer"]
 
-# Errors a handler raises on purpose to refuse bad input: logged quietly.
-_EXPECTED = (PygDistError, ValueError, TypeError, KeyError, IndexError)
 _STOP = b"stop"
 _POLL_FULL_MS = 10
 # Requests the I/O thread takes from the ROUTER in one go before it looks at
@@ -98,19 +91,27 @@ class RpcServer:
             ``config.inline_reply_bytes`` goes to a worker, and the estimate
             is charged to the client's reply budget before the handler runs.
             Operations without one are charged nothing.
+        ops: Declarations (:class:`~pyg_dist.rpc.ops.OpSpec`) of the
+            handlers' operations: a request that does not fit its op's
+            declaration (unknown or missing arguments, tensor count) is
+            refused before anything else looks at it, and ops declared
+            ``worker`` are served by a worker. ``ping`` and ``release`` are
+            always declared.
     """
 
     def __init__(self, handlers: Mapping[str, Handler], bind: str = "tcp://127.0.0.1:0",
                  config: Optional[RpcConfig] = None, name: str = "pyg-dist",
                  worker_ops: Collection[str] = (),
-                 estimators: Optional[Mapping[str, Estimator]] = None) -> None:
+                 estimators: Optional[Mapping[str, Estimator]] = None,
+                 ops: Optional[Mapping[str, OpSpec]] = None) -> None:
         self._config = config or default_config()
+        self._ops = {**(ops or {}), **RPC_OPS}
+        worker_ops = {*worker_ops, *(s.name for s in self._ops.values() if s.worker)}
         self._admission = Admission(self._config, estimators or {}, worker_ops, name)
         # Per server: one flooded server must not silence another's log.
-        self._failure_log = FailureLog(logger)
         self._shm = SegmentService()
-        self._handlers: dict[str, Handler] = {"ping": self._ping,
-                                              "release": self._shm.release, **handlers}
+        self._dispatch = Dispatch(handlers, self._ops, self._shm, name,
+                                  self._config.max_message_bytes)
         self._bind = bind
         self._name = name
         self._ctx: Optional[zmq.Context] = None
@@ -336,7 +337,7 @@ class RpcServer:
         if inline_bytes >= 0 and size > inline_bytes:
             self._queue((size, msg[0], msg[1:], None))
             return None
-        decoded = self._decode(msg[1:])  # inline: no hand-off
+        decoded = self._dispatch.decode(msg[1:])  # inline: no hand-off
         if not isinstance(decoded, protocol.Request):
             return 0, decoded
         admission = self._admission
@@ -344,7 +345,7 @@ class RpcServer:
         if inline_bytes >= 0 and admission.for_worker(decoded, estimate):
             self._queue((size, msg[0], decoded, estimate))  # slow however small
             return None
-        return admission.answer(msg[0].bytes, decoded, estimate, self._serve)
+        return admission.answer(msg[0].bytes, decoded, estimate, self._dispatch.serve)
 
     def _forward_replies(self, router: zmq.Socket, replies: zmq.Socket) -> bool:
         """Sends the workers' finished replies; returns whether to stop."""
@@ -370,7 +371,7 @@ class RpcServer:
                 msg = self._inbox.get()
                 if msg is None:
                     return
-                # _decode and _serve never raise but for FATAL (below): a
+                # decode and serve never raise but for FATAL (below): a
                 # request fails alone.
                 reply = self._work(msg)
                 try:
@@ -403,11 +404,12 @@ class RpcServer:
         admission = self._admission
         try:
             if estimate is None:
-                body = self._decode(body)
+                body = self._dispatch.decode(body)
                 if isinstance(body, protocol.Request):
                     estimate = admission.estimate(body)
             if isinstance(body, protocol.Request):
-                charge, frames = admission.answer(identity.bytes, body, estimate, self._serve)
+                charge, frames = admission.answer(identity.bytes, body, estimate,
+                                                  self._dispatch.serve)
             else:
                 charge, frames = 0, body
         finally:
@@ -422,45 +424,4 @@ class RpcServer:
         Args:
             frames: The request's frames without the routing identity.
         """
-        decoded = self._decode(frames)
-        return self._serve(decoded) if isinstance(decoded, protocol.Request) else decoded
-
-    def _decode(self, frames: Sequence[Any]) -> protocol.Request | list[Any]:
-        """The validated request, or the error reply refusing it. Never
-        raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
-        try:
-            return protocol.decode_request(frames, self._config.max_message_bytes)
-        except ProtocolError as exc:
-            logger.debug("malformed request refused: %s", exc)
-            message = error_text(exc)
-        except FATAL:
-            raise
-        except BaseException as exc:  # a decoder bug must fail only this request
-            self._failure_log(f"{self._name}: decoding a request", exc)
-            message = f"the server failed to decode this request ({type(exc).__name__})"
-        return protocol.encode_error(protocol.peek_id(frames), "ProtocolError", message)
-
-    def _serve(self, request: protocol.Request) -> list[Any]:
-        """Runs a validated request's handler; returns the reply frames.
-        Never raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
-        handler = self._handlers.get(request.op)
-        if handler is None:
-            return protocol.encode_error(
-                request.id, "ProtocolError",
-                f"unknown op {request.op!r}; this server serves {sorted(self._handlers)}")
-        try:
-            return self._shm.serve(handler, request)
-        except _EXPECTED as exc:
-            kind, message = wire_type(exc), error_text(exc)  # bounded, cannot raise
-            logger.debug("op %r refused: %s: %s", request.op, kind, message)
-        except FATAL:
-            raise
-        except BaseException as exc:  # a handler's bug fails only its request
-            self._failure_log(f"{self._name}: op {request.op!r}", exc)
-            kind, message = wire_type(exc), error_text(exc)
-        return protocol.encode_error(request.id, kind, message)
-
-    def _ping(self, args: dict[str, Any], tensors: list[Tensor]
-              ) -> tuple[dict[str, Any], list[Tensor]]:
-        return {"version": protocol.PROTOCOL_VERSION, "name": self._name,
-                "host": self._shm.host, "ops": sorted(self._handlers)}, []
+        return self._dispatch.handle(frames)

@@ -32,8 +32,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.errors import StoreError
 from pyg_dist.partitioning import PartitionReader
+from pyg_dist.rpc import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
@@ -101,10 +102,10 @@ class EdgeFeatureOps:
         self._served = {"get_edges_calls": 0, "get_edges_rows": 0, "get_edges_bytes": 0}
 
     def handlers(self) -> dict[str, Any]:
-        return {"get_edges": self.get_edges, "edge_ids": self.edge_ids}
+        return {ops.GET_EDGES.name: self.get_edges, ops.EDGE_IDS.name: self.edge_ids}
 
     def estimators(self) -> dict[str, Any]:
-        return {"get_edges": self.get_edges_bytes, "edge_ids": self.edge_ids_bytes}
+        return {ops.GET_EDGES.name: self.get_edges_bytes, ops.EDGE_IDS.name: self.edge_ids_bytes}
 
     def served(self) -> dict[str, int]:
         """What ``get_edges`` served: calls, rows and their bytes."""
@@ -222,8 +223,6 @@ class EdgeFeatureOps:
         """The part's global edge ids of ``edge_type`` (nil when
         homogeneous), sorted (int64), positions ``[start, start + count)``
         of them; result ``total``: how many the part stores."""
-        if tensors:
-            raise ProtocolError(f"'edge_ids' takes no tensors, got {len(tensors)}")
         table = self._table(self._edge_type(args))
         total = table.sorted_ids.numel()
         start, stop = self._page(args, total)

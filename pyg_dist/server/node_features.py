@@ -21,6 +21,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.partitioning import PartitionReader
+from pyg_dist.rpc import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
@@ -66,11 +67,12 @@ class NodeFeatureOps:
 
     def handlers(self) -> dict[str, Any]:
         """Operation name -> handler."""
-        return {"get": self.get, "get_types": self.get_types, "sizes": self.sizes}
+        return {ops.GET.name: self.get, ops.GET_TYPES.name: self.get_types,
+                ops.SIZES.name: self.sizes}
 
     def estimators(self) -> dict[str, Any]:
         """Operation name -> bytes of its answer."""
-        return {"get": self.get_bytes, "get_types": self.get_types_bytes}
+        return {ops.GET.name: self.get_bytes, ops.GET_TYPES.name: self.get_types_bytes}
 
     def served(self) -> dict[str, int]:
         """``get_calls``, ``get_rows``, ``get_bytes`` served so far."""

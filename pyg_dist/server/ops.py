@@ -27,6 +27,7 @@ from torch_geometric.data import FeatureStore, GraphStore
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
+from pyg_dist.rpc import ops
 from pyg_dist.rpc.protocol import PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.shm import host_id
@@ -79,10 +80,6 @@ class PartitionOps:
             answers are refused before they are computed.
     """
 
-    WORKER_OPS = frozenset({"edge_index"})
-    """Ops served by a worker thread whatever their request's size: a whole
-    part's edges take long, from a request of a few bytes."""
-
     def __init__(self, reader: PartitionReader, part: int, feature_store: FeatureStore,
                  graph_store: GraphStore, max_reply_bytes: int = 1 << 30) -> None:
         self.reader = reader
@@ -116,17 +113,22 @@ class PartitionOps:
         self._host = host_id()
 
     def handlers(self) -> dict[str, Handler]:
-        """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`."""
-        return {"meta": self.meta, "sample": self.sample, "sample_types": self.sample_types,
-                "edge_index": self.edge_index, "degree": self.degree, "stats": self.stats,
-                **self._nodes.handlers(), **self._edges.handlers()}
+        """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`:
+        one per op of :data:`~pyg_dist.rpc.ops.PARTITION_OPS`, the table
+        the trainer's calls are built from."""
+        return {ops.META.name: self.meta, ops.SAMPLE.name: self.sample,
+                ops.SAMPLE_TYPES.name: self.sample_types,
+                ops.EDGE_INDEX.name: self.edge_index, ops.DEGREE.name: self.degree,
+                ops.STATS.name: self.stats, **self._nodes.handlers(),
+                **self._edges.handlers()}
 
     def estimators(self) -> dict[str, Estimator]:
         """Operation name -> size of the answer it would allocate, for
         :class:`~pyg_dist.rpc.RpcServer` (routing by cost, reply budgets).
         ``meta`` and ``sizes`` answer with views or a few bytes: none."""
-        return {"sample": self.sample_bytes, "sample_types": self.sample_types_bytes,
-                "edge_index": self.edge_index_bytes, **self._nodes.estimators(),
+        return {ops.SAMPLE.name: self.sample_bytes,
+                ops.SAMPLE_TYPES.name: self.sample_types_bytes,
+                ops.EDGE_INDEX.name: self.edge_index_bytes, **self._nodes.estimators(),
                 **self._edges.estimators()}
 
     # Validation ############################################################

@@ -22,6 +22,7 @@ from pyg_dist.errors import (
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.plugins import PluginRegistry, default_registry
 from pyg_dist.rpc.config import RpcConfig, default_config
+from pyg_dist.rpc.ops import PARTITION_OPS
 from pyg_dist.rpc.server import RpcServer
 from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.server.ops import PartitionOps
@@ -77,8 +78,7 @@ class PartitionServer:
         self.config = config or default_config()
         self.ops = PartitionOps(self.reader, part, fs, gs, self.config.max_reply_bytes)
         self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}",
-                              worker_ops=PartitionOps.WORKER_OPS,
-                              estimators=self.ops.estimators())
+                              estimators=self.ops.estimators(), ops=PARTITION_OPS)
         logger.info("loaded part %d of %s (%s feature store, %s graph store)", part, root,
                     feature_store, graph_store)
 

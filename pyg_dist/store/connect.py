@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -26,11 +26,15 @@ from pyg_dist.discovery import SERVERS_ENV, server_groups
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
+from pyg_dist.rpc.ops import META
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.edge_features import EdgeFeatureFetcher
 from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 from pyg_dist.store.routing import Router
+
+if TYPE_CHECKING:
+    from pyg_dist.rpc.retrying import PartitionClient
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +131,7 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
             exactly once, or a replica serves another part or graph.
         RpcError: if a server cannot be reached within the deadline.
     """
-    from pyg_dist.rpc.client import RpcClient
+    from pyg_dist.rpc.retrying import RetryingClient
 
     groups = server_groups(addresses)
     flat = [e for g in groups for e in g]
@@ -137,12 +141,12 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
     # PYG_DIST_TUNE_MALLOC=0 opts out.
     if tune_process_malloc(tune_malloc):
         logger.debug("glibc malloc tuned for per-batch buffers")
-    client = RpcClient(flat, config)
+    client = RetryingClient(flat, config)  # every replica asked on its own
     try:
         deadline = client.config.connect_timeout if timeout is None else timeout
-        futures = [client.call_async(i, "meta", {}, [], timeout=deadline)
+        futures = [client.call_async(*META.request(i), timeout=deadline)
                    for i in range(len(flat))]
-        replies = iter([_parse_meta(flat[i], f.result(timeout=deadline + 5.0))
+        replies = iter([_parse_meta(flat[i], client.result(f, i, META.name, deadline))
                         for i, f in enumerate(futures)])
         metas = [[next(replies) for _ in g] for g in groups]
         _check_replicas(metas)
@@ -155,7 +159,7 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
     ordered = [groups[i] for i in order]
     if any(len(g) > 1 for g in groups) or order != list(range(len(groups))):
         # The client indexes servers by position (one per part, in part
-        # order); a replicated part needs the failover client.
+        # order); replicas are grouped by part: the router makes that client.
         client.close()
         client = None
     replicas = ordered if any(len(g) > 1 for g in ordered) else None
@@ -177,7 +181,8 @@ def _check_replicas(metas: list[list[ServerMeta]]) -> None:
 
 
 def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = None,
-                 client: Any = None, replicas: Optional[list[list[str]]] = None
+                 client: Optional[PartitionClient] = None,
+                 replicas: Optional[list[list[str]]] = None
                  ) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
     """The store pair over servers whose ``meta`` was checked.
 
@@ -209,7 +214,7 @@ def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = No
     except (KeyError, TypeError, ValueError, StoreError) as exc:
         raise ProtocolError(f"server {first.address} described its edge attributes in a form "
                             f"this version does not read ({exc})", address=first.address,
-                            op="meta") from exc
+                            op=META.name) from exc
     return fs, gs
 
 
@@ -237,10 +242,10 @@ def _parse_meta(address: str, reply: Any) -> ServerMeta:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProtocolError(f"server {address} answered 'meta' without the expected fields "
                             f"({type(exc).__name__}: {exc}); is it a pyg-dist partition "
-                            f"server of the same version?", address=address, op="meta") from exc
+                            f"server of the same version?", address=address, op=META.name) from exc
     if len(reply.tensors) not in (0, len(node_types)):
         raise ProtocolError(f"server {address} sent {len(reply.tensors)} partition books "
-                            f"for {len(node_types)} node types", address=address, op="meta")
+                            f"for {len(node_types)} node types", address=address, op=META.name)
     graph = result.get("graph", result.get("checksum"))
     book = reply.tensors[0] if reply.tensors else None
     host = result.get("host")
@@ -294,13 +299,13 @@ def _books(metas: list[ServerMeta]) -> dict[Optional[str], PartitionBook]:
     first = metas[0]
     if not first.books:
         raise ProtocolError(f"server {first.address} sent no partition book with 'meta'",
-                            address=first.address, op="meta")
+                            address=first.address, op=META.name)
     books = {}
     for (node_type, count), tensor in zip(first.node_types.items(), first.books):
         book = PartitionBook.from_tensor(tensor, first.num_parts)
         if book.num_nodes != count:
             of = "" if node_type is None else f" of node type {node_type!r}"
             raise ProtocolError(f"the partition book{of} covers {book.num_nodes} nodes, the "
-                                f"graph has {count}", address=first.address, op="meta")
+                                f"graph has {count}", address=first.address, op=META.name)
         books[node_type] = book
     return books

@@ -32,13 +32,18 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import Tensor
 
 from pyg_dist.errors import StoreError
+from pyg_dist.rpc.ops import EDGE_IDS, GET_EDGES
+from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
+
+if TYPE_CHECKING:
+    from pyg_dist.store.routing import Router
 
 EdgeType = Optional[tuple[str, str, str]]
 
@@ -112,7 +117,7 @@ class EdgeFeatureFetcher:
         timeout: Deadline of every call; ``None`` uses the router's.
     """
 
-    def __init__(self, router: Any, features: Mapping[Any, Mapping[str, EdgeFeatureInfo]],
+    def __init__(self, router: Router, features: Mapping[Any, Mapping[str, EdgeFeatureInfo]],
                  num_edges: Mapping[Any, int],
                  reply_limits: Optional[Sequence[Optional[int]]] = None,
                  timeout: Optional[float] = None) -> None:
@@ -133,7 +138,7 @@ class EdgeFeatureFetcher:
         self._pid = os.getpid()
 
     @classmethod
-    def from_meta(cls, router: Any, metas: Sequence[Mapping[str, Any]],
+    def from_meta(cls, router: Router, metas: Sequence[Mapping[str, Any]],
                   timeout: Optional[float] = None) -> EdgeFeatureFetcher:
         """Builds a fetcher from every part's ``meta`` result, ordered by part.
 
@@ -277,8 +282,9 @@ class EdgeFeatureFetcher:
                     pages: list[tuple[int, int]]) -> dict[int, int]:
         """Asks for ``edge_ids`` pages ``(part, start)`` at once and writes
         them into ``book``; returns each part's total."""
-        calls = [(part, "edge_ids", {"edge_type": _wire(key), "start": start,
-                                     "count": self._page_size(part)}, []) for part, start in pages]
+        calls = [EDGE_IDS.request(part, {"edge_type": _wire(key), "start": start,
+                                         "count": self._page_size(part)})
+                 for part, start in pages]
         replies = self.router.call_all(calls) if self.timeout is None else \
             self.router.call_all(calls, timeout=self.timeout)
         try:
@@ -292,12 +298,13 @@ class EdgeFeatureFetcher:
                    reply: Any) -> int:
         """Writes one ``edge_ids`` page into ``book``; returns the part's total."""
         address = self.router.endpoints[part]
-        total = reply.result.get("total")
+        total = reply.result["total"]  # present, and one tensor: checked against EDGE_IDS
         tensors = list(reply.tensors)
         if not isinstance(total, int) or isinstance(total, bool) or \
-                not 0 <= total <= book.numel() or len(tensors) != 1:
+                not 0 <= total <= book.numel():
             raise StoreError(f"server {address} answered 'edge_ids' for {key!r} with a "
-                             f"malformed reply (total {total!r}, {len(tensors)} tensors)")
+                             f"total of {describe(total)} edges; the graph has "
+                             f"{book.numel()}")
         ids = tensors[0]
         size = self._page_size(part)
         expected = max(0, min(total, start + size) - start) if size else total - start
@@ -362,7 +369,7 @@ class EdgeFeatureFetcher:
         key, infos = self._known(edge_type, names)
         ids = self.check_ids(key, edge_ids)
         shares = self._split(key, ids) if ids.numel() else []
-        return row_request("get_edges", {"edge_type": _wire(key), "attrs": names}, names,
+        return row_request(GET_EDGES.name, {"edge_type": _wire(key), "attrs": names}, names,
                            infos, ids.numel(), shares, self.reply_limits, pin)
 
     def _split(self, key: EdgeType, ids: Tensor) -> list[tuple[int, Tensor, Tensor]]:

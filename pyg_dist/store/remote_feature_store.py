@@ -33,6 +33,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
 from pyg_dist.errors import StoreError
+from pyg_dist.rpc.ops import GET
 from pyg_dist.store.routing import Router
 from pyg_dist.store.row_fetch import copy_rows, fetch_rows, row_request
 
@@ -206,7 +207,7 @@ class RemoteFeatureStore(FeatureStore):
             else:
                 infos = [self.features[(group, name)] for name in names]
                 shares = self.router.split(ids, group) if ids.numel() else []
-                requests.append(row_request("get", {"attrs": names, "group": group}, names,
+                requests.append(row_request(GET.name, {"attrs": names, "group": group}, names,
                                             infos, ids.numel(), shares, self._reply_limits,
                                             pin))
         fetch_rows(self.router, requests, reply_limits=self._reply_limits)

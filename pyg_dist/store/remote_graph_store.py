@@ -33,6 +33,7 @@ from torch_geometric.utils import index_sort
 
 from pyg_dist.errors import GraphKindMismatchError, StoreError
 from pyg_dist.partitioning.type_keys import edge_type_key
+from pyg_dist.rpc.ops import DEGREE, EDGE_INDEX, SAMPLE
 from pyg_dist.store.remote_sampling import attribute_args, sample_hop
 from pyg_dist.store.routing import Router
 
@@ -191,8 +192,8 @@ class RemoteGraphStore(GraphStore):
         empty = torch.empty(0, dtype=torch.long)
         tensors = [empty, empty] if time_attr is not None else [empty]
         # Every edge type of every part: the attribute must exist on each.
-        requests = [(part, "sample", args if t is None else {**args, "edge_type": list(t)},
-                     tensors) for part in range(self.router.num_parts)
+        requests = [SAMPLE.request(part, args if t is None else {**args, "edge_type": list(t)},
+                                   tensors) for part in range(self.router.num_parts)
                     for t in self.edge_counts]
         replies = self.router.call_all(requests, timeout)
         kinds = {reply.result.get("time_kind") for reply in replies}
@@ -279,7 +280,7 @@ class RemoteGraphStore(GraphStore):
                 limit = self._reply_limits[part]
                 if limit is not None:
                     args.update(start=start, count=max(1, limit // _EDGE_BYTES))
-                requests.append((part, "edge_index", args, []))
+                requests.append(EDGE_INDEX.request(part, args))
             replies = self.router.call_all(requests)
             following = {}
             for (part, _, args, _), reply in zip(requests, replies):
@@ -311,18 +312,15 @@ class RemoteGraphStore(GraphStore):
         edge_type = self.edge_type_key(edge_type)
         num_dst = self._size(edge_type)[1]
         args = {"edge_type": None if edge_type is None else list(edge_type)}
-        requests = [(part, "degree", args, []) for part in range(self.router.num_parts)]
+        requests = [DEGREE.request(part, args) for part in range(self.router.num_parts)]
         degree = torch.full((num_dst,), -1, dtype=torch.long)
         for (part, _, _, _), reply in zip(requests, self.router.call_all(requests)):
-            address = self.router.endpoints[part]
-            if len(reply.tensors) != 2:
-                raise StoreError(f"server {address} answered 'degree' with "
-                                 f"{len(reply.tensors)} tensors, expected 2")
+            # Two aligned 1-D tensors (checked against DEGREE); the ids
+            # against this graph here.
             ids, deg = (t.to(torch.long) for t in reply.tensors)
-            if ids.numel() != deg.numel() or (ids.numel() and (
-                    int(ids.min()) < 0 or int(ids.max()) >= num_dst)):
-                raise StoreError(f"server {address} answered 'degree' with node ids outside "
-                                 f"[0, {num_dst}) or one degree per id missing")
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_dst):
+                raise StoreError(f"server {self.router.endpoints[part]} answered 'degree' "
+                                 f"with node ids outside [0, {num_dst})")
             degree[ids] = deg
         if bool((degree < 0).any()):
             raise StoreError("the servers together report degrees for fewer nodes than the "
@@ -330,14 +328,9 @@ class RemoteGraphStore(GraphStore):
         return degree
 
     def _take_edges(self, part: int, reply: Any, row: Tensor, col: Tensor) -> int:
-        """Puts one ``edge_index`` answer in place; returns its edge count."""
-        if len(reply.tensors) != 3:
-            raise StoreError(f"server {self.router.endpoints[part]} answered 'edge_index' "
-                             f"with {len(reply.tensors)} tensors, expected 3")
+        """Puts one ``edge_index`` answer (three aligned 1-D tensors, checked
+        against EDGE_INDEX) in place; returns its edge count."""
         src, dst, eid = (t.to(torch.long) for t in reply.tensors)
-        if not src.numel() == dst.numel() == eid.numel():
-            raise StoreError(f"server {self.router.endpoints[part]} answered 'edge_index' "
-                             f"with tensors of different lengths")
         if eid.numel() and (int(eid.min()) < 0 or int(eid.max()) >= row.numel()):
             raise StoreError(f"server {self.router.endpoints[part]} sent edge ids outside "
                              f"[0, {row.numel()}); its partition belongs to another "

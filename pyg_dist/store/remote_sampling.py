@@ -22,6 +22,7 @@ from torch_geometric.typing import EdgeType
 
 from pyg_dist.errors import StoreError
 from pyg_dist.kernels.seeds import mix_seed
+from pyg_dist.rpc.ops import SAMPLE, SAMPLE_TYPES, PartRequest
 from pyg_dist.store.routing import Router, reassemble
 
 
@@ -70,16 +71,12 @@ def sample_hop(router: Router,
                 for part, shares in owned.items()]
     replies = router.call_all(requests, timeout) if requests else []
     answers: list[list[tuple[Tensor, list[Tensor]]]] = [[] for _ in frontiers]
-    for (part, shares), reply in zip(owned.items(), replies):
+    # Every reply was checked against its request (pyg_dist.rpc.ops): three
+    # aligned tensors per edge type, as many counts as seeds.
+    for shares, reply in zip(owned.values(), replies):
         tensors = list(reply.tensors)
-        if len(tensors) != 3 * len(shares):
-            raise StoreError(f"server {router.endpoints[part]} answered a hop over "
-                             f"{len(shares)} edge types with {len(tensors)} tensors, "
-                             f"expected {3 * len(shares)}")
         for k, (index, positions, _, _) in enumerate(shares):
-            answer = tensors[3 * k:3 * k + 3]
-            _check_sample_reply(answer, positions.numel(), router.endpoints[part])
-            answers[index].append((positions, answer))
+            answers[index].append((positions, tensors[3 * k:3 * k + 3]))
     out = []
     for (_, ids, _), answer in zip(frontiers, answers):
         if not answer:
@@ -94,7 +91,7 @@ def sample_hop(router: Router,
 
 def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Tensor]]],
                  frontiers: Sequence[tuple[Any, Tensor, Any]], fanouts: list[int],
-                 shared: dict[str, Any], seed: int) -> tuple[int, str, dict, list[Tensor]]:
+                 shared: dict[str, Any], seed: int) -> PartRequest:
     """One server's request of a hop: ``sample`` for a homogeneous graph
     (its one edge type), ``sample_types`` for every edge type it owns
     destinations of on a heterogeneous one."""
@@ -103,13 +100,13 @@ def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Ten
         tensors.append(torch.cat([times for _, _, _, times in shares]))
     part_seed = mix_seed(seed, part)
     if frontiers[shares[0][0]][0] is None:  # homogeneous: the request as it always was
-        return part, "sample", {**shared, "num_neighbors": fanouts[shares[0][0]],
-                                "seed": part_seed}, tensors
-    return part, "sample_types", {
+        return SAMPLE.request(part, {**shared, "num_neighbors": fanouts[shares[0][0]],
+                                     "seed": part_seed}, tensors)
+    return SAMPLE_TYPES.request(part, {
         **shared, "seed": part_seed,
         "edge_types": [list(frontiers[index][0]) for index, _, _, _ in shares],
         "sizes": [ids.numel() for _, _, ids, _ in shares],
-        "num_neighbors": [fanouts[index] for index, _, _, _ in shares]}, tensors
+        "num_neighbors": [fanouts[index] for index, _, _, _ in shares]}, tensors)
 
 
 def attribute_args(weight_attr: Optional[str], time_attr: Optional[str],
@@ -123,15 +120,3 @@ def attribute_args(weight_attr: Optional[str], time_attr: Optional[str],
         args["time_attr"] = time_attr
         args["temporal_strategy"] = temporal_strategy
     return args
-
-
-def _check_sample_reply(tensors: list[Tensor], num_seeds: int, address: str) -> None:
-    if len(tensors) != 3:
-        raise StoreError(f"server {address} answered 'sample' with {len(tensors)} tensors, "
-                         f"expected 3 (counts, neighbours, edge ids)")
-    counts, nbrs, eids = tensors
-    if counts.numel() != num_seeds or nbrs.numel() != eids.numel() or \
-            int(counts.sum()) != nbrs.numel():
-        raise StoreError(f"server {address} answered 'sample' inconsistently: {counts.numel()} "
-                         f"counts for {num_seeds} seeds summing to {int(counts.sum())}, "
-                         f"{nbrs.numel()} neighbours, {eids.numel()} edge ids")

@@ -3,35 +3,33 @@
 :class:`Router` is the one place where the trainer side turns "these ids"
 into "one request per owning server, all in flight at once": it splits ids
 with the partition book of the ids' node type (:meth:`Router.split`), sends
-every request concurrently and waits for every answer within the call's
-deadline (:meth:`Router.call_all`); callers keep the positions of the ids
-each server got, to put the answers back into their own order
-(:func:`reassemble`). The remote feature store, the remote
+every request concurrently and waits for every answer
+(:meth:`Router.call_all`; re-sends and failover are the client's); callers
+keep the positions of the ids each server got, to put the answers back into
+their own order (:func:`reassemble`). The remote feature store, the remote
 graph store and the distributed sampler all go through it.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import RemoteError, RpcError, RpcTimeoutError, StoreError, TransportError
+from pyg_dist.errors import StoreError
 from pyg_dist.partitioning.type_keys import node_type_key
+from pyg_dist.rpc.messages import Reply
+from pyg_dist.rpc.ops import PartRequest, declared
+
+if TYPE_CHECKING:
+    from pyg_dist.rpc.retrying import PartitionClient
 
 logger = logging.getLogger(__name__)
-
-# Grace on top of an RPC deadline before a wait on its future gives up: the
-# client completes every future at its deadline, this only guards against a
-# future that is never completed at all.
-_WAIT_GRACE_S = 5.0
 
 
 def _exclusive_cumsum(counts: Tensor) -> Tensor:
@@ -123,14 +121,15 @@ class Router:
         config: The :class:`~pyg_dist.rpc.config.RpcConfig`; ``None`` uses the
             defaults and environment.
         client: An already connected client whose server ``k`` is part ``k``
-            (used in the process that created it).
+            (used in the process that created it; an in-process stand-in in
+            unit tests).
         replicas: Per part, its replica endpoints (``replicas[k][0]`` is
-            ``endpoints[k]``); the client of every process is then a
-            :class:`~pyg_dist.rpc.replicas.FailoverClient`.
+            ``endpoints[k]``): the client of every process fails over among
+            them (:class:`~pyg_dist.rpc.retrying.RetryingClient`).
     """
 
     def __init__(self, endpoints: Sequence[str], book: Any, num_nodes: int,
-                 config: Any = None, client: Any = None,
+                 config: Any = None, client: Optional[PartitionClient] = None,
                  replicas: Optional[Sequence[Sequence[str]]] = None) -> None:
         self.endpoints = list(endpoints)
         self.replicas = [list(g) for g in replicas] if replicas else None
@@ -151,18 +150,16 @@ class Router:
         return len(self.endpoints)
 
     @property
-    def client(self) -> Any:
+    def client(self) -> PartitionClient:
         """The RPC client of this process (created on first use after a fork)."""
         self._start_over_after_fork()
         with self._lock:
             if self._closed:
                 raise StoreError("the remote store was closed; call pyg_dist.connect() again")
             if self._client is None:
-                from pyg_dist.rpc.client import RpcClient
-                from pyg_dist.rpc.replicas import FailoverClient
+                from pyg_dist.rpc.retrying import RetryingClient
 
-                self._client = FailoverClient(self.replicas, self.config) if self.replicas \
-                    else RpcClient(self.endpoints, self.config)
+                self._client = RetryingClient(self.replicas or self.endpoints, self.config)
             return self._client
 
     def close(self) -> None:
@@ -246,23 +243,19 @@ class Router:
         """
         return self.book_of(node_type).split(ids)
 
-    def call_all(self, requests: Sequence[tuple[int, str, dict, list[Tensor]]],
-                 timeout: Optional[float] = None, retry: bool = True,
-                 reply_bytes: Optional[Sequence[int]] = None) -> list[Any]:
+    def call_all(self, requests: Sequence[PartRequest], timeout: Optional[float] = None,
+                 reply_bytes: Optional[Sequence[int]] = None) -> list[Reply]:
         """Issues several calls at once and waits for all of them.
 
-        Every operation the trainer routes (``meta``, ``sample`` with an
-        explicit seed, ``get``, ``edge_index``) is an idempotent read, so a
-        call that timed out or hit a transport failure is re-sent up to
-        ``config.retries`` times, with the config's exponential backoff
-        (``retries=0``, the default, keeps every call within one deadline).
+        Re-sends, failover among replicas and back-off on busy servers are
+        the client's (:class:`~pyg_dist.rpc.retrying.RetryingClient`: one
+        policy for every caller), and so is the check of every reply
+        against its op's declaration.
 
         Args:
-            requests: ``(part, op, args, tensors)`` per call.
+            requests: The calls, built by :meth:`~pyg_dist.rpc.ops.OpSpec.request`
+                (or ``(part, op, args, tensors)`` tuples, checked the same way).
             timeout: Deadline of every attempt; ``None`` uses the config's.
-            retry: ``False`` makes one attempt whatever the config says: for
-                a request whose late first attempt must not run after its
-                answer was used (one that writes into the caller's memory).
             reply_bytes: Bytes each reply's tensors take, for the RPC
                 client to lend same-host servers memory for them (see
                 :meth:`~pyg_dist.rpc.RpcClient.call_async`; release the
@@ -271,77 +264,13 @@ class Router:
         Returns:
             The replies, in the order of ``requests``.
         """
+        # A request built elsewhere as a plain tuple is held to its op's
+        # declaration here: every call the trainer makes passes this point.
+        requests = [r if isinstance(r, PartRequest) else declared(*r) for r in requests]
         deadline = self._timeout(timeout)
         client = self.client
         sizes = list(reply_bytes) if reply_bytes is not None else [None] * len(requests)
         futures = [client.call_async(part, op, args, tensors, timeout=deadline, reply_bytes=size)
                    for (part, op, args, tensors), size in zip(requests, sizes)]
-        replies = []
-        for request, future in zip(requests, futures):
-            if retry:
-                replies.append(self._wait_retrying(client, request, future, deadline))
-            else:
-                replies.append(self._wait_while_busy(client, request, future, deadline))
-        return replies
-
-    def _wait_retrying(self, client: Any, request: tuple[int, str, dict, list[Tensor]],
-                       future: Any, deadline: float) -> Any:
-        part, op, args, tensors = request
-        cfg = client.config
-        backoff = cfg.retry_backoff
-        for attempt in range(cfg.retries + 1):
-            if attempt:
-                time.sleep(backoff)
-                backoff = min(2 * backoff, cfg.retry_backoff_max)
-                future = client.call_async(part, op, args, tensors, timeout=deadline)
-            try:
-                return self._wait_while_busy(client, request, future, deadline)
-            except (RpcTimeoutError, TransportError) as exc:
-                if attempt == cfg.retries:
-                    raise
-                logger.info("retrying %r on %s (attempt %d of %d) after: %s", op,
-                            self.endpoints[part], attempt + 2, cfg.retries + 1, exc)
-        raise RpcTimeoutError("unreachable", op=op)  # the loop returns or raises
-
-    def _wait_while_busy(self, client: Any, request: tuple[int, str, dict, list[Tensor]],
-                         future: Any, deadline: float) -> Any:
-        """Waits for ``future``; a server that refused it as busy (its reply
-        byte budget was spent by answers still in flight) is asked again
-        after a pause, until the call's deadline has passed.
-
-        A busy refusal comes before anything is computed (nothing was written
-        into memory the request lent), so asking again is always safe; it is
-        back-pressure, not a failure, and is not counted as a retry.
-        """
-        part, op, args, tensors = request
-        cfg = client.config
-        give_up = time.monotonic() + deadline
-        pause = cfg.retry_backoff or 0.01
-        while True:
-            try:
-                return self._wait(future, part, op, deadline)
-            except RemoteError as exc:
-                left = give_up - time.monotonic()
-                if exc.remote_type != "ServerBusyError" or left <= pause:
-                    raise
-                logger.debug("%s is busy with %r; asking again in %.3gs",
-                             self.endpoints[part], op, pause)
-            time.sleep(pause)
-            pause = min(2 * pause, max(cfg.retry_backoff_max, pause))
-            future = client.call_async(part, op, args, tensors,
-                                       timeout=max(give_up - time.monotonic(), 0.001))
-
-    def _wait(self, future: Any, part: int, op: str, deadline: float) -> Any:
-        try:
-            return future.result(timeout=deadline + _WAIT_GRACE_S)
-        except RpcError:
-            # The client's own error names the deadline it kept; an
-            # RpcTimeoutError is a TimeoutError, so it must not reach the
-            # clause below and be re-worded.
-            raise
-        except concurrent.futures.TimeoutError as exc:
-            raise RpcTimeoutError(
-                f"no reply to {op!r} from {self.endpoints[part]} within its {deadline:.3g}s "
-                f"deadline, and the RPC client did not fail the call either within "
-                f"{_WAIT_GRACE_S:.3g}s more (its I/O thread is stuck)",
-                address=self.endpoints[part], op=op) from exc
+        return [client.result(future, request.part, request.op, deadline)
+                for request, future in zip(requests, futures)]

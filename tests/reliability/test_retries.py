@@ -1,11 +1,11 @@
-"""Bounded retries with backoff for idempotent reads.
+"""Bounded retries with backoff for reads (:mod:`pyg_dist.rpc.retrying`).
 
 A request is *lost* when the server received it and died before answering:
 the server is stopped (SIGSTOP, so the request sits in its socket buffer),
 then killed, then restarted on the same address. Requests sent while it is
 down are queued by ZeroMQ and delivered when it is back, so only a lost one
 needs a retry. The kill ends the connection, so the lost request fails at
-once (``ServerUnavailableError``), not at its deadline, and an idempotent one
+once (``ServerUnavailableError``), not at its deadline, and a retry-safe one
 is sent again until the restarted server answers it.
 """
 
@@ -24,6 +24,7 @@ from torch_geometric.data import TensorAttr
 from pyg_dist.errors import ServerUnavailableError
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import RpcClient, RpcConfig
+from pyg_dist.rpc.retrying import RetryingClient
 from pyg_dist.store.connect import connect
 
 # Each attempt's deadline, and enough attempts to cover a server restart
@@ -46,17 +47,19 @@ def _lose_request_then_restart(stack, root, part, proc, endpoint, issue):
     return future.result(timeout=120)
 
 
-@pytest.mark.parametrize("idempotent", [True, False], ids=["retried", "control"])
-def test_idempotent_call_is_retried_until_a_restarted_server_answers(cora2_root, idempotent):
+@pytest.mark.parametrize("retrying", [True, False], ids=["retried", "control"])
+def test_a_read_is_retried_until_a_restarted_server_answers(cora2_root, retrying):
     with contextlib.ExitStack() as stack:
         proc, endpoint = stack.enter_context(serve_part(cora2_root, 1))
-        client = stack.enter_context(RpcClient([endpoint], RETRY_CONFIG))
+        # The control makes one attempt (the RPC client below the retry layer).
+        client = stack.enter_context(RetryingClient([endpoint], RETRY_CONFIG) if retrying
+                                     else RpcClient([endpoint], RETRY_CONFIG))
         assert client.call(0, "meta").result["part"] == 1
 
         def issue():
-            return client.call(0, "meta", idempotent=idempotent)
+            return client.call(0, "meta")
 
-        if idempotent:
+        if retrying:
             reply = _lose_request_then_restart(stack, cora2_root, 1, proc, endpoint, issue)
             assert reply.result["part"] == 1
         else:  # the control: the request really was lost
@@ -81,5 +84,5 @@ def test_feature_reads_through_the_store_are_retried(cora2_root, cora_data, rows
             lambda: fs.get_tensor(TensorAttr(None, "x", ids)))
         assert torch.equal(x, cora_data.x[ids])
         # With 400 rows the lost attempt had a segment lent: given up, not reused.
-        given_up = fs.router.client._lender.pool(1).take_dropped()
+        given_up = fs.router.client.transport._lender.pool(1).take_dropped()
         assert len(given_up) == (1 if rows == 400 else 0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -177,26 +176,3 @@ def test_inline_server_without_workers_serves_correctly():
                 assert torch.equal(fut.result(timeout=30).tensors[0], x + k)
             with pytest.raises(RemoteError, match="boom"):
                 client.call(0, "boom", {"msg": "boom"})
-
-
-def test_idempotent_call_is_sent_again_after_a_timeout_and_others_are_not():
-    seen = []
-
-    def flaky(args, tensors):
-        seen.append(args["n"])
-        if seen.count(args["n"]) == 1:  # first attempt of each call: too slow
-            threading.Event().wait(1.5)
-        return {"n": args["n"]}, []
-
-    # Workers only: the re-sent attempt is served while the first still sleeps
-    # (inline, the slow first attempt would hold up the I/O thread).
-    config = RpcConfig(workers=2, retries=2, retry_backoff=0.01, timeout=0.4, inline_bytes=0)
-    with RpcServer({"flaky": flaky}, config=config) as srv:
-        with RpcClient([srv.endpoint], config) as client:
-            assert client.call(0, "flaky", {"n": 1}, idempotent=True).result == {"n": 1}
-            assert seen.count(1) == 2
-            with pytest.raises(RpcTimeoutError):
-                client.call(0, "flaky", {"n": 2})
-            assert seen.count(2) == 1
-            future = client.call_async(0, "flaky", {"n": 3}, idempotent=True)
-            assert future.result(timeout=10).result == {"n": 3}

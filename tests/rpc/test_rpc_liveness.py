@@ -147,21 +147,6 @@ def test_a_server_never_reached_keeps_the_deadline_and_times_out():
     assert elapsed >= 0.9 and err.address == endpoint
 
 
-def test_an_idempotent_call_is_sent_again_after_its_connection_is_lost(served):
-    srv, proxy = served
-    config = FAST.replace(retries=2, retry_backoff=0.05)
-    with RpcClient([proxy.endpoint], config) as client:
-        client.call(0, "echo")
-        retried = client.call_async(0, "slow", {"s": 1.0}, idempotent=True)
-        once = client.call_async(0, "slow", {"s": 1.0})
-        time.sleep(0.2)
-        proxy.reset()
-        with pytest.raises(ServerUnavailableError):
-            once.result(timeout=DEADLINE)
-        # Re-sent over the new connection and answered there.
-        assert retried.result(timeout=DEADLINE).result == {"slept": 1.0}
-
-
 def test_no_thread_is_left_behind_after_detection(served):
     _, proxy = served
     before = len(_client_threads())

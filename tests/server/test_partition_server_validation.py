@@ -46,7 +46,17 @@ BAD_REQUESTS = {
                   "ProtocolError", "1-D int64"),
     "2-d ids": ("sample", {"num_neighbors": 2}, lambda p: [p.node_ids[:4].view(2, 2)],
                 "ProtocolError", "1-D int64"),
-    "no ids": ("get", {"attrs": ["x"]}, lambda p: [], "ProtocolError", "exactly one tensor"),
+    # Checked against the op table (pyg_dist.rpc.ops) before any handler runs.
+    "no ids": ("get", {"attrs": ["x"]}, lambda p: [], "ProtocolError",
+               "'get' takes 1 tensors, got 0"),
+    "an argument the op does not take": (
+        "get", {"attrs": ["x"], "rows": [1, 2]}, lambda p: [p.node_ids[:2]], "ProtocolError",
+        "'get' has unknown arguments ['rows']; it takes ['attrs', 'group']"),
+    "a required argument missing": ("sample", {"replace": True}, lambda p: [p.node_ids[:2]],
+                                    "ProtocolError",
+                                    "'sample' lacks the required arguments ['num_neighbors']"),
+    "arguments not a map": ("degree", [1, 2], lambda p: [], "ProtocolError",
+                            "args must be a map"),
     "unknown attribute": ("get", {"attrs": ["x", "secret"]}, lambda p: [p.node_ids[:2]],
                           "StoreError", "unknown feature(s) ['secret']"),
     "attrs not a list": ("get", {"attrs": "x"}, lambda p: [p.node_ids[:2]],

@@ -82,7 +82,7 @@ def test_rows_are_the_input_graph_s_in_the_caller_s_order(homo, roots, clusters,
             for name, tensor in zip(ATTRS, rows):
                 assert tensor.dtype == homo[name].dtype
                 assert torch.equal(tensor, homo[name][ids]), name
-        pools = [router.client._lender.pool(part) for part in range(num_parts)]
+        pools = [router.client.transport._lender.pool(part) for part in range(num_parts)]
         if shared_memory:
             assert all(p.disabled is None and p.held_bytes > 0 for p in pools)
         else:

@@ -16,6 +16,7 @@ from support.handlers import HANDLERS
 
 from pyg_dist.errors import RpcTimeoutError, StoreError
 from pyg_dist.rpc import RpcConfig, RpcServer
+from pyg_dist.rpc.ops import STATS
 from pyg_dist.store.connect import SERVERS_ENV, connect
 from pyg_dist.store.routing import Router
 
@@ -48,14 +49,15 @@ def test_unparsable_addresses_are_refused_before_any_thread_starts(endpoints, mo
 
 def test_a_routed_timeout_names_the_callers_deadline():
     config = RpcConfig(workers=1, timeout=30.0)
-    with RpcServer(HANDLERS, config=config) as srv:
+    # A declared op (the router sends no other) answered slowly.
+    with RpcServer({"stats": HANDLERS["slow"]}, config=config) as srv:
         router = Router([srv.endpoint], book=None, num_nodes=1, config=config)
         try:
             with pytest.raises(RpcTimeoutError) as info:
-                router.call_all([(0, "slow", {"s": 2.0}, [])], timeout=0.5)
+                router.call_all([STATS.request(0)], timeout=0.5)
         finally:
             router.close()
     message = str(info.value)
     # The client's own error: the 0.5 s deadline, not 0.5 s + the grace.
     assert "within 0.5s" in message and "5.5" not in message, message
-    assert info.value.address == srv.endpoint and info.value.op == "slow"
+    assert info.value.address == srv.endpoint and info.value.op == "stats"

@@ -48,7 +48,7 @@ def _pools(fs):
     client = fs.router.client
     for part in range(3):
         client.ping(part)  # its host known, the client lends it memory
-    return [client._lender.pool(part) for part in range(3)]
+    return [client.transport._lender.pool(part) for part in range(3)]
 
 
 def test_rows_through_shared_memory_equal_the_graph_and_tcp(data, endpoints, store):
@@ -171,7 +171,7 @@ def _fetch_in_child(fs, ids, expected, result):
     torch.set_num_threads(1)
     x, _ = _fetch(fs, ids)
     result.put(bool(torch.equal(x, expected))
-               and fs.router.client._lender.pool(0).held_bytes > 0)
+               and fs.router.client.transport._lender.pool(0).held_bytes > 0)
 
 
 def test_a_forked_child_gets_its_own_segments(data, store):
@@ -186,7 +186,7 @@ def test_a_forked_child_gets_its_own_segments(data, store):
     # Threads of the parent hold the store's locks when it forks (as a
     # prefetch thread may when DataLoader workers start): the child must not
     # wait on them.
-    with store.router.client._lender._lock, store.router._lock:
+    with store.router.client.transport._lender._lock, store.router._lock:
         child = ctx.Process(target=_fetch_in_child, args=(store, ids, data.x[ids], result))
         child.start()
     try:

@@ -45,7 +45,7 @@ _UNKNOWN, _ASKING = "?", "..."  # a server's host before its ping answered
 # no lock: a lock held by another thread at fork would be held forever.
 _KNOWN: dict[str, Optional[str]] = {}
 Send = Callable[..., futures.Future]
-"""``send(server, op, args, tensors, timeout, idempotent, lease) -> Future``."""
+"""``send(server, op, args, tensors, timeout, lease) -> Future``."""
 
 
 class Lease:
@@ -203,7 +203,7 @@ class Lender:
             outer = futures.Future()
             outer.set_running_or_notify_cancel()
         try:
-            inner = send(server, op, args, tensors, timeout, False, lease)
+            inner = send(server, op, args, tensors, timeout, lease)
         except BaseException:
             lease.abandon()
             raise
@@ -219,7 +219,7 @@ class Lender:
                     if fresh is not None:
                         self.call(send, server, op, args, tensors, timeout, fresh, outer, False)
                     else:
-                        send(server, op, args, tensors, timeout, False, None
+                        send(server, op, args, tensors, timeout, None
                              ).add_done_callback(lambda f: _chain(f, outer))
                 except BaseException as error:
                     outer.set_exception(error)

@@ -1,0 +1,111 @@
+"""From a request's frames to its reply's frames, on the server.
+
+:class:`Dispatch` is what an :class:`~pyg_dist.rpc.server.RpcServer` runs
+for every request, inline on its I/O thread or in a worker: decode and
+validate the frames (:func:`~pyg_dist.rpc.protocol.decode_request`), hold a
+declared op's request to its :class:`~pyg_dist.rpc.ops.OpSpec`, run the
+handler (through the shared-memory service, which gives it its call
+context), and encode the answer. Any exception becomes an error reply
+carrying its type name and message (see :mod:`pyg_dist.rpc.containment`);
+only :data:`~pyg_dist.rpc.containment.FATAL` ones get through.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError, PygDistError, wire_type
+from pyg_dist.rpc import protocol
+from pyg_dist.rpc.containment import FATAL, FailureLog
+from pyg_dist.rpc.ops import OpSpec
+from pyg_dist.rpc.shm.serving import SegmentService
+from pyg_dist.rpc.wire_values import error_text
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[..., tuple[dict[str, Any], Sequence[Tensor]]]
+"""``handler(args, tensors) -> (result, tensors)``, or ``handler(args,
+tensors, ctx)`` when marked with :func:`~pyg_dist.rpc.context.uses_context`."""
+
+# Errors a handler raises on purpose to refuse bad input: logged quietly.
+_EXPECTED = (PygDistError, ValueError, TypeError, KeyError, IndexError)
+
+
+class Dispatch:
+    """A server's table of handlers, with the checks around every call.
+
+    Besides the given handlers it answers ``ping`` (protocol version, name,
+    host, ops) and ``release`` (segments a client lent, handed back).
+
+    Args:
+        handlers: Operation name -> :data:`Handler`.
+        ops: Declarations of the ops whose requests are checked.
+        shm: The server's shared-memory service (call contexts, ``release``).
+        name: The server's name (``ping``, logs).
+        max_message_bytes: Largest request accepted, all frames together.
+    """
+
+    def __init__(self, handlers: Mapping[str, Handler], ops: Mapping[str, OpSpec],
+                 shm: SegmentService, name: str, max_message_bytes: int) -> None:
+        self._ops = ops
+        self._shm = shm
+        self._name = name
+        self._max_message_bytes = max_message_bytes
+        # Per server: one flooded server must not silence another's log.
+        self._failure_log = FailureLog(logger)
+        self._handlers: dict[str, Handler] = {"ping": self._ping, "release": shm.release,
+                                              **handlers}
+
+    def handle(self, frames: Sequence[Any]) -> list[Any]:
+        """Decodes, validates and serves one request; returns reply frames.
+        Never raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
+        decoded = self.decode(frames)
+        return self.serve(decoded) if isinstance(decoded, protocol.Request) else decoded
+
+    def decode(self, frames: Sequence[Any]) -> protocol.Request | list[Any]:
+        """The validated request, or the error reply refusing it. Never
+        raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
+        try:
+            request = protocol.decode_request(frames, self._max_message_bytes)
+            spec = self._ops.get(request.op)
+            if spec is not None:
+                spec.check_request(request.args, request.tensors)
+            return request
+        except ProtocolError as exc:
+            logger.debug("malformed request refused: %s", exc)
+            message = error_text(exc)
+        except FATAL:
+            raise
+        except BaseException as exc:  # a decoder bug must fail only this request
+            self._failure_log(f"{self._name}: decoding a request", exc)
+            message = f"the server failed to decode this request ({type(exc).__name__})"
+        return protocol.encode_error(protocol.peek_id(frames), "ProtocolError", message)
+
+    def serve(self, request: protocol.Request) -> list[Any]:
+        """Runs a validated request's handler; returns the reply frames.
+        Never raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
+        handler = self._handlers.get(request.op)
+        if handler is None:
+            return protocol.encode_error(
+                request.id, "ProtocolError",
+                f"unknown op {request.op!r}; this server serves {sorted(self._handlers)}")
+        try:
+            return self._shm.serve(handler, request)
+        except _EXPECTED as exc:
+            kind, message = wire_type(exc), error_text(exc)  # bounded, cannot raise
+            logger.debug("op %r refused: %s: %s", request.op, kind, message)
+        except FATAL:
+            raise
+        except BaseException as exc:  # a handler's bug fails only its request
+            self._failure_log(f"{self._name}: op {request.op!r}", exc)
+            kind, message = wire_type(exc), error_text(exc)
+        return protocol.encode_error(request.id, kind, message)
+
+    def _ping(self, args: dict[str, Any], tensors: list[Tensor]
+              ) -> tuple[dict[str, Any], list[Tensor]]:
+        return {"version": protocol.PROTOCOL_VERSION, "name": self._name,
+                "host": self._shm.host, "ops": sorted(self._handlers)}, []

@@ -1,0 +1,79 @@
+"""The op table (``pyg_dist/rpc/ops.py``) is the one declaration both ends
+follow: the server answers exactly the declared ops and refuses requests
+that do not fit them, the trainer cannot build a call that does not, and
+the docs list every op."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from pyg_dist.errors import ProtocolError, RemoteError
+from pyg_dist.rpc import RpcClient
+from pyg_dist.rpc.ops import GET, OPS, PARTITION_OPS, RPC_OPS, SAMPLE, SAMPLE_TYPES, declared
+from pyg_dist.server import PartitionServer
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@pytest.fixture(scope="module")
+def served(cora_root):
+    with PartitionServer(cora_root, 0) as server, RpcClient([server.endpoint]) as client:
+        yield server, client
+
+
+def test_the_server_answers_exactly_the_declared_ops(served):
+    server, client = served
+    assert set(server.ops.handlers()) == set(PARTITION_OPS)
+    assert set(server.ops.estimators()) <= set(PARTITION_OPS)
+    assert set(client.ping(0)["ops"]) == set(OPS)
+
+
+@pytest.mark.parametrize("op, args, tensors, message", [
+    ("get", {"attrs": ["x"], "row": 1}, 1, "'get' has unknown arguments ['row']"),
+    ("sample_types", {"edge_types": [None], "sizes": [1]}, 1,
+     "'sample_types' lacks the required arguments ['num_neighbors']"),
+    ("edge_ids", {}, 1, "'edge_ids' takes 0 tensors, got 1"),
+    ("sample", {"num_neighbors": 2}, 3, "'sample' takes 1 to 2 tensors, got 3"),
+])
+def test_requests_that_do_not_fit_their_op_are_refused_before_the_handler(
+        served, op, args, tensors, message):
+    server, client = served
+    ids = server.ops._index(None).node_ids[:4]
+    before = client.call(0, "stats").result["get_calls"]
+    with pytest.raises(RemoteError, match=re.escape(message)) as info:
+        client.call(0, op, args, [ids] * tensors)
+    assert info.value.remote_type == "ProtocolError"
+    assert client.call(0, "stats").result["get_calls"] == before  # no handler ran
+    # The same server goes on answering a request that fits.
+    assert client.call(0, "get", {"attrs": ["x"]}, [ids]).tensors[0].shape[0] == 4
+
+
+def test_the_trainer_cannot_build_a_call_its_op_does_not_declare():
+    ids = torch.arange(3)
+    assert SAMPLE.request(1, {"num_neighbors": 5, "seed": 3}, [ids]) == \
+        (1, "sample", {"num_neighbors": 5, "seed": 3}, [ids])
+    with pytest.raises(ProtocolError, match="unknown arguments \\['fanout'\\]"):
+        SAMPLE.request(0, {"num_neighbors": 5, "fanout": 3}, [ids])
+    with pytest.raises(ProtocolError, match="lacks the required arguments \\['sizes'\\]"):
+        SAMPLE_TYPES.request(0, {"edge_types": [], "num_neighbors": 1}, [ids])
+    with pytest.raises(ProtocolError, match="takes 1 tensors, got 2"):
+        GET.request(0, {"attrs": ["x"]}, [ids, ids])
+    with pytest.raises(ProtocolError, match="no op 'drop' is declared"):
+        declared(0, "drop")
+
+
+def test_only_reads_are_declared_and_all_of_them_retry_safe():
+    # Every op a partition server answers only reads: sending one again
+    # (to the same server or a replica) cannot change what anyone sees.
+    assert all(spec.retry_safe for spec in OPS.values())
+    assert [s.name for s in OPS.values() if s.worker] == ["edge_index"]
+
+
+def test_the_docs_list_every_declared_op():
+    text = (DOCS / "wire-protocol.md").read_text() + (DOCS / "architecture.md").read_text()
+    for name in [*PARTITION_OPS, *RPC_OPS]:
+        assert f"| `{name}` |" in text, name
