@@ -20,6 +20,7 @@ from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, PygDistError, wire_type
 from pyg_dist.rpc import protocol
+from pyg_dist.rpc.admission import Admission
 from pyg_dist.rpc.containment import FATAL, FailureLog
 from pyg_dist.rpc.ops import OpSpec
 from pyg_dist.rpc.shm.serving import SegmentService
@@ -104,6 +105,31 @@ class Dispatch:
             self._failure_log(f"{self._name}: op {request.op!r}", exc)
             kind, message = wire_type(exc), error_text(exc)
         return protocol.encode_error(request.id, kind, message)
+
+    def answer_queued(self, item: tuple[int, Any, Any, Any], admission: Admission
+                      ) -> list[Any]:
+        """A worker's reply to a queued request: ``[charge, identity, *frames]``.
+
+        Args:
+            item: ``(size, identity, frames, None)`` of a request still to be
+                decoded, or ``(size, identity, request, estimate)`` of one the
+                I/O thread decoded.
+            admission: The server's budgets (charged, and told the request
+                left the queue).
+        """
+        size, identity, body, estimate = item
+        try:
+            if estimate is None:
+                body = self.decode(body)
+                if isinstance(body, protocol.Request):
+                    estimate = admission.estimate(body)
+            if isinstance(body, protocol.Request):
+                charge, frames = admission.answer(identity.bytes, body, estimate, self.serve)
+            else:
+                charge, frames = 0, body
+        finally:
+            admission.unqueued(size)
+        return [charge.to_bytes(8, "little"), identity, *frames]
 
     def _ping(self, args: dict[str, Any], tensors: list[Tensor]
               ) -> tuple[dict[str, Any], list[Tensor]]:

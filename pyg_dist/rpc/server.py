@@ -373,7 +373,7 @@ class RpcServer:
                     return
                 # decode and serve never raise but for FATAL (below): a
                 # request fails alone.
-                reply = self._work(msg)
+                reply = self._dispatch.answer_queued(msg, self._admission)
                 try:
                     # The PULL end has no bound on its queue, so the only
                     # refusal is a closed one: the server is stopping.
@@ -391,30 +391,6 @@ class RpcServer:
         finally:
             if push is not None:
                 push.close()
-
-    def _work(self, item: tuple[int, Any, Any, Any]) -> list[Any]:
-        """A worker's reply to a queued request: ``[charge, identity, *frames]``.
-
-        Args:
-            item: ``(size, identity, frames, None)`` of a request still to be
-                decoded, or ``(size, identity, request, estimate)`` of one the
-                I/O thread decoded.
-        """
-        size, identity, body, estimate = item
-        admission = self._admission
-        try:
-            if estimate is None:
-                body = self._dispatch.decode(body)
-                if isinstance(body, protocol.Request):
-                    estimate = admission.estimate(body)
-            if isinstance(body, protocol.Request):
-                charge, frames = admission.answer(identity.bytes, body, estimate,
-                                                  self._dispatch.serve)
-            else:
-                charge, frames = 0, body
-        finally:
-            admission.unqueued(size)
-        return [charge.to_bytes(8, "little"), identity, *frames]
 
     def handle(self, frames: Sequence[Any]) -> list[Any]:
         """Decodes, validates and serves one request; returns reply frames.

@@ -18,6 +18,7 @@ buys:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -159,3 +160,16 @@ def _check_capacity(capacity: Any) -> None:
         raise CacheError(f"a fractional capacity must be in (0, 1], got {capacity}")
     if isinstance(capacity, int) and capacity < 0:
         raise CacheError(f"capacity must be >= 0 bytes, got {capacity}")
+
+
+def available_memory() -> int:
+    """Bytes the kernel says can be allocated without swapping (the cache's
+    host memory check)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -33,7 +33,7 @@ from typing import Any, Optional, Protocol
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import CacheError
+from pyg_dist.errors import CacheError, PluginError
 
 
 @dataclass
@@ -118,3 +118,24 @@ def top_by_score(score: Tensor, budget: int) -> Tensor:
     scores only: a node never seen or without edges is not worth a row."""
     order = torch.sort(score, descending=True, stable=True).indices
     return order[score[order] > 0][:budget]
+
+
+def resolve_policy(policy: Any, registry: Any) -> tuple[str, Any]:
+    """``(name, choose)`` of a policy given as a callable or by the name of
+    a ``pyg_dist.cache_policies`` plugin (looked up in ``registry``, the
+    default one when ``None``).
+
+    Raises:
+        CacheError: if it is neither, or no such plugin is registered.
+    """
+    if callable(policy):
+        return getattr(policy, "__name__", type(policy).__name__), policy
+    if not isinstance(policy, str):
+        raise CacheError(f"policy must be a plugin name or a callable, got "
+                         f"{type(policy).__name__}")
+    if registry is None:
+        from pyg_dist.plugins import default_registry as registry
+    try:
+        return policy, registry.cache_policy(policy)
+    except PluginError as exc:
+        raise CacheError(f"no cache policy {policy!r}: {exc}") from exc

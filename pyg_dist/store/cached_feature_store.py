@@ -17,7 +17,6 @@ in one round trip.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -28,7 +27,8 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
-from pyg_dist.errors import CacheError, PluginError, PygDistError, StoreError
+from pyg_dist.errors import CacheError, PygDistError, StoreError
+from pyg_dist.store import cache_layout
 from pyg_dist.store.cache_layout import (
     STAT_KEYS,
     AttrSpec,
@@ -37,7 +37,7 @@ from pyg_dist.store.cache_layout import (
     budgets,
     type_caches,
 )
-from pyg_dist.store.cache_policy import CacheContext, checked_choice
+from pyg_dist.store.cache_policy import CacheContext, checked_choice, resolve_policy
 from pyg_dist.store.remote_feature_store import (
     RemoteFeatureStore,
     copy_rows,
@@ -119,7 +119,7 @@ class CachedFeatureStore(FeatureStore):
         for t, budget in budgets(capacity, self._types).items():
             self._types[t].budget = budget
         self._check_memory(pin_memory)
-        name, choose = _resolve_policy(policy, registry)
+        name, choose = resolve_policy(policy, registry)
         start = time.perf_counter()
         chosen = self._choose(name, choose, graph_store, policy_options or {})
         choose_seconds = round(time.perf_counter() - start, 3)
@@ -168,7 +168,7 @@ class CachedFeatureStore(FeatureStore):
         if self.device.type == "cuda":
             available = torch.cuda.mem_get_info(self.device)[0]
         else:
-            available = _available_memory()
+            available = cache_layout.available_memory()
             if pin_memory and not torch.cuda.is_available():
                 raise CacheError("pin_memory=True needs CUDA; leave it False on a CPU-only "
                                  "machine")
@@ -398,29 +398,3 @@ def _check_same_graph(feature_store: RemoteFeatureStore, graph_store: Any) -> No
         raise CacheError(f"the feature store and the graph store serve different graphs "
                          f"({ours} vs {theirs}); pass the pair from one pyg_dist.connect() "
                          f"call")
-
-
-def _resolve_policy(policy: Any, registry: Any) -> tuple[str, Any]:
-    if callable(policy):
-        return getattr(policy, "__name__", type(policy).__name__), policy
-    if not isinstance(policy, str):
-        raise CacheError(f"policy must be a plugin name or a callable, got "
-                         f"{type(policy).__name__}")
-    if registry is None:
-        from pyg_dist.plugins import default_registry as registry
-    try:
-        return policy, registry.cache_policy(policy)
-    except PluginError as exc:
-        raise CacheError(f"no cache policy {policy!r}: {exc}") from exc
-
-
-def _available_memory() -> int:
-    """Bytes the kernel says can be allocated without swapping."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -10,7 +10,7 @@ import torch
 
 from pyg_dist.errors import CacheError
 from pyg_dist.loader import DistLinkNeighborLoader, DistNeighborLoader
-from pyg_dist.store import cached_feature_store
+from pyg_dist.store import cache_layout
 from pyg_dist.store.cached_feature_store import CachedFeatureStore
 
 FANOUT = [5, 3]
@@ -191,7 +191,7 @@ def test_a_capacity_over_the_memory_available_is_refused(hetero2, monkeypatch):
     fs, gs = hetero2
     # 30 kB available: every type's rows at capacity 1.0 plus the slot
     # tables need ~43 kB (each type alone less), 5% of them ~11 kB.
-    monkeypatch.setattr(cached_feature_store, "_available_memory", lambda: 30_000)
+    monkeypatch.setattr(cache_layout, "available_memory", lambda: 30_000)
     with pytest.raises(CacheError, match=r"v0: \d+ nodes x \d+ bytes, v1: .*lower capacity"):
         CachedFeatureStore(fs, 1.0, "degree", graph_store=gs)
     CachedFeatureStore(fs, 0.05, "degree", graph_store=gs)
