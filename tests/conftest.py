@@ -11,6 +11,7 @@ import pytest
 # Session-wide so that the loader and sampler tests share one set of server
 # processes per part count.
 from support.served_cora import (  # noqa: F401
+    cora2_root,
     cora_data,
     hetero_data,
     served_cora,

@@ -22,13 +22,6 @@ from pyg_dist.datasets import cora
 from pyg_dist.rpc import RpcClient, RpcConfig
 
 
-@pytest.fixture(scope="module")
-def cora2_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("cli-errors") / "cora-2"
-    pyg_dist.partition(cora(), 2, root, partitioner="random")
-    return root
-
-
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pyg_dist", *args], capture_output=True,
                           text=True, timeout=timeout,

@@ -15,16 +15,6 @@ import pytest
 from support.examples import EXAMPLES, launch_command, printed_value
 from support.servers import run_process_tree, stop_process_tree
 
-from pyg_dist.datasets import cora
-from pyg_dist.partitioning.writer import partition
-
-
-@pytest.fixture(scope="module")
-def cora_root(tmp_path_factory) -> str:
-    root = str(tmp_path_factory.mktemp("e2e") / "cora2")
-    partition(cora(), 2, root)
-    return root
-
 
 def _port_closed(endpoint: str) -> bool:
     host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
@@ -34,10 +24,10 @@ def _port_closed(endpoint: str) -> bool:
 
 
 @pytest.mark.timeout(600)
-def test_graphsage_trains_under_launch_as_well_as_in_one_process(cora_root):
+def test_graphsage_trains_under_launch_as_well_as_in_one_process(cora2_root):
     args = ["--seed", "0", "--epochs", "15"]
     dist = run_process_tree(
-        launch_command(cora_root, 2, str(EXAMPLES / "train_sage_dist.py"), *args),
+        launch_command(cora2_root, 2, str(EXAMPLES / "train_sage_dist.py"), *args),
         timeout=400)
     assert dist.returncode == 0, dist.stdout[-2000:] + dist.stderr[-4000:]
     local = subprocess.run([sys.executable, str(EXAMPLES / "train_sage_local.py"), *args],
@@ -62,11 +52,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_ctrl_c_stops_trainers_and_servers(cora_root, tmp_path):
+def test_ctrl_c_stops_trainers_and_servers(cora2_root, tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     pid_file = tmp_path / "pid"
-    proc = subprocess.Popen(launch_command(cora_root, 1, str(script), str(pid_file)),
+    proc = subprocess.Popen(launch_command(cora2_root, 1, str(script), str(pid_file)),
                             stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240

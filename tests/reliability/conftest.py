@@ -20,14 +20,6 @@ from pyg_dist.partitioning import PartitionReader
 
 
 @pytest.fixture(scope="session")
-def cora2_root(tmp_path_factory, cora_data):
-    """Cora split into two parts (random partitioner: fast and deterministic)."""
-    root = tmp_path_factory.mktemp("reliability-cora") / "cora-2"
-    pyg_dist.partition(cora_data, 2, root, partitioner="random")
-    return root
-
-
-@pytest.fixture(scope="session")
 def cora1_root(tmp_path_factory, cora_data):
     """Cora as one part: a whole graph behind a single server."""
     root = tmp_path_factory.mktemp("reliability-cora") / "cora-1"

@@ -20,8 +20,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 @pytest.fixture(scope="module")
-def served(cora_root):
-    with PartitionServer(cora_root, 0) as server, RpcClient([server.endpoint]) as client:
+def served(cora2_root):
+    with PartitionServer(cora2_root, 0) as server, RpcClient([server.endpoint]) as client:
         yield server, client
 
 

@@ -41,8 +41,8 @@ def _get(cora_reader, pad: bool) -> list:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("path", ["inline", "worker"])
-def test_serve_forever_raises_when_the_server_stops_on_a_failure(cora_root, cora_reader, path):
-    server = PartitionServer(cora_root, 0, feature_store=exiting_store.NAME,
+def test_serve_forever_raises_when_the_server_stops_on_a_failure(cora2_root, cora_reader, path):
+    server = PartitionServer(cora2_root, 0, feature_store=exiting_store.NAME,
                              registry=_registry(), config=RpcConfig(workers=2))
     ready = threading.Event()
     outcome: list[BaseException | None] = []
@@ -72,14 +72,14 @@ def test_serve_forever_raises_when_the_server_stops_on_a_failure(cora_root, cora
 
 
 @pytest.mark.timeout(240)
-def test_pyg_dist_serve_exits_non_zero_when_the_server_stops_on_a_failure(cora_root,
+def test_pyg_dist_serve_exits_non_zero_when_the_server_stops_on_a_failure(cora2_root,
                                                                           cora_reader,
                                                                           tmp_path):
     exiting_store.install_dist_info(tmp_path)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(tmp_path), TESTS, os.environ.get("PYTHONPATH", "")]))
     args = ["--feature-store", exiting_store.NAME, "--workers", "2"]
-    with serve_part(cora_root, 0, serve_args=args, env=env) as (proc, endpoint):
+    with serve_part(cora2_root, 0, serve_args=args, env=env) as (proc, endpoint):
         with RawDealer(endpoint, timeout=2) as dealer:
             dealer.send(_get(cora_reader, False))
             with pytest.raises(zmq.Again):  # no reply: the server stopped

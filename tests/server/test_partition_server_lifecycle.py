@@ -21,8 +21,8 @@ from pyg_dist.server import PartitionServer
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_stops_the_server_process_and_later_calls_time_out(cora_root, sig):
-    with serve_part(cora_root, 1) as (proc, endpoint):
+def test_signal_stops_the_server_process_and_later_calls_time_out(cora2_root, sig):
+    with serve_part(cora2_root, 1) as (proc, endpoint):
         with RpcClient([endpoint], RpcConfig(timeout=30)) as client:
             assert client.call(0, "meta").result["part"] == 1
             proc.send_signal(sig)
@@ -34,17 +34,17 @@ def test_signal_stops_the_server_process_and_later_calls_time_out(cora_root, sig
     assert info.value.address == endpoint and info.value.op == "meta"
 
 
-def test_in_process_server_binds_a_real_port_and_stops(cora_root):
-    with PartitionServer(cora_root, 0, config=RpcConfig(workers=1)) as server:
+def test_in_process_server_binds_a_real_port_and_stops(cora2_root):
+    with PartitionServer(cora2_root, 0, config=RpcConfig(workers=1)) as server:
         assert not server.endpoint.endswith(":0")
         with RpcClient([server.endpoint]) as client:
             assert client.call(0, "meta").result["part"] == 0
     server.stop()  # idempotent
 
 
-def test_mmap_stores_serve_the_same_rows(cora_root, cora_reader):
+def test_mmap_stores_serve_the_same_rows(cora2_root, cora_reader):
     part = cora_reader.load_part(1)
-    with PartitionServer(cora_root, 1, feature_store="mmap", graph_store="mmap") as server:
+    with PartitionServer(cora2_root, 1, feature_store="mmap", graph_store="mmap") as server:
         with RpcClient([server.endpoint]) as client:
             reply = client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[:50]])
             edges = client.call(0, "edge_index").tensors
@@ -52,11 +52,11 @@ def test_mmap_stores_serve_the_same_rows(cora_root, cora_reader):
     assert edges[2].equal(part.edge_ids)
 
 
-def test_bad_part_store_or_root_fail_before_serving(cora_root, tmp_path):
+def test_bad_part_store_or_root_fail_before_serving(cora2_root, tmp_path):
     with pytest.raises(InvalidPartitionArgumentError, match=r"\[0, 2\)"):
-        PartitionServer(cora_root, 2)
+        PartitionServer(cora2_root, 2)
     with pytest.raises(PluginNotFoundError, match="no-such-store"):
-        PartitionServer(cora_root, 0, feature_store="no-such-store")
+        PartitionServer(cora2_root, 0, feature_store="no-such-store")
     with pytest.raises(PartitionFormatError):
         PartitionServer(tmp_path, 0)
 
@@ -69,11 +69,11 @@ def test_cli_with_a_missing_dataset_exits_with_an_error(tmp_path, capsys):
     assert "meta.json" in captured.err
 
 
-def test_get_over_the_reply_limit_is_refused_and_smaller_ones_served(cora_root, cora_reader):
+def test_get_over_the_reply_limit_is_refused_and_smaller_ones_served(cora2_root, cora_reader):
     part = cora_reader.load_part(0)
     row_bytes = 1433 * 4
     config = RpcConfig(workers=1, max_reply_bytes=100 * row_bytes)
-    with PartitionServer(cora_root, 0, config=config) as server:
+    with PartitionServer(cora2_root, 0, config=config) as server:
         with RpcClient([server.endpoint]) as client:
             with pytest.raises(RemoteError, match="reply limit") as info:
                 client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[:101]])

@@ -115,7 +115,7 @@ def test_malformed_frames_get_error_replies(cora_cluster, part0):
 
 
 @pytest.mark.parametrize("table", [True, False], ids=["id-table", "binary-search"])
-def test_both_id_lookups_answer_and_refuse_alike(cora_root, cora_reader, monkeypatch, table):
+def test_both_id_lookups_answer_and_refuse_alike(cora2_root, cora_reader, monkeypatch, table):
     # Graphs past TABLE_MAX_NODES look ids up by binary search instead of a
     # table; the answers and the refusals must not depend on which.
     from pyg_dist.errors import RemoteError
@@ -126,7 +126,7 @@ def test_both_id_lookups_answer_and_refuse_alike(cora_root, cora_reader, monkeyp
         monkeypatch.setattr(requests, "TABLE_MAX_NODES", 0)
     part = cora_reader.load_part(0)
     picked = [7, 0, 7, 42]
-    with PartitionServer(cora_root, 0) as server, RpcClient([server.endpoint]) as client:
+    with PartitionServer(cora2_root, 0) as server, RpcClient([server.endpoint]) as client:
         assert (server.ops._index(None).table is not None) == table
         reply = client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[picked]])
         assert torch.equal(reply.tensors[0], part.node_features["x"][picked])

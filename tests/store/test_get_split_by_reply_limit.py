@@ -8,20 +8,11 @@ import pytest
 import torch
 from torch_geometric.data import EdgeAttr, TensorAttr
 
-from pyg_dist.partitioning.writer import partition
 from pyg_dist.rpc import RpcConfig
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.connect import connect
 
 ROW_BYTES = 1433 * 4 + 8  # Cora's x (float32) and y (int64)
-
-
-@pytest.fixture(scope="module")
-def cora2_root(data, tmp_path_factory):
-    """Cora in 2 parts (random partitioner)."""
-    root = str(tmp_path_factory.mktemp("cora2-split") / "parts")
-    partition(data, 2, root, partitioner="random")
-    return root
 
 
 def _serve(root: str, config: RpcConfig):

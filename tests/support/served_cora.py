@@ -49,6 +49,15 @@ def cora_data() -> Data:
 
 
 @pytest.fixture(scope="session")
+def cora2_root(cora_data, tmp_path_factory):
+    """Cora split into two parts by METIS, written once per session. Read
+    only: a test that changes files copies it first."""
+    root = tmp_path_factory.mktemp("cora2") / "cora-2"
+    partition(cora_data, 2, str(root), partitioner="metis")
+    return root
+
+
+@pytest.fixture(scope="session")
 def served_cora(cora_data, tmp_path_factory) -> Iterator[ServedGraph]:
     """One cluster per part count, started on first use, stopped at session end."""
     served = ServedGraph(cora_data, tmp_path_factory.mktemp("served-cora"))
