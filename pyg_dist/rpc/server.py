@@ -79,8 +79,10 @@ class RpcServer:
 
     Besides the given handlers every server answers ``ping`` with the
     protocol version, its name, its host (:func:`pyg_dist.rpc.shm.host_id`)
-    and the operations it serves, and ``release`` (a client hands back
-    shared memory it lent, :mod:`pyg_dist.rpc.shm`).
+    and the operations it serves (and, asked with ``{"usage": true}``, with
+    ``usage``: :meth:`budget_usage`, for monitoring a server in another
+    process), and ``release`` (a client hands back shared memory it lent,
+    :mod:`pyg_dist.rpc.shm`).
 
     Args:
         handlers: Operation name -> ``handler(args, tensors) -> (result,
@@ -462,5 +464,8 @@ class RpcServer:
 
     def _ping(self, args: dict[str, Any], tensors: list[Tensor]
               ) -> tuple[dict[str, Any], list[Tensor]]:
-        return {"version": protocol.PROTOCOL_VERSION, "name": self._name,
-                "host": self._shm.host, "ops": sorted(self._handlers)}, []
+        info: dict[str, Any] = {"version": protocol.PROTOCOL_VERSION, "name": self._name,
+                                "host": self._shm.host, "ops": sorted(self._handlers)}
+        if args.get("usage") is True:  # only when asked: it walks every connection
+            info["usage"] = self.budget_usage()
+        return info, []
