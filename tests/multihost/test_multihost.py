@@ -109,7 +109,7 @@ def test_torchrun_restarts_a_dead_worker_and_both_ranks_resume(sim_hosts, cora2_
         assert not ended, f"a node exited ({ended}) before the first checkpoint"
         return checkpoint.exists()
 
-    wait_until(checkpointed, 240, f"rank 0 to write {checkpoint.name}", interval=0.1)
+    wait_until(checkpointed, 240, f"rank 0 to write {checkpoint.name}", interval=0.2)
     workers = [pid for pid in t1.pids() if "train_sage_dist" in _cmdline(pid)
                and "torch.distributed.run" not in _cmdline(pid)]
     assert len(workers) == 1, workers
