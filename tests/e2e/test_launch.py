@@ -70,7 +70,7 @@ def test_ctrl_c_stops_trainers_and_servers(cora_root, tmp_path):
                             stdout=subprocess.PIPE, text=True)
     def pid_written() -> str:
         assert proc.poll() is None, f"launch exited ({proc.returncode}) before the trainer ran"
-        return pid_file.exists() and pid_file.read_text()
+        return pid_file.read_text() if pid_file.exists() else ""
 
     try:
         trainer = int(wait_until(pid_written, 240, "the trainer to write its pid",
