@@ -68,6 +68,7 @@ def test_ctrl_c_stops_trainers_and_servers(cora_root, tmp_path):
     pid_file = tmp_path / "pid"
     proc = subprocess.Popen(launch_command(cora_root, 1, str(script), str(pid_file)),
                             stdout=subprocess.PIPE, text=True)
+
     def pid_written() -> str:
         assert proc.poll() is None, f"launch exited ({proc.returncode}) before the trainer ran"
         return pid_file.read_text() if pid_file.exists() else ""
