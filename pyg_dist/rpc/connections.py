@@ -159,6 +159,7 @@ class ReceiveGuard:
         self._next_check = 0.0
         self._untracked_logged = False
         self.cuts = 0
+        self.checks = 0  # checks completed: a figure of usage() is at most one old
         self.max_held_seen = 0  # biggest per-connection hold seen at a check
 
     # Events ################################################################
@@ -275,6 +276,7 @@ class ReceiveGuard:
                                 f"per-server budget of {self.server_budget} bytes")
         self._next_check = now + max(self.interval,
                                      len(self._conns) * _CHECK_COST_S / _CHECK_SHARE)
+        self.checks += 1
         return total
 
     def _cut(self, conn: _Connection, why: str) -> None:
@@ -302,11 +304,13 @@ class ReceiveGuard:
         """Figures of the last check: ``connections``, ``held`` (beyond the
         allowances, all connections), ``unexplained`` (bytes libzmq read and
         the server did not take, handshakes included), ``max_held`` (the
-        most one connection held at any check) and ``cuts`` so far."""
+        most one connection held at any check), ``cuts`` so far and
+        ``checks`` completed (the figures of a check that began after some
+        moment are in once ``checks`` grew by two since then)."""
         live = [c for c in list(self._conns.values()) if not c.cut]
         return {"connections": len(live), "held": sum(c.held for c in live),
                 "unexplained": sum(c.unexplained for c in live),
-                "max_held": self.max_held_seen, "cuts": self.cuts}
+                "max_held": self.max_held_seen, "cuts": self.cuts, "checks": self.checks}
 
     @property
     def connections(self) -> int:

@@ -40,7 +40,8 @@ class Dispatch:
     """A server's table of handlers, with the checks around every call.
 
     Besides the given handlers it answers ``ping`` (protocol version, name,
-    host, ops) and ``release`` (segments a client lent, handed back).
+    host, ops; with ``{"usage": true}`` also ``usage``, what the server's
+    byte budgets see) and ``release`` (segments a client lent, handed back).
 
     Args:
         handlers: Operation name -> :data:`Handler`.
@@ -48,14 +49,18 @@ class Dispatch:
         shm: The server's shared-memory service (call contexts, ``release``).
         name: The server's name (``ping``, logs).
         max_message_bytes: Largest request accepted, all frames together.
+        usage: What ``ping`` reports as ``usage`` when asked (the server's
+            :meth:`~pyg_dist.rpc.server.RpcServer.budget_usage`).
     """
 
     def __init__(self, handlers: Mapping[str, Handler], ops: Mapping[str, OpSpec],
-                 shm: SegmentService, name: str, max_message_bytes: int) -> None:
+                 shm: SegmentService, name: str, max_message_bytes: int,
+                 usage: Callable[[], dict[str, int]] = dict) -> None:
         self._ops = ops
         self._shm = shm
         self._name = name
         self._max_message_bytes = max_message_bytes
+        self._usage = usage
         # Per server: one flooded server must not silence another's log.
         self._failure_log = FailureLog(logger)
         self._handlers: dict[str, Handler] = {"ping": self._ping, "release": shm.release,
@@ -133,5 +138,8 @@ class Dispatch:
 
     def _ping(self, args: dict[str, Any], tensors: list[Tensor]
               ) -> tuple[dict[str, Any], list[Tensor]]:
-        return {"version": protocol.PROTOCOL_VERSION, "name": self._name,
-                "host": self._shm.host, "ops": sorted(self._handlers)}, []
+        info: dict[str, Any] = {"version": protocol.PROTOCOL_VERSION, "name": self._name,
+                                "host": self._shm.host, "ops": sorted(self._handlers)}
+        if args.get("usage") is True:  # only when asked: it walks every connection
+            info["usage"] = self._usage()
+        return info, []

@@ -251,8 +251,8 @@ def _books(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
 
 # The table ##################################################################
 
-PING = OpSpec("ping", "protocol version, server name, host and ops",
-              reply=("version", "ops"))
+PING = OpSpec("ping", "protocol version, server name, host and ops (and, asked, the "
+              "byte budgets' usage)", optional=("usage",), reply=("version", "ops"))
 RELEASE = OpSpec("release", "unmaps shared-memory segments a closing client lent",
                  required=("segments",), reply=("released",))
 META = OpSpec("meta", "counts, feature specs, partition book(s), versions of the part",

@@ -72,8 +72,10 @@ class RpcServer:
 
     Besides the given handlers every server answers ``ping`` with the
     protocol version, its name, its host (:func:`pyg_dist.rpc.shm.host_id`)
-    and the operations it serves, and ``release`` (a client hands back
-    shared memory it lent, :mod:`pyg_dist.rpc.shm`).
+    and the operations it serves (and, asked with ``{"usage": true}``, with
+    ``usage``: :meth:`budget_usage`, for monitoring a server in another
+    process), and ``release`` (a client hands back shared memory it lent,
+    :mod:`pyg_dist.rpc.shm`).
 
     Args:
         handlers: Operation name -> ``handler(args, tensors) -> (result,
@@ -111,7 +113,7 @@ class RpcServer:
         # Per server: one flooded server must not silence another's log.
         self._shm = SegmentService()
         self._dispatch = Dispatch(handlers, self._ops, self._shm, name,
-                                  self._config.max_message_bytes)
+                                  self._config.max_message_bytes, self.budget_usage)
         self._bind = bind
         self._name = name
         self._ctx: Optional[zmq.Context] = None

@@ -9,11 +9,11 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from support.examples import EXAMPLES, launch_command, printed_value
 from support.servers import run_process_tree, stop_process_tree
+from support.waiting import wait_until
 
 
 def _port_closed(endpoint: str) -> bool:
@@ -48,7 +48,7 @@ SCRIPT = textwrap.dedent("""
     print("servers", ",".join(servers), "nodes", gs.num_nodes, flush=True)
     open(sys.argv[1], "w").write(str(os.getpid()))
     fs.close()
-    time.sleep(600)
+    time.sleep(600)  # a trainer still running: launch's Ctrl-C must end it
 """)
 
 
@@ -58,12 +58,14 @@ def test_ctrl_c_stops_trainers_and_servers(cora2_root, tmp_path):
     pid_file = tmp_path / "pid"
     proc = subprocess.Popen(launch_command(cora2_root, 1, str(script), str(pid_file)),
                             stdout=subprocess.PIPE, text=True)
+
+    def pid_written() -> str:
+        assert proc.poll() is None, f"launch exited ({proc.returncode}) before the trainer ran"
+        return pid_file.read_text() if pid_file.exists() else ""
+
     try:
-        deadline = time.monotonic() + 240
-        while not pid_file.exists() or not pid_file.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        trainer = int(pid_file.read_text())
+        trainer = int(wait_until(pid_written, 240, "the trainer to write its pid",
+                                 interval=0.1))
         proc.send_signal(signal.SIGINT)
         # launch gives torchrun 15 s and every server 5 s to stop; a loaded
         # CI machine needs more than that on top to start the interpreter.
@@ -78,10 +80,7 @@ def test_ctrl_c_stops_trainers_and_servers(cora2_root, tmp_path):
     assert f"servers {','.join(endpoints)} nodes 2708" in stdout
     assert all(_port_closed(e) for e in endpoints)
     # The trainer is gone too (it was torchrun's child, in launch's session).
-    deadline = time.monotonic() + 30
-    while _alive(trainer) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _alive(trainer)
+    wait_until(lambda: not _alive(trainer), 30, f"the trainer (pid {trainer}) to exit")
 
 
 def _alive(pid: int) -> bool:

@@ -21,7 +21,7 @@ def test_results_come_in_order_whatever_order_workers_finish():
     delays = [rng.uniform(0, 0.01) for _ in range(50)]
 
     def produce(i: int) -> int:
-        time.sleep(delays[i])
+        time.sleep(delays[i])  # the behaviour: workers finish out of order
         return i * i
 
     out = list(PrefetchPipeline(produce, depth=4, name="t-order")(range(50)))
@@ -33,6 +33,7 @@ def test_depth_items_are_in_flight_at_once():
     lock = threading.Lock()
     running = 0
     peak = 0
+    depth_reached = threading.Event()
     release = threading.Event()
 
     def produce(i: int) -> int:
@@ -40,16 +41,33 @@ def test_depth_items_are_in_flight_at_once():
         with lock:
             running += 1
             peak = max(peak, running)
-        release.wait(timeout=5)
+            if running == 3:
+                depth_reached.set()
+        release.wait(timeout=10)
         with lock:
             running -= 1
         return i
 
+    def release_at_depth() -> None:
+        depth_reached.wait(timeout=10)
+        # Asserting an absence: a pipeline that ignored its depth would
+        # start a fourth item in this window (the consumer is blocked on the
+        # first, so nothing else limits it).
+        time.sleep(0.1)
+        release.set()
+
     it = PrefetchPipeline(produce, depth=3, name="t-depth")(range(10))
-    threading.Timer(0.3, release.set).start()
-    assert next(it) == 0
-    assert peak == 3
-    assert list(it) == list(range(1, 10))
+    releaser = threading.Thread(target=release_at_depth, daemon=True)
+    releaser.start()
+    try:
+        assert next(it) == 0
+        assert depth_reached.is_set(), "fewer than 3 items were ever in flight at once"
+        assert peak == 3
+        assert list(it) == list(range(1, 10))
+    finally:
+        release.set()
+        it.close()
+        releaser.join(10)
 
 
 def test_error_surfaces_at_the_batch_it_belongs_to():
@@ -78,7 +96,7 @@ def test_break_leaves_no_thread_and_no_work_behind():
     def produce(i: int) -> int:
         with lock:
             started.append(i)
-        time.sleep(0.02)
+        time.sleep(0.02)  # the behaviour: items still running when the loop breaks
         with lock:
             finished.append(i)
         return i

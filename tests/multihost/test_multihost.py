@@ -19,6 +19,7 @@ import time
 import pytest
 from support.multihost import EXAMPLE, read_line, serve_on, torchrun
 from support.servers import run_process_tree
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -103,10 +104,12 @@ def test_torchrun_restarts_a_dead_worker_and_both_ranks_resume(sim_hosts, cora2_
 
     nodes = [host.popen(elastic(t0.name), env, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT) for host in (t0, t1)]
-    deadline = time.monotonic() + 240
-    while not checkpoint.exists():
-        assert time.monotonic() < deadline and all(n.poll() is None for n in nodes)
-        time.sleep(0.2)
+    def checkpointed() -> bool:
+        ended = [n.returncode for n in nodes if n.poll() is not None]
+        assert not ended, f"a node exited ({ended}) before the first checkpoint"
+        return checkpoint.exists()
+
+    wait_until(checkpointed, 240, f"rank 0 to write {checkpoint.name}", interval=0.2)
     workers = [pid for pid in t1.pids() if "train_sage_dist" in _cmdline(pid)
                and "torch.distributed.run" not in _cmdline(pid)]
     assert len(workers) == 1, workers

@@ -15,13 +15,14 @@ server pushes back on a client instead of buffering its requests
 
 from __future__ import annotations
 
-import time
+import threading
 
 import psutil
 import torch
 import zmq
 from support.handlers import HANDLERS
-from support.rawzmq import RawDealer, header
+from support.rawzmq import RawDealer, gets_answered, header
+from support.waiting import wait_until
 
 from pyg_dist.rpc import RpcConfig, RpcServer
 from pyg_dist.rpc.protocol import ErrorReply, encode_request
@@ -68,14 +69,21 @@ def test_replies_a_client_does_not_read_do_not_pile_up_in_the_server(part0_serve
     sock.rcvhwm = 1  # this client stops reading: TCP pushes back on the server
     sock.setsockopt(zmq.RCVBUF, 4096)
     try:
-        sock.connect(endpoint)
-        for i in range(requests):
-            sock.send_multipart(encode_request(i, "get", {"attrs": ["x"]}, [ids]))
-        with RawDealer(endpoint, timeout=60) as other:  # all served (FIFO workers)
+        with RawDealer(endpoint, timeout=60) as other:
+            answered = gets_answered(other) + requests + 1
+            sock.connect(endpoint)
+            for i in range(requests):
+                sock.send_multipart(encode_request(i, "get", {"attrs": ["x"]}, [ids]))
+            # Another client is served meanwhile (inline: it does not wait
+            # for the workers' queue).
             for i in range(requests):
                 assert not isinstance(other.call(1000 + i, "ping"), ErrorReply)
             _ = other.call(5000, "get", {"attrs": ["x"]}, [ids[:3]])
-        time.sleep(1.0)  # let the I/O thread hand the last replies to libzmq
+            # Every reply has been built before RSS is read: measured
+            # earlier, a server that kept them all would pass.
+            wait_until(lambda: gets_answered(other) >= answered, 60,
+                       f"the server to answer the {requests} gets of the client that "
+                       f"does not read")
         grown = psutil.Process(proc.pid).memory_info().rss - before
     finally:
         sock.close()
@@ -90,11 +98,24 @@ def test_replies_a_client_does_not_read_do_not_pile_up_in_the_server(part0_serve
 def test_a_busy_server_pushes_back_instead_of_buffering_every_request():
     """With its only worker busy and its inbox full, the server must stop
     taking requests in: the client's sends block (TCP back-pressure). Here
-    an in-process RpcServer (the same class ``pyg-dist serve`` runs)."""
-    config = RpcConfig(workers=1, max_queued=1, timeout=10.0)
+    an in-process RpcServer (the same class ``pyg-dist serve`` runs), with
+    every request served by the worker (``inline_bytes=0``): served inline,
+    the held request would block the I/O thread itself, and the test would
+    pass without the inbox's bound."""
+    config = RpcConfig(workers=1, max_queued=1, timeout=10.0, inline_bytes=0)
     flood, chunk = 2000, bytes(64 << 10)  # 125 MiB if the server takes it all
     accepted = 0
-    with RpcServer(HANDLERS, config=config) as srv:
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(args, tensors):
+        holding.set()
+        release.wait(30)  # bounded: a failed test cannot keep the worker
+        return {}, []
+
+    first = [header(1, "hold")]  # occupies the worker
+    second = [header(2, "echo")]  # fills the inbox
+    in_inbox = sum(map(len, first + second))
+    with RpcServer({**HANDLERS, "hold": hold}, config=config) as srv:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.linger = 0
@@ -102,9 +123,11 @@ def test_a_busy_server_pushes_back_instead_of_buffering_every_request():
         sock.sndtimeo = 1000  # a send blocked this long means back-pressure
         try:
             sock.connect(srv.endpoint)
-            sock.send_multipart([header(1, "slow", {"s": 3.0})])  # occupies the worker
-            sock.send_multipart([header(2, "echo")])  # fills the inbox
-            time.sleep(0.5)
+            sock.send_multipart(first)
+            sock.send_multipart(second)
+            assert holding.wait(10), "the worker never started the held request"
+            wait_until(lambda: srv.budget_usage()["queued_bytes"] == in_inbox, 10,
+                       "the second request to wait in the inbox")
             spec = [["uint8", [len(chunk)]]]
             try:
                 for i in range(flood):
@@ -112,12 +135,14 @@ def test_a_busy_server_pushes_back_instead_of_buffering_every_request():
                     accepted += 1
             except zmq.Again:
                 pass
+            release.set()
             # Everything taken in is served (nothing lost), and the server
             # is idle again before it is stopped.
             sock.rcvtimeo = 30_000
             for _ in range(accepted + 2):
                 sock.recv_multipart()
         finally:
+            release.set()
             sock.close()
             ctx.term()
     print(f"\na busy server took in {accepted} requests of 64 KiB "

@@ -20,8 +20,9 @@ import psutil
 import pytest
 import torch
 import zmq
-from support.rawzmq import RawDealer
+from support.rawzmq import RawDealer, gets_answered
 from support.servers import run_process_tree, serve_part
+from support.waiting import wait_until
 from support.zmtp import RawPeer, frame_header
 
 from pyg_dist.rpc import RpcClient, RpcConfig
@@ -112,6 +113,17 @@ def _check_get(endpoint: str, data, owned: torch.Tensor, config=None) -> None:
     assert torch.equal(reply.tensors[1], data.y[ids])
 
 
+def _cut(peers: list[RawPeer]) -> int:
+    """How many of ``peers`` the server has cut by now."""
+    return sum(peer.is_cut(wait=0.01) for peer in peers)
+
+
+def _reply_bytes(endpoint: str) -> int:
+    """Bytes the server holds for replies now (all clients)."""
+    with RawDealer(endpoint) as dealer:
+        return dealer.call(0, "ping", {"usage": True}).result["usage"]["reply_bytes"]
+
+
 def _warm(endpoint: str, data, owned: torch.Tensor) -> None:
     for _ in range(3):  # the allocator's steady state belongs to the baseline
         _check_get(endpoint, data, owned)
@@ -141,20 +153,22 @@ def test_many_peers_below_the_client_budget_are_cut_at_the_server_budget(
     proc, endpoint = budget_server
     _warm(endpoint, cora_data, part0.node_ids)
     peers = []
+    must_cut = 16 - SERVER_RECEIVE // (7 * MiB)
     try:
         with PeakRss(proc) as rss:
             for _ in range(16):  # 7 MiB each, under the client budget: 112 MiB in all
                 peer = RawPeer(endpoint)
                 peers.append(peer)
                 peer.frames(MiB, 7)
-            time.sleep(0.3)
-        cut = sum(peer.is_cut(wait=0.5) for peer in peers)
+            # RSS is sampled until the server has acted on all of it.
+            wait_until(lambda: _cut(peers) >= must_cut, 30,
+                       f"the server to cut at least {must_cut} of the 16 peers")
+        cut = _cut(peers)
     finally:
         for peer in peers:
             peer.close()
     print(f"\n16 peers holding 7 MiB each: {cut} cut; server RSS peak +{rss.grown / MiB:.0f} "
           f"MiB (budget {SERVER_RECEIVE / MiB:.0f} MiB per server)")
-    assert cut >= 16 - SERVER_RECEIVE // (7 * MiB)
     # Before: +112 MiB, none cut.
     assert rss.grown < SERVER_RECEIVE + SLACK
     _check_get(endpoint, cora_data, part0.node_ids)
@@ -210,13 +224,17 @@ def test_pipelined_gets_never_read_are_bounded_by_the_reply_budget(budget_server
     lazy.rcvhwm = 1  # this peer never reads: TCP pushes back on the server
     lazy.setsockopt(zmq.RCVBUF, 4096)
     try:
-        lazy.connect(endpoint)
-        for i in range(requests):
-            lazy.send_multipart(encode_request(i, "get", {"attrs": ["x", "y"]}, [ids]))
-        with RawDealer(endpoint, timeout=60) as other:  # FIFO workers: all served by now
+        with RawDealer(endpoint, timeout=60) as other:
+            answered = gets_answered(other) + requests
+            lazy.connect(endpoint)
             for i in range(requests):
+                lazy.send_multipart(encode_request(i, "get", {"attrs": ["x", "y"]}, [ids]))
+            for i in range(requests):  # another client is served meanwhile
                 assert not isinstance(other.call(1000 + i, "ping"), ErrorReply)
-            time.sleep(1.0)
+            # RSS is sampled until every get was served or refused: stopped
+            # earlier, a server holding every reply could pass.
+            wait_until(lambda: gets_answered(other) >= answered, 60,
+                       f"the server to serve or refuse all {requests} gets")
             rss.__exit__()
             # The lazy peer holds its budget; another client is refused only
             # if the server budget is spent, which it is not.
@@ -230,7 +248,9 @@ def test_pipelined_gets_never_read_are_bounded_by_the_reply_budget(budget_server
         rss.__exit__()
         lazy.close()
         ctx.term()
-    time.sleep(0.5)
+    # Its charges went with it: the whole server budget is free again.
+    wait_until(lambda: _reply_bytes(endpoint) == 0, 30,
+               "the server to release every reply charge of the peer that left")
     print(f"\n{requests} pipelined gets of {reply_bytes / MiB:.1f} MiB never read "
           f"({requests * reply_bytes / MiB:.0f} MiB): server RSS {rss.before / MiB:.0f} -> "
           f"peak {rss.peak / MiB:.0f} MiB (+{rss.grown / MiB:.0f}, reply budget "
@@ -241,7 +261,6 @@ def test_pipelined_gets_never_read_are_bounded_by_the_reply_budget(budget_server
     # refused.
     assert rss.grown < CLIENT_REPLY + SLACK
     assert refused >= requests - (CLIENT_REPLY + 16 * MiB) // reply_bytes
-    # Its charges went with it: the whole server budget is free again.
     for _ in range(SERVER_REPLY // (8 * reply_bytes) + 2):
         _check_get(endpoint, cora_data, owned)
 
@@ -285,13 +304,14 @@ def test_unauthenticated_curve_handshakes_are_bounded(curve_budget_server, part0
                 peer.send(frame_header(REQUEST_LIMIT, command=True) + bytes(REQUEST_LIMIT - 1))
             except OSError:
                 pass  # cut already
-        time.sleep(0.3)
-        rss.__exit__()
         cut_at_once = sum(peer.is_cut(wait=0.2) for peer in peers)
         # The others go when libzmq's handshake timeout strikes.
         start = time.monotonic()
         assert all(peer.is_cut(wait=HANDSHAKE_S + 5.0) for peer in peers)
         gone_after = time.monotonic() - start
+        # RSS was sampled until every peer was cut: the server held all it
+        # ever would of their bytes within that time.
+        rss.__exit__()
     finally:
         rss.__exit__()
         for peer in peers:

@@ -10,12 +10,11 @@ message is cut near its budget.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 import zmq
 from support.handlers import HANDLERS
+from support.waiting import wait_until
 from support.zmtp import RawPeer
 
 from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer
@@ -39,8 +38,13 @@ def _config(curve: bool) -> tuple[RpcConfig, RpcConfig]:
 
 def _unexplained(srv: RpcServer) -> int:
     """Bytes libzmq read for the connections and the server did not take,
-    at a check after the traffic settled."""
-    time.sleep(0.2)  # several check intervals
+    at a check that began after the traffic settled (the caller's last call
+    was answered, so the server took every byte of it)."""
+    # The check counted now may have measured before the last request was
+    # taken; the one after it began after now.
+    checks = srv.budget_usage()["receive_checks"] + 2
+    wait_until(lambda: srv.budget_usage()["receive_checks"] >= checks, 10,
+               "the server to check its connections twice")
     usage = srv.budget_usage()
     assert usage["receive_connections"] == 1, usage
     return usage["receive_unexplained"]

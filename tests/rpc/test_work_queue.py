@@ -6,16 +6,10 @@ import threading
 import time
 
 import pytest
+from support.threads import run_in_threads
+from support.waiting import wait_until
 
 from pyg_dist.rpc.work_queue import WorkQueue
-from tests.support.threads import run_in_threads
-
-
-def _wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.001)
 
 
 def _consumers(queue: WorkQueue, names: list[str], got: list[tuple[str, object]]
@@ -32,7 +26,8 @@ def _consumers(queue: WorkQueue, names: list[str], got: list[tuple[str, object]]
         thread.start()
         threads.append(thread)
         parked = len(threads)
-        _wait_until(lambda: queue.waiting == parked)  # noqa: B023 (called at once)
+        wait_until(lambda: queue.waiting == parked, 10,  # noqa: B023 (called at once)
+                   f"consumer {name!r} to park")
     return threads
 
 
@@ -43,7 +38,8 @@ def test_the_consumer_that_parked_last_is_woken_first():
     try:
         for i in range(5):
             queue.put_nowait(i)
-            _wait_until(lambda i=i: len(got) == i + 1 and queue.waiting == 3)
+            wait_until(lambda i=i: len(got) == i + 1 and queue.waiting == 3, 10,
+                       f"item {i} to be taken and its consumer to park again")
         # One at a time, the same consumer (the last to park) takes every
         # item and parks again on top; FIFO wake-ups would rotate.
         assert got == [("third", i) for i in range(5)]
@@ -61,7 +57,7 @@ def test_items_come_out_in_order_each_exactly_once_across_consumers():
     try:
         for i in range(5_000):
             queue.put_nowait(i)
-        _wait_until(lambda: len(got) == 5_000, timeout=60)
+        wait_until(lambda: len(got) == 5_000, 60, "the consumers to take 5,000 items")
         assert sorted(item for _, item in got) == list(range(5_000))
         # Every consumer pops the oldest item: within one consumer the
         # items it took are increasing.
@@ -85,8 +81,10 @@ def test_concurrent_gets_and_puts_lose_nothing():
             for i in range(total):
                 queue.put_nowait(i)
                 if i % 1000 == 0:
+                    # Not a wait: a pause that lets consumers drain the
+                    # queue and park, so puts also meet parked consumers.
                     time.sleep(0.001)
-            _wait_until(lambda: len(got) == total, timeout=60)
+            wait_until(lambda: len(got) == total, 60, f"the consumers to take {total} items")
             queue.close()
             return
         while (item := queue.get()) is not None:

@@ -72,3 +72,16 @@ def header(req_id: int, op: str, args: dict | None = None,
     """A hand-made request header; ``tensors`` are ``[dtype, shape]`` specs."""
     return msgpack.packb({"version": protocol.PROTOCOL_VERSION, "id": req_id, "op": op,
                           "args": args or {}, "tensors": [list(t) for t in tensors]})
+
+
+def gets_answered(dealer: RawDealer) -> int:
+    """How many ``get`` requests the partition server behind ``dealer`` has
+    answered so far: served (``stats``' ``get_calls``) or refused for its
+    reply budgets (``replies_refused`` of ``ping``'s ``usage``; refusals of
+    other operations count too). A test waits for it to grow by the gets it
+    sent instead of sleeping until they are probably done."""
+    stats = dealer.call(0, "stats")
+    usage = dealer.call(0, "ping", {"usage": True})
+    if isinstance(stats, protocol.ErrorReply) or isinstance(usage, protocol.ErrorReply):
+        raise AssertionError(f"the server refused stats or ping: {stats} {usage}")
+    return stats.result["get_calls"] + usage.result["usage"]["replies_refused"]

@@ -10,6 +10,7 @@ command and never finish it.
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from urllib.parse import urlsplit
@@ -100,14 +101,44 @@ class RawPeer:
     def frames(self, size: int, count: int, more: bool = True) -> int:
         """Sends ``count`` frames of ``size`` zero bytes, each with the
         more-flag (so the message never ends); stops when the server cuts
-        the connection. Returns how many frames went out."""
+        the connection (or a send blocks past the timeout). Returns how
+        many frames went out."""
         chunk = frame_header(size, more) + bytes(size)
         for i in range(count):
             try:
-                self.send(chunk)
+                if not self._send_until_cut(chunk):
+                    return i
             except OSError:
                 return i
         return count
+
+    def _send_until_cut(self, data: bytes) -> bool:
+        """Sends ``data``; returns ``False`` as soon as the server has closed
+        the connection. A cut server stops reading at once, but a blocked
+        send learns of it only from TCP's zero-window probes, seconds later:
+        waiting for the socket to be writable *or* readable sees the
+        server's FIN instead.
+
+        Raises:
+            TimeoutError: if the socket stays unwritable for the timeout.
+        """
+        view = memoryview(data)
+        timeout = self.sock.gettimeout()
+        while view:
+            readable, writable, _ = select.select([self.sock], [self.sock], [], timeout)
+            if readable:
+                try:
+                    if not self.sock.recv(1 << 16):  # EOF: cut
+                        return False
+                except (ConnectionResetError, BrokenPipeError):
+                    return False
+                continue  # the server's own bytes (its greeting): skipped
+            if not writable:
+                raise TimeoutError(f"send blocked for {timeout} s")
+            sent = self.sock.send(view)
+            view = view[sent:]
+            self.sent += sent
+        return True
 
     def is_cut(self, wait: float = 5.0) -> bool:
         """Whether the server closed the connection (EOF or reset) within
