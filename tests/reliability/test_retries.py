@@ -13,23 +13,28 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 from support.servers import serve_part, serve_parts
+from support.tcp_queues import unread_bytes
+from support.waiting import wait_until
 from torch_geometric.data import TensorAttr
 
 from pyg_dist.errors import ServerUnavailableError
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import RpcClient, RpcConfig
+from pyg_dist.rpc.protocol import encode_request
 from pyg_dist.rpc.retrying import RetryingClient
 from pyg_dist.store.connect import connect
 
 # Each attempt's deadline, and enough attempts to cover a server restart
 # (seconds on a busy machine, up to half a minute at a load of 10 on two
 # cores; the lost attempt ends at the kill, not at its deadline).
+# Bytes of the smallest request these tests send (``meta``), header alone.
+_SMALLEST_REQUEST = len(bytes(encode_request(1, "meta", {}, [])[0]))
+
 RETRY_CONFIG = RpcConfig(timeout=3.0, retries=12, retry_backoff=0.1, retry_backoff_max=1.0,
                          connect_timeout=30.0)
 
@@ -37,9 +42,16 @@ RETRY_CONFIG = RpcConfig(timeout=3.0, retries=12, retry_backoff=0.1, retry_backo
 def _lose_request_then_restart(stack, root, part, proc, endpoint, issue):
     """Runs ``issue()`` so that its first request is lost; returns its result."""
     proc.send_signal(signal.SIGSTOP)
+    port = int(endpoint.rsplit(":", 1)[1])
+    before = unread_bytes(port)  # heartbeats may have arrived meanwhile
     pool = stack.enter_context(ThreadPoolExecutor(1))
     future = pool.submit(issue)
-    time.sleep(0.5)  # the request reaches the stopped server's socket
+    # The request is lost only once it reached the stopped server (a
+    # request still in the client would go to the restarted one): wait for
+    # its bytes in the server's receive queue. Even the smallest (a meta
+    # request with its framing) is bigger than a heartbeat.
+    wait_until(lambda: unread_bytes(port) - before >= _SMALLEST_REQUEST, 30,
+               "the request to reach the stopped server's socket")
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=10) == -signal.SIGKILL
     _, again = stack.enter_context(serve_part(root, part, serve_args=["--bind", endpoint]))
