@@ -39,10 +39,10 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
-from torch_geometric.typing import EdgeType
 
 from pyg_dist.errors import GraphKindMismatchError, RemoteError, SamplerError, StoreError
 from pyg_dist.sampler import link_sampling
+from pyg_dist.sampler.fan_outs import check_num_neighbors
 from pyg_dist.sampler.hetero_sampling import sample_hetero
 from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.relabel import node_index
@@ -108,7 +108,7 @@ class DistNeighborSampler(BaseSampler):
                 f"pyg_dist.connect(), got a graph store of type {type(graph_store).__name__}")
         self.graph_store = graph_store
         self.num_nodes = graph_store.num_nodes
-        self.num_neighbors: Any = _check_num_neighbors(num_neighbors, graph_store)
+        self.num_neighbors: Any = check_num_neighbors(num_neighbors, graph_store)
         self.num_hops = len(next(iter(self.num_neighbors.values()))) if self.is_hetero \
             else len(self.num_neighbors)
         self.replace = bool(replace)
@@ -377,53 +377,6 @@ class DistNeighborSampler(BaseSampler):
                 f"replace={self.replace}, subgraph_type={self.subgraph_type.value}, "
                 f"disjoint={self.disjoint}, weight_attr={self.weight_attr!r}, "
                 f"time_attr={self.time_attr!r})")
-
-
-def _check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors, dict], graph_store: Any
-                         ) -> Union[list[int], dict[EdgeType, list[int]]]:
-    """The fan-outs as a list (homogeneous graph) or ``{edge_type: list}``
-    covering every edge type of a heterogeneous one, in the graph's order."""
-    values = num_neighbors.values if isinstance(num_neighbors, NumNeighbors) else num_neighbors
-    if isinstance(values, dict):
-        if not graph_store.is_hetero:
-            raise GraphKindMismatchError(
-                "num_neighbors per edge type was given, but the served graph is homogeneous; "
-                "pass a list of ints")
-        given = {graph_store.edge_type_key(tuple(k) if isinstance(k, (tuple, list)) else
-                                           _edge_type_of(k)): v for k, v in values.items()}
-        missing = [t for t in graph_store.edge_types if t not in given]
-        if missing:
-            raise SamplerError(f"num_neighbors has no fan-out for edge type(s) "
-                               f"{', '.join(map(str, missing[:8]))}; give every edge type "
-                               f"one (or pass one list for all)")
-        out = {t: _fan_outs(given[t], f"num_neighbors[{t}]") for t in graph_store.edge_types}
-        if len({len(v) for v in out.values()}) != 1:
-            raise SamplerError(f"every edge type needs the same number of hops in "
-                               f"num_neighbors, got {sorted({len(v) for v in out.values()})}")
-        return out
-    fan_outs = _fan_outs(values, "num_neighbors")
-    if graph_store.is_hetero:
-        return {t: list(fan_outs) for t in graph_store.edge_types}
-    return fan_outs
-
-
-def _edge_type_of(key: Any) -> Any:
-    """PyG writes edge types as ``"src__rel__dst"`` strings in some places."""
-    if isinstance(key, str) and key.count("__") == 2:
-        return tuple(key.split("__"))
-    return key
-
-
-def _fan_outs(values: Any, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in values]
-    except (TypeError, ValueError) as exc:
-        raise SamplerError(f"{what} must be a list of ints (-1 for all neighbours), "
-                           f"got {values!r}") from exc
-    if not values or any(v < -1 for v in values):
-        raise SamplerError(f"{what} must be a non-empty list of ints >= -1 (-1 takes "
-                           f"all neighbours), got {values}")
-    return values
 
 
 def _hop_seed(base_seed: int, hop: int) -> int:
