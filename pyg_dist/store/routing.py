@@ -144,6 +144,7 @@ class Router:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
+        self._outputs: Any = None  # this process's OutputPool, once asked for
 
     @property
     def num_parts(self) -> int:
@@ -166,13 +167,68 @@ class Router:
             return self._client
 
     def close(self) -> None:
-        """Closes the RPC client of this process; later calls raise StoreError."""
+        """Closes the RPC client of this process (the servers unmap the
+        output segments it lent them); later calls raise StoreError."""
         self._start_over_after_fork()
         with self._lock:
             client, self._client = self._client, None
+            outputs, self._outputs = self._outputs, None
             self._closed = True
-        if client is not None:
-            client.close()
+        if client is None:
+            return
+        if outputs:
+            for part, keys in outputs.close().items():
+                try:  # else each server unmaps them at its bound, or when we exit
+                    client.call(part, "release", {"segments": keys}, timeout=2.0)
+                except Exception as exc:
+                    logger.debug("release of %d output segments on %s failed: %s",
+                                 len(keys), self.endpoints[part], exc)
+        client.close()
+
+    def output_pool(self, parts: Sequence[int]) -> Any:
+        """This process's :class:`~pyg_dist.rpc.shm.outputs.OutputPool` for
+        the servers ``parts`` (those on this host), made on first use; ``None``
+        where none can be lent (no such server, shared memory off, or
+        replicas, which may answer from another host)."""
+        self._start_over_after_fork()
+        with self._lock:
+            if self._outputs is not None or self._closed:
+                return self._outputs or None
+        limit = 0 if self.replicas or not parts else \
+            int(self.client.config.shared_memory_bytes) * len(parts)
+        if limit <= 0:
+            self._outputs = False
+            return None
+        from pyg_dist.rpc.shm.outputs import OutputPool
+
+        with self._lock:
+            if self._outputs is None:
+                self._outputs = OutputPool(limit, parts)
+            return self._outputs or None
+
+    def send_once(self, requests: Sequence[tuple[int, str, dict, list[Tensor]]],
+                  timeout: Optional[float] = None) -> list[Any]:
+        """Sends calls that must not be sent twice (they write into memory the
+        caller lent) and returns their futures, for :meth:`wait_once`."""
+        deadline = self._timeout(timeout)
+        client = self.client
+        return [client.call_async(part, op, args, tensors, timeout=deadline)
+                for part, op, args, tensors in requests]
+
+    def wait_once(self, requests: Sequence[tuple[int, str, dict, list[Tensor]]],
+                  futures: Sequence[Any], timeout: Optional[float] = None) -> list[Any]:
+        """The reply of each call :meth:`send_once` sent, or the exception it
+        failed with (a busy server is asked again, as in :meth:`call_all`:
+        it refused before doing anything)."""
+        deadline = self._timeout(timeout)
+        client = self.client
+        out: list[Any] = []
+        for request, future in zip(requests, futures):
+            try:
+                out.append(self._wait_while_busy(client, request, future, deadline))
+            except Exception as exc:
+                out.append(exc)
+        return out
 
     def _start_over_after_fork(self) -> None:
         if self._pid != os.getpid():
@@ -181,6 +237,7 @@ class Router:
             # by a parent thread that does not exist here.
             self._lock = threading.Lock()
             self._client = None
+            self._outputs = None  # the parent's segments are the parent's
             self._pid = os.getpid()
 
     def _timeout(self, timeout: Optional[float]) -> float:

@@ -6,7 +6,8 @@ server's share goes out as one request (split further where the answer
 would exceed the server's reply limit; the node-feature shares of several
 node types for one server merged into one ``get_types``), *all* the
 requests of a batch fly at once, and every answer's rows are copied into the
-caller's order. The
+caller's order (or, for a server on this host, written there by the
+server itself: :mod:`pyg_dist.rpc.shm.outputs`). The
 node features of :class:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore`
 (``get``) and the edge attributes of
 :class:`~pyg_dist.store.edge_features.EdgeFeatureFetcher` (``get_edges``) go
@@ -24,7 +25,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import StoreError
+from pyg_dist.errors import RemoteError, StoreError
+from pyg_dist.rpc.shm import MIN_BYTES
 
 # Widest element types a row is copied as, with their sizes in bytes.
 _COPY_DTYPES = ((torch.complex128, 16), (torch.int64, 8), (torch.int32, 4),
@@ -70,6 +72,8 @@ class RowRequest:
         names: The attributes, in the order the answer carries them.
         outs: One tensor per attribute, ``[len(ids), *shape]``, to fill.
         shares: ``(part, positions, ids[positions])`` per owning server.
+        placement: The :class:`~pyg_dist.rpc.shm.outputs.OutputLease` the
+            outputs lie in, when same-host servers write their rows there.
     """
 
     op: str
@@ -77,14 +81,18 @@ class RowRequest:
     names: list[str]
     outs: list[Tensor]
     shares: list[tuple[int, Tensor, Tensor]]
+    placement: Any = None
 
 
 def row_request(op: str, args: dict[str, Any], names: Sequence[str],
                 infos: Sequence[Any], num_ids: int,
                 shares: list[tuple[int, Tensor, Tensor]],
-                reply_limits: Sequence[Optional[int]], pin: bool) -> RowRequest:
+                reply_limits: Sequence[Optional[int]], pin: bool,
+                pool: Any = None) -> RowRequest:
     """A :class:`RowRequest` whose outputs are allocated (in pinned memory
-    with ``pin``) and whose shares fit the servers' reply limits.
+    with ``pin``; in a segment of ``pool`` for same-host servers to write
+    into, when it has room and one of them owns rows) and whose shares fit
+    the servers' reply limits.
 
     Args:
         op, args, names: See :class:`RowRequest`.
@@ -93,12 +101,21 @@ def row_request(op: str, args: dict[str, Any], names: Sequence[str],
         shares: ``(part, positions, ids[positions])`` per owning server.
         reply_limits: Each part's ``max_reply_bytes`` (``None``: no limit).
         pin: Allocate the outputs in page-locked memory.
+        pool: An :class:`~pyg_dist.rpc.shm.outputs.OutputPool` (``op``
+            ``"get"`` only).
     """
-    outs = [torch.empty((num_ids, *info.shape), dtype=info.dtype, pin_memory=pin)
-            for info in infos]
-    row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
+    row_bytes = sum(math.prod(info.shape) * info.dtype.itemsize for info in infos)
+    placement = None
+    if pool is not None and not pin and num_ids * row_bytes >= MIN_BYTES and \
+            any(pool.places(part) for part, _, _ in shares):
+        placement = pool.lease([(info.dtype, (num_ids, *info.shape)) for info in infos])
+    if placement is not None:
+        outs = placement.tensors
+    else:
+        outs = [torch.empty((num_ids, *info.shape), dtype=info.dtype, pin_memory=pin)
+                for info in infos]
     return RowRequest(op, dict(args), list(names), outs,
-                      within_reply_limits(shares, row_bytes, reply_limits))
+                      within_reply_limits(shares, row_bytes, reply_limits), placement)
 
 
 def within_reply_limits(shares: list[tuple[int, Tensor, Tensor]], row_bytes: int,
@@ -147,9 +164,13 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
             pieces.append((part, positions, request, part_ids, positions.numel() * row_bytes))
     if not pieces:
         return
-    calls, sizes, targets = [], [], []
+    calls, sizes, targets, placed = [], [], [], []
     for group in _merged(pieces, reply_limits or []):
         part = group[0][0]
+        lease = group[0][2].placement
+        if len(group) == 1 and lease is not None and lease.pool.places(part):
+            placed.append(group)
+            continue
         if len(group) == 1:
             _, positions, request, part_ids, size = group[0]
             calls.append((part, request.op, request.args, [part_ids]))
@@ -160,6 +181,64 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
                 "sizes": [p[3].numel() for p in group]}, [torch.cat([p[3] for p in group])]))
         sizes.append(sum(p[4] for p in group))
         targets.append(group)
+    if not placed:
+        _fetch(router, calls, sizes, targets, timeout)
+        return
+    try:
+        # The placed calls go first: their servers write while the others'
+        # rows travel and are copied.
+        requests = [_placed_call(group) for group in placed]
+        sent = router.send_once(requests, timeout)
+        _fetch(router, calls, sizes, targets, timeout)
+        refused = _take_placed(router, placed, router.wait_once(requests, sent, timeout))
+    except BaseException:
+        for group in placed:  # a server may still write into it
+            group[0][2].placement.spoil()
+        raise
+    if refused:  # their rows come the usual way
+        _fetch(router, [_call(g) for g in refused], [g[0][4] for g in refused], refused,
+               timeout)
+
+
+def _call(group: list[tuple]) -> tuple[int, str, dict[str, Any], list[Tensor]]:
+    part, _, request, part_ids, _ = group[0]
+    return part, request.op, request.args, [part_ids]
+
+
+def _placed_call(group: list[tuple]) -> tuple[int, str, dict[str, Any], list[Tensor]]:
+    """A one-piece ``get`` whose server writes its rows into the outputs."""
+    part, positions, request, part_ids, _ = group[0]
+    return part, request.op, {**request.args, "place": request.placement.arg(part)}, \
+        [part_ids, positions]
+
+
+def _take_placed(router: Any, placed: list[list[tuple]], outcomes: list[Any]
+                 ) -> list[list[tuple]]:
+    """Checks the placed calls' replies; returns the groups whose server
+    refused to write in place (``SharedMemoryError``), raises the first
+    other failure."""
+    refused = []
+    for group, outcome in zip(placed, outcomes):
+        part, request = group[0][0], group[0][2]
+        if isinstance(outcome, RemoteError) and outcome.remote_type == "SharedMemoryError":
+            request.placement.refused(part)
+            refused.append(group)
+            continue
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result = outcome.result if isinstance(outcome.result, dict) else {}
+        if result.get("placed") is not True or len(outcome.tensors):
+            raise StoreError(f"server {router.endpoints[part]} answered a placed "
+                             f"{request.op!r} without writing its rows in place")
+        request.placement.placed(part)
+    return refused
+
+
+def _fetch(router: Any, calls: list[tuple], sizes: list[int], targets: list[list[tuple]],
+           timeout: Optional[float]) -> None:
+    """Makes ``calls`` at once and copies their rows out."""
+    if not calls:
+        return
     kwargs: dict[str, Any] = {"reply_bytes": sizes}
     if timeout is not None:
         kwargs["timeout"] = timeout
