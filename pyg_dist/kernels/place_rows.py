@@ -19,8 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-CHUNK_ROWS = 1024
-"""Rows gathered at a time (a 512-byte row: 512 KiB, within L2)."""
+CHUNK_BYTES = 512 << 10
+"""Bytes of rows gathered at a time: within L2, and few enough Python steps
+for narrow attributes (a label or a mask goes in one)."""
 
 
 def _bytes(t: Tensor) -> np.ndarray:
@@ -54,9 +55,10 @@ def place_rows(out: Tensor, positions: Tensor, source: Tensor,
     if not source.is_contiguous():
         target[where] = _bytes(source.index_select(0, rows))
         return
-    buffer = torch.empty((min(count, CHUNK_ROWS), *out.shape[1:]), dtype=out.dtype)
+    step = max(1, CHUNK_BYTES // (out[0].numel() * out.element_size()))
+    buffer = torch.empty((min(count, step), *out.shape[1:]), dtype=out.dtype)
     flat = _bytes(buffer)
-    for start in range(0, count, CHUNK_ROWS):
-        stop = min(start + CHUNK_ROWS, count)
+    for start in range(0, count, step):
+        stop = min(start + step, count)
         torch.index_select(source, 0, rows[start:stop], out=buffer[:stop - start])
         target[where[start:stop]] = flat[:stop - start]
