@@ -40,6 +40,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tcp", action="store_true", help="every reply over TCP (shared memory off)")
     p.add_argument("--hold", type=int, default=1,
                    help="batches the consumer keeps alive at once (a training step holds 1)")
+    p.add_argument("--threads-detail", action="store_true",
+                   help="also print the trainer's core-ms per batch by thread")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="also profile N batches with cProfile and print the top functions")
     p.add_argument("--threads", type=int, default=0,
@@ -69,17 +71,32 @@ def cpu_s(proc: Any) -> float:
     return t.user + t.system
 
 
-def run_round(loader: Any, batches: int, hold: int, procs: list[Any]) -> tuple[float, ...]:
+def thread_names() -> dict[int, str]:
+    """Native thread id -> name, for this process's Python threads."""
+    import threading
+
+    return {t.native_id: t.name for t in threading.enumerate() if t.native_id}
+
+
+def run_round(loader: Any, batches: int, hold: int, procs: list[Any],
+              detail: bool = False) -> tuple[float, ...]:
     """Trainer core-ms, each server's core-ms and wall ms, per batch."""
     it = iter(loader)
     held: list[Any] = []
     before = [cpu_s(p) for p in procs]
+    threads = {t.id: t.user_time + t.system_time for t in procs[0].threads()}
     start = time.perf_counter()
     for _ in range(batches):
         held.append(next(it))
         del held[:-hold]
     wall = time.perf_counter() - start
     after = [cpu_s(p) for p in procs]
+    if detail:
+        names = thread_names()
+        for t in procs[0].threads():
+            spent = 1000 * (t.user_time + t.system_time - threads.get(t.id, 0.0)) / batches
+            if spent >= 0.05:
+                print(f"  thread {names.get(t.id, t.id)}: {spent:.2f} core-ms per batch")
     return tuple(1000 * (a - b) / batches for a, b in zip(after, before)) + \
         (1000 * wall / batches,)
 
@@ -111,7 +128,8 @@ def main() -> None:
                   f"{torch.get_num_threads()} trainer threads, "
                   f"{'TCP' if args.tcp else 'shared memory'}; per batch:", flush=True)
             for r in range(args.rounds):
-                figures = run_round(loader, args.batches, args.hold, procs)
+                figures = run_round(loader, args.batches, args.hold, procs,
+                                    args.threads_detail)
                 servers = " ".join(f"{f:6.1f}" for f in figures[1:-1])
                 print(f"round {r}: trainer {figures[0]:6.1f} core-ms  servers {servers} "
                       f"core-ms  wall {figures[-1]:6.1f} ms  load {os.getloadavg()[0]:.1f}",

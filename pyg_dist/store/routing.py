@@ -55,10 +55,10 @@ def segment_gather_index(starts: Tensor, counts: Tensor) -> Tensor:
     if total == 0:
         return torch.empty(0, dtype=torch.long)
     # Position of each output element inside its own segment, plus the start
-    # of that segment in the source.
-    offsets = _exclusive_cumsum(counts)
-    within = torch.arange(total) - offsets.repeat_interleave(counts, output_size=total)
-    return within + starts.repeat_interleave(counts, output_size=total)
+    # of that segment in the source: arange(total) - offset + start, with
+    # one repeat_interleave of (start - offset) rather than one of each.
+    shift = starts - _exclusive_cumsum(counts)
+    return torch.arange(total).add_(shift.repeat_interleave(counts, output_size=total))
 
 
 def reassemble(
