@@ -199,7 +199,9 @@ class RemoteFeatureStore(FeatureStore):
             # Attributes sharing one index object travel in one request.
             plan.setdefault((id(attr.index), attr.group_name), []).append(i)
         pin = outputs_pinned()
-        pool = None if pin else self._output_pool()
+        # Homogeneous graphs only: a heterogeneous batch's node types share
+        # one get_types call per server, which writes no rows in place.
+        pool = None if pin or self.router.is_hetero else self._output_pool()
         requests = []
         for (_, group), members in plan.items():
             ids = prepared[members[0]][0]

@@ -202,3 +202,32 @@ def test_the_pool_stays_within_its_limit():
     again = None
     gc.collect()
     assert _segment_files() == before
+
+
+def test_sampled_hops_come_through_lent_memory_and_outlive_it(data, endpoints):
+    fs, gs = connect(endpoints)
+    tcp_fs, tcp_gs = connect(endpoints, RpcConfig(shared_memory_bytes=0))
+    try:
+        client = gs.router.client
+        for part in range(3):
+            client.ping(part)  # hosts known: the next calls lend memory
+        ids = _ids(data, 2000)
+        first = gs.sample_neighbors(ids, 10, False, seed=1)
+        assert sum(p.held_bytes for p in client._lender._pools.values()) > 0
+        second = gs.sample_neighbors(ids.flip(0), 10, False, seed=2)  # reuses the memory
+        assert all(torch.equal(a, b) for a, b in zip(
+            first, tcp_gs.sample_neighbors(ids, 10, False, seed=1)))
+        assert all(torch.equal(a, b) for a, b in zip(
+            second, tcp_gs.sample_neighbors(ids.flip(0), 10, False, seed=2)))
+        # One owner answering in order: its tensors, copied before release.
+        own = gs.router.split(torch.arange(data.num_nodes))[0][2][:1500]
+        mine = gs.sample_neighbors(own, 10, False, seed=4)
+        gs.sample_neighbors(own.flip(0), 10, False, seed=5)
+        assert all(torch.equal(a, b) for a, b in zip(
+            mine, tcp_gs.sample_neighbors(own, 10, False, seed=4)))
+        one = gs.sample_neighbors(ids[:1000], -1, False, seed=3)  # unbounded: the socket
+        assert all(torch.equal(a, b) for a, b in zip(
+            one, tcp_gs.sample_neighbors(ids[:1000], -1, False, seed=3)))
+    finally:
+        fs.close()
+        tcp_fs.close()

@@ -124,7 +124,9 @@ class OutputPool:
     def __init__(self, limit_bytes: int, parts: Iterable[int]) -> None:
         self.limit_bytes = int(limit_bytes)
         self.parts = set(parts)
-        self._lock = threading.Lock()
+        # Reentrant: a batch's last view may die in a garbage collection that
+        # runs while this thread holds the lock, and its finalizer takes it.
+        self._lock = threading.RLock()
         self._free: list[Segment] = []
         self._all: set[Segment] = set()
         self._mapped: dict[Segment, set[int]] = {}
