@@ -105,7 +105,6 @@ def reassemble(
     return ordered_counts, [v.index_select(0, index) for v in cat_values]
 
 
-
 class Router:
     """Sends per-owner shares of an id batch to partition servers concurrently.
 
@@ -210,8 +209,7 @@ class Router:
                   timeout: Optional[float] = None) -> list[Any]:
         """Sends calls that must not be sent twice (they write into memory the
         caller lent) and returns their futures, for :meth:`wait_once`."""
-        deadline = self._timeout(timeout)
-        client = self.client
+        deadline, client = self._timeout(timeout), self.client
         return [client.call_async(part, op, args, tensors, timeout=deadline)
                 for part, op, args, tensors in requests]
 
@@ -220,8 +218,7 @@ class Router:
         """The reply of each call :meth:`send_once` sent, or the exception it
         failed with (a busy server is asked again, as in :meth:`call_all`:
         it refused before doing anything)."""
-        deadline = self._timeout(timeout)
-        client = self.client
+        deadline, client = self._timeout(timeout), self.client
         out: list[Any] = []
         for request, future in zip(requests, futures):
             try:

@@ -17,6 +17,7 @@ cost one round trip.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import RemoteError, StoreError
+from pyg_dist.errors import RemoteError, RpcTimeoutError, StoreError, TransportError
 from pyg_dist.rpc.shm import MIN_BYTES
+
+logger = logging.getLogger(__name__)
 
 # Widest element types a row is copied as, with their sizes in bytes.
 _COPY_DTYPES = ((torch.complex128, 16), (torch.int64, 8), (torch.int32, 4),
@@ -195,9 +198,9 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
         for group in placed:  # a server may still write into it
             group[0][2].placement.spoil()
         raise
-    if refused:  # their rows come the usual way
-        _fetch(router, [_call(g) for g in refused], [g[0][4] for g in refused], refused,
-               timeout)
+    if refused:  # their rows come the usual way (sizes None: over the socket)
+        _fetch(router, [_call(g) for g, _ in refused], [size for _, size in refused],
+               [g for g, _ in refused], timeout)
 
 
 def _call(group: list[tuple]) -> tuple[int, str, dict[str, Any], list[Tensor]]:
@@ -213,16 +216,29 @@ def _placed_call(group: list[tuple]) -> tuple[int, str, dict[str, Any], list[Ten
 
 
 def _take_placed(router: Any, placed: list[list[tuple]], outcomes: list[Any]
-                 ) -> list[list[tuple]]:
-    """Checks the placed calls' replies; returns the groups whose server
-    refused to write in place (``SharedMemoryError``), raises the first
-    other failure."""
-    refused = []
+                 ) -> list[tuple[list[tuple], Optional[int]]]:
+    """Checks the placed calls' replies; returns the groups to fetch again
+    the usual way, raises the first other failure.
+
+    Fetched again: a server's refusal to write in place
+    (``SharedMemoryError``), and, when the config asks for retries, a call
+    that timed out or lost its server (as :meth:`Router.call_all` retries,
+    over the socket: a late first attempt may still write the same rows into
+    these outputs, so their segment is never reused).
+    """
+    refused: list[tuple[list[tuple], Optional[int]]] = []  # (group, reply bytes)
+    retries = getattr(getattr(router.client, "config", None), "retries", 0)
     for group, outcome in zip(placed, outcomes):
         part, request = group[0][0], group[0][2]
         if isinstance(outcome, RemoteError) and outcome.remote_type == "SharedMemoryError":
             request.placement.refused(part)
-            refused.append(group)
+            refused.append((group, group[0][4]))
+            continue
+        if retries and isinstance(outcome, (RpcTimeoutError, TransportError)):
+            logger.info("retrying %r on %s over the socket after: %s", request.op,
+                        router.endpoints[part], outcome)
+            request.placement.spoil()
+            refused.append((group, None))
             continue
         if isinstance(outcome, BaseException):
             raise outcome
@@ -234,7 +250,8 @@ def _take_placed(router: Any, placed: list[list[tuple]], outcomes: list[Any]
     return refused
 
 
-def _fetch(router: Any, calls: list[tuple], sizes: list[int], targets: list[list[tuple]],
+def _fetch(router: Any, calls: list[tuple], sizes: list[Optional[int]],
+           targets: list[list[tuple]],
            timeout: Optional[float]) -> None:
     """Makes ``calls`` at once and copies their rows out."""
     if not calls:
