@@ -147,11 +147,15 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
     each server once for the rows of all its node types. Each call says how
     many bytes its answer takes, so that the RPC client can lend a
     same-host server shared memory for it; replies are released once their
-    rows are copied out.
+    rows are copied out. A request whose outputs lie in an output segment
+    (``placement``) sends each same-host server's share as a ``get`` with
+    ``place``: that server writes its rows into the outputs itself, sent
+    once, first, and nothing is copied (see :mod:`pyg_dist.rpc.shm.outputs`).
 
     Args:
-        router: ``call_all(requests, timeout=, reply_bytes=)`` and
-            ``endpoints`` (see :class:`~pyg_dist.store.routing.Router`).
+        router: ``call_all(requests, timeout=, reply_bytes=)``,
+            ``send_once``, ``wait_once`` and ``endpoints`` (see
+            :class:`~pyg_dist.store.routing.Router`).
         requests: What to fetch; their ``outs`` are filled in place.
         timeout: Deadline of every call; ``None`` uses the router's.
         reply_limits: Each part's ``max_reply_bytes``; merged calls stay
