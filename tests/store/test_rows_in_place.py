@@ -142,7 +142,8 @@ def _placed_get(client, ids, positions, place, attrs=("x",)):
 @pytest.mark.parametrize("case", ["position too big", "negative position", "int32 positions",
                                   "too few positions", "rows beyond the segment",
                                   "offset beyond the segment", "misaligned offset",
-                                  "wrong token", "no offsets", "one tensor"])
+                                  "wrong token", "lying segment size", "no offsets",
+                                  "one tensor"])
 def test_hostile_placements_are_refused_and_the_server_keeps_serving(data, store, case):
     client = store.router.client
     part_ids = store.router.split(torch.arange(data.num_nodes))[0][2][:200]
@@ -167,6 +168,8 @@ def test_hostile_placements_are_refused_and_the_server_keeps_serving(data, store
             place["offsets"] = [2]
         elif case == "wrong token":
             place["shm"]["token"] = "0" * 32
+        elif case == "lying segment size":
+            place["shm"]["size"] = 2 * lease.segment.size  # to write past its end
         elif case == "no offsets":
             del place["offsets"]
         else:
