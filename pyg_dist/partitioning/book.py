@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -102,8 +103,7 @@ class PartitionBook:
         if self._num_parts <= _MASK_SPLIT_MAX_PARTS:
             # One linear pass per part beats a stable sort of the ids (2 parts,
             # 150k ids: 2 ms against 9 ms) while the parts are few.
-            groups = ((part, (parts == part).nonzero().view(-1))
-                      for part in range(self._num_parts))
+            groups = ((part, _nonzero(parts == part)) for part in range(self._num_parts))
         else:
             parts = parts.to(torch.int64)
             order = torch.sort(parts, stable=True).indices
@@ -139,3 +139,12 @@ class PartitionBook:
 
     def __repr__(self) -> str:
         return f"PartitionBook(num_nodes={self.num_nodes}, num_parts={self.num_parts})"
+
+
+def _nonzero(mask: Tensor) -> Tensor:
+    """``mask.nonzero().view(-1)`` for a 1-D bool mask; on the CPU through
+    numpy, whose ``flatnonzero`` is ~9x faster on the trainer's batches (as
+    :mod:`pyg_dist.kernels.compact`, which this package must not import)."""
+    if mask.device.type == "cpu" and mask.is_contiguous():
+        return torch.from_numpy(np.flatnonzero(mask.numpy()).astype(np.int64, copy=False))
+    return mask.nonzero().view(-1)

@@ -18,8 +18,13 @@ from typing import Any, Optional, TypeVar
 import torch
 from torch import Tensor
 
+from pyg_dist.errors import ProtocolError, SharedMemoryError
 from pyg_dist.rpc.shm import layout, view
 from pyg_dist.rpc.shm.attached import AttachedSegments
+from pyg_dist.rpc.wire_values import describe
+
+MAX_PLACED_ROWS = 1 << 40
+"""Most rows the outputs of a ``place`` argument may have."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,6 +87,47 @@ class CallContext:
                 for offset, (dtype, shape) in zip(offsets, specs)]
         self._offsets = {out.data_ptr(): offset for out, offset in zip(outs, offsets)}
         return outs
+
+    def placed(self, arg: Any, specs: Sequence[tuple[torch.dtype, Sequence[int]]]
+                ) -> list[Tensor]:
+        """The whole outputs a request's ``place`` argument names: its client
+        allocated them in a segment lent to every server on its host
+        (:mod:`pyg_dist.rpc.shm.outputs`), and the handler writes its rows
+        into them at positions the request gives (which the handler checks
+        against ``rows``).
+
+        Args:
+            arg: The ``place`` argument (unchecked): ``{"shm": segment spec,
+                "offsets": [byte offset of each output], "rows": int}``.
+            specs: ``(dtype, row shape)`` of each output.
+
+        Returns:
+            One ``[rows, *shape]`` tensor per spec, inside the segment.
+
+        Raises:
+            ProtocolError: if the argument is malformed.
+            SharedMemoryError: if the segment is unknown here, foreign, or an
+                output does not lie inside it (the client then asks again
+                without placing).
+        """
+        if self._segments is None:
+            raise SharedMemoryError("this server takes no shared memory")
+        offsets = arg.get("offsets") if isinstance(arg, dict) else None
+        rows = arg.get("rows") if isinstance(arg, dict) else None
+        if not isinstance(offsets, list) or len(offsets) != len(specs) or not all(
+                isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets):
+            raise ProtocolError(f"argument 'place' must hold 'offsets', one non-negative int "
+                                f"per output ({len(specs)}), got {describe(offsets)}")
+        if not isinstance(rows, int) or isinstance(rows, bool) or \
+                not 0 <= rows <= MAX_PLACED_ROWS:
+            raise ProtocolError(f"'place.rows' must be an int in [0, {MAX_PLACED_ROWS}], got "
+                                f"{describe(rows)}")
+        shapes = [(rows, *shape) for _, shape in specs]
+        end = max((o + math.prod(shape) * dtype.itemsize
+                   for o, (dtype, _), shape in zip(offsets, specs, shapes)), default=0)
+        payload = self._segments.payload(arg.get("shm"), end)
+        return [view(payload, o, dtype, shape)
+                for o, (dtype, _), shape in zip(offsets, specs, shapes)]
 
     def reply_offsets(self, tensors: Sequence[Tensor]) -> Optional[list[int]]:
         """The offsets in the lent segment of a reply's ``tensors``, or

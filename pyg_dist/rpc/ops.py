@@ -208,6 +208,11 @@ def _sample_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str,
 
 def _get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
          reply: list[Tensor]) -> Optional[str]:
+    if "place" in args:  # the rows were written into the caller's outputs
+        if result.get("placed") is not True or reply:
+            return (f"{len(reply)} tensors and placed={describe(result.get('placed'))}, "
+                    f"where it wrote its rows in place")
+        return None
     return _count(len(args["attrs"]), reply) or _rows(reply, _ids_of(tensors))
 
 
@@ -267,9 +272,10 @@ SAMPLE_TYPES = OpSpec("sample_types", "one hop over several edge types at once",
                       optional=("replace", "seed", "weight_attr", "time_attr",
                                 "temporal_strategy"),
                       tensors=(1, 2), reply_check=_sample_types)
-GET = OpSpec("get", "feature rows of owned nodes of one node type",
-             required=("attrs",), optional=("group",), tensors=(1, 1), reply=("attrs",),
-             reply_check=_get)
+GET = OpSpec("get", "feature rows of owned nodes of one node type (with ``place``, "
+             "written into the caller's outputs at the given rows)",
+             required=("attrs",), optional=("group", "place"), tensors=(1, 2),
+             reply=("attrs",), reply_check=_get)
 GET_TYPES = OpSpec("get_types", "feature rows of owned nodes of several node types",
                    required=("groups", "sizes"), tensors=(1, 1), reply=("groups",),
                    reply_check=_get_types)

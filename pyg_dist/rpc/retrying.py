@@ -25,9 +25,13 @@ one place, by one policy:
   pause, whatever the op, until its deadline has passed; that is not a
   retry and counts none.
 * **Lent memory.** Only the first attempt may have its reply written into
-  shared memory the client lends (``reply_bytes``); a re-sent call is
-  answered over the socket, so a late first answer can never land in memory
-  a later one is using.
+  shared memory the client lends (``reply_bytes``), or into the caller's
+  own outputs (a :class:`FirstAttempt`, e.g. a ``get`` whose server writes
+  its rows in place); a re-sent call is the plain request, answered over
+  the socket, so a late first answer can never land in memory a later one
+  is using. A server that refuses to write into the caller's outputs
+  (``SharedMemoryError``: it cannot map them) is asked the plain request at
+  once; that is a fallback, not a retry.
 * **Checked replies.** Every reply of a declared op is checked against its
   :class:`~pyg_dist.rpc.ops.OpSpec` before the caller sees it.
 
@@ -54,6 +58,7 @@ from pyg_dist.errors import (
     RpcError,
     RpcTimeoutError,
     ServerBusyError,
+    SharedMemoryError,
     TransportError,
 )
 from pyg_dist.rpc.client import RpcClient
@@ -88,7 +93,8 @@ class PartitionClient(Protocol):
 
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
                    tensors: Sequence[Tensor] = (), timeout: Optional[float] = None, *,
-                   reply_bytes: Optional[int] = None) -> futures.Future:
+                   reply_bytes: Optional[int] = None,
+                   first: Optional[FirstAttempt] = None) -> futures.Future:
         """Starts a call; its future holds the checked :class:`Reply`."""
 
     def result(self, future: futures.Future, server: int, op: str,
@@ -118,6 +124,25 @@ def replica_groups(replicas: Replicas) -> list[list[str]]:
 
 
 @dataclass
+class FirstAttempt:
+    """A first attempt that differs from the call's re-sends: it has the
+    server write its answer into memory the caller lent.
+
+    Args:
+        args: The first attempt's arguments.
+        tensors: The first attempt's tensors.
+        given_up: Called once if the call goes on with its plain request:
+            ``given_up(True)`` when the server refused to write there (it
+            wrote nothing), ``given_up(False)`` when the first attempt was
+            lost (a late one may still write: never reuse that memory).
+    """
+
+    args: dict[str, Any]
+    tensors: Sequence[Tensor]
+    given_up: Callable[[bool], None]
+
+
+@dataclass
 class _Call:
     """One call across its attempts."""
 
@@ -133,6 +158,7 @@ class _Call:
     backoff: float
     busy_until: float  # busy refusals are asked again until then
     reply_bytes: Optional[int]  # first attempt only
+    first: Optional[FirstAttempt] = None  # until the call goes on without it
     tried: int = 0
     busy_pause: float = 0.0
 
@@ -187,7 +213,8 @@ class RetryingClient:
 
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
                    tensors: Sequence[Tensor] = (), timeout: Optional[float] = None, *,
-                   reply_bytes: Optional[int] = None) -> futures.Future:
+                   reply_bytes: Optional[int] = None,
+                   first: Optional[FirstAttempt] = None) -> futures.Future:
         """Calls ``op`` on group ``server``; returns a future of its checked
         :class:`Reply`.
 
@@ -201,6 +228,9 @@ class RetryingClient:
                 writes the first attempt's answer into memory lent for it
                 (see :meth:`RpcClient.call_async`; release the reply once
                 read).
+            first: What the first attempt sends instead of ``args`` and
+                ``tensors`` (see :class:`FirstAttempt`); the reply tells
+                which one was answered.
 
         Raises:
             RpcError: if ``server`` is out of range.
@@ -218,7 +248,7 @@ class RetryingClient:
         outer.set_running_or_notify_cancel()
         call = _Call(server, op, args, tensors, timeout, spec, outer, candidates,
                      len(candidates) - 1 + cfg.retries if retry_safe else 0,
-                     cfg.retry_backoff, time.monotonic() + timeout, reply_bytes,
+                     cfg.retry_backoff, time.monotonic() + timeout, reply_bytes, first,
                      busy_pause=cfg.retry_backoff or 0.01)
         self._attempt(call)
         return outer
@@ -270,19 +300,28 @@ class RetryingClient:
     def _attempt(self, call: _Call) -> None:
         replica = call.candidates[call.tried % len(call.candidates)]
         reply_bytes, call.reply_bytes = call.reply_bytes, None
+        args, tensors = (call.args, call.tensors) if call.first is None \
+            else (call.first.args, call.first.tensors)
         try:
-            inner = self._client.call_async(replica, call.op, call.args, call.tensors,
+            inner = self._client.call_async(replica, call.op, args, tensors,
                                             call.timeout, reply_bytes=reply_bytes)
         except RpcError as exc:
             self._failed(call, replica, exc)
             return
-        inner.add_done_callback(lambda f: self._done(call, replica, f))
+        inner.add_done_callback(lambda f: self._done(call, replica, f, args, tensors))
+
+    @staticmethod
+    def _without_first(call: _Call, refused: bool) -> None:
+        first, call.first = call.first, None
+        if first is not None:
+            first.given_up(refused)
 
     def _resend(self, call: _Call) -> None:
         if not call.outer.done():
             self._attempt(call)
 
-    def _done(self, call: _Call, replica: int, inner: futures.Future) -> None:
+    def _done(self, call: _Call, replica: int, inner: futures.Future,
+              args: Optional[dict[str, Any]], tensors: Sequence[Tensor]) -> None:
         # Runs with the RPC client's I/O lock held: it may start calls but
         # never waits for one (re-sends go through _Later's thread).
         exc = inner.exception()
@@ -292,7 +331,7 @@ class RetryingClient:
         reply = inner.result()
         if call.spec is not None:
             try:
-                reply = call.spec.check_reply(reply, call.args or {}, call.tensors,
+                reply = call.spec.check_reply(reply, args or {}, tensors,
                                               self._client.endpoints[replica])
             except RpcError as error:
                 _fail(call.outer, error)
@@ -301,6 +340,14 @@ class RetryingClient:
 
     def _failed(self, call: _Call, replica: int, exc: BaseException) -> None:
         address = self._client.endpoints[replica]
+        if call.first is not None and isinstance(exc, RemoteError) and \
+                exc.remote_type == SharedMemoryError.__name__:
+            # It could not write into the caller's memory, and wrote nothing.
+            logger.debug("%s cannot write %r in place (%s); asking plainly", address,
+                         call.op, exc)
+            self._without_first(call, True)
+            self._later.at(time.monotonic(), call)
+            return
         if isinstance(exc, RemoteError) and exc.remote_type == ServerBusyError.__name__:
             pause = call.busy_pause
             if time.monotonic() + pause < call.busy_until:
@@ -314,6 +361,7 @@ class RetryingClient:
             return
         call.failures_left -= 1
         call.tried += 1
+        self._without_first(call, False)
         group = len(call.candidates)
         if group > 1:
             with self._lock:

@@ -24,6 +24,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
+from pyg_dist.kernels.compact import masked_1d, nonzero_1d
+
 DENSE_LIMIT = 1 << 24
 """Largest key space the dense index is used for (64 MiB of int32 slots)."""
 
@@ -87,7 +89,7 @@ class NodeIndex:
         """
         keys = keys.to(torch.long)
         local, found = self.lookup(keys)
-        missing_at = (~found).nonzero().view(-1)
+        missing_at = nonzero_1d(~found)
         if missing_at.numel() == 0:
             return local, keys.new_empty(0)
         missing = keys[missing_at]
@@ -120,7 +122,9 @@ class DenseNodeIndex:
     def __init__(self, seeds: Tensor, key_space: int) -> None:
         seeds = seeds.to(torch.long)
         self.num_nodes = seeds.numel()
-        self._slots = torch.full((key_space,), _UNKNOWN, dtype=torch.int32)
+        # One slot more than keys: where add() sends the keys it must not mark.
+        self._spare = key_space
+        self._slots = torch.full((key_space + 1,), _UNKNOWN, dtype=torch.int32)
         # amin: a repeated seed keeps its first position.
         self._slots.scatter_reduce_(0, seeds, torch.arange(self.num_nodes, dtype=torch.int32),
                                     reduce="amin")
@@ -133,26 +137,27 @@ class DenseNodeIndex:
     def add(self, keys: Tensor) -> tuple[Tensor, Tensor]:
         """Maps ``keys`` to local ids, appending new ones (see :class:`NodeIndex`)."""
         # index_select / index_copy_ rather than advanced indexing: the same
-        # gathers and scatters at a fraction of the dispatch cost.
+        # gathers and scatters at a fraction of the dispatch cost. Every step
+        # runs over all keys (the known ones aimed at the spare slot) but the
+        # one that picks the new keys out: compacting a mask costs more than
+        # a pass over the keys, so it is done once.
         keys = keys.to(torch.long)
-        slots = self._slots.index_select(0, keys)
-        missing_at = (slots == _UNKNOWN).nonzero().view(-1)
-        if missing_at.numel() == 0:
-            return slots.to(torch.long), keys.new_empty(0)
-        if missing_at.numel() >= _MARK:
-            raise OverflowError("more than 2**30 new nodes in one hop")
-        missing = keys.index_select(0, missing_at)
-        # Mark every missing key's slot with its first position (negative,
+        if keys.numel() >= _MARK:
+            raise OverflowError("more than 2**30 keys in one hop")
+        unknown = self._slots.index_select(0, keys) == _UNKNOWN
+        target = torch.where(unknown, keys, self._spare)
+        # Mark every unknown key's slot with its first position (negative,
         # so it cannot be mistaken for a local id); the entries that find
         # their own mark are the first appearances, already in order.
-        marks = torch.arange(missing.numel(), dtype=torch.int32) - _MARK
-        self._slots.scatter_reduce_(0, missing, marks, reduce="amin")
-        new_keys = missing[self._slots.index_select(0, missing) == marks]
+        marks = torch.arange(-_MARK, keys.numel() - _MARK, dtype=torch.int32)
+        self._slots.scatter_reduce_(0, target, marks, reduce="amin")
+        first = (self._slots.index_select(0, target) == marks).logical_and_(unknown)
+        new_keys = masked_1d(keys, first)
+        self._slots[self._spare] = _UNKNOWN
         self._slots.index_copy_(0, new_keys, torch.arange(
             self.num_nodes, self.num_nodes + new_keys.numel(), dtype=torch.int32))
         self.num_nodes += new_keys.numel()
-        slots.index_copy_(0, missing_at, self._slots.index_select(0, missing))
-        return slots.to(torch.long), new_keys
+        return self._slots.index_select(0, keys).to(torch.long), new_keys
 
 
 def node_index(seeds: Tensor, key_space: Optional[int] = None

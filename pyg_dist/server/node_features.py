@@ -7,6 +7,13 @@ once). Both go through one path, :meth:`NodeFeatureOps._serve_rows`, which
 checks the answer against the reply limit, allocates every output at once
 through the call context (memory the client lent, when it did) and counts
 what was served for ``stats``.
+
+A ``get`` with a ``place`` argument comes from a trainer on this host that
+allocated the batch's outputs in shared memory it lent every server
+(:mod:`pyg_dist.rpc.shm.outputs`): its second tensor gives the row of the
+outputs each id's row goes to, and the rows are written there
+(:func:`~pyg_dist.kernels.place_rows.place_rows`); the reply carries no
+tensors, only ``placed: true``.
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.kernels.place_rows import place_rows
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
-from pyg_dist.server.requests import attrs_arg, group_arg, split_by_sizes
+from pyg_dist.server.requests import attrs_arg, check_range, group_arg, split_by_sizes
 from pyg_dist.store.local import PartitionFeatureStore
 
 Result = tuple[dict[str, Any], list[Tensor]]
@@ -115,8 +123,8 @@ class NodeFeatureOps:
                 the arguments are malformed.
             StoreError: on features this part does not hold.
         """
-        if len(tensors) != 1:
-            return 0  # refused by get itself
+        if len(tensors) != 1 or "place" in args:
+            return 0  # refused by get itself, or written into the client's memory
         answer = tensors[0].numel() * self._get_plan(args)[3]
         self._check_reply(answer, "get", "ask for fewer ids per request")
         return answer
@@ -127,8 +135,45 @@ class NodeFeatureOps:
         one tensor per attribute, written into the outputs the call context
         allocates (memory the client lent, when it did)."""
         plan = self._get_plan(args)
+        if "place" in args:
+            return self._place(plan, args, tensors, ctx)
         rows = self._ids_of(tensors, self._index_of(plan[0]))
         return {"attrs": plan[1]}, self._serve_rows([(plan, rows)], "get", ctx)
+
+    def _place(self, plan: tuple, args: dict[str, Any], tensors: list[Tensor],
+               ctx: CallContext) -> Result:
+        """``get`` into the outputs a ``place`` argument names (see the module)."""
+        group, attrs, specs, row_bytes = plan
+        if len(tensors) != 2:
+            raise ProtocolError(f"a 'get' with 'place' takes two tensors, node ids and the "
+                                f"output rows they go to; got {len(tensors)}")
+        rows = self._ids_of(tensors[:1], self._index_of(group))
+        positions = tensors[1]
+        if positions.dtype != torch.int64 or positions.dim() != 1 or \
+                positions.numel() != rows.numel():
+            raise ProtocolError(f"the output rows of a placed 'get' must be a 1-D int64 "
+                                f"tensor of one entry per id ({rows.numel()}), got "
+                                f"{positions.dtype} of shape {list(positions.shape)}")
+        outs = ctx.placed(args["place"], [(DTYPES[specs[a]["dtype"]], specs[a]["shape"])
+                                          for a in attrs])
+        # Out of range would write outside the outputs, so it is refused;
+        # a repeated position only overwrites the client's own row.
+        check_range(positions, outs[0].size(0), "output row")
+        with self._lock:
+            self._served["get_calls"] += 1
+            self._served["get_rows"] += rows.numel()
+            self._served["get_bytes"] += rows.numel() * row_bytes
+        for name, out in zip(attrs, outs):
+            if isinstance(self.features, PartitionFeatureStore):
+                whole = self.features.get_tensor(TensorAttr(group, name, None))
+                if whole.dtype == out.dtype:
+                    place_rows(out, positions, whole, rows)
+                    continue
+                gathered = whole.index_select(0, rows)
+            else:
+                gathered = self.features.get_tensor(TensorAttr(group, name, rows.long()))
+            place_rows(out, positions, gathered.to(out.dtype))
+        return {"attrs": attrs, "placed": True}, []
 
     @uses_context
     def get_types(self, args: dict[str, Any], tensors: list[Tensor],

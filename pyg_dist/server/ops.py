@@ -28,6 +28,7 @@ from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import ops
+from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.shm import host_id
@@ -250,8 +251,11 @@ class PartitionOps:
         self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
         return _SAMPLE_WORK_FACTOR * answer + _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
 
-    def sample(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """One hop for owned seeds: tensors ``counts``, ``neighbours``, ``edge_ids``.
+    @uses_context
+    def sample(self, args: dict[str, Any], tensors: list[Tensor],
+               ctx: Optional[CallContext] = None) -> Result:
+        """One hop for owned seeds: tensors ``counts``, ``neighbours``, ``edge_ids``,
+        written into memory the client lent when it did (``ctx``).
 
         Args ``num_neighbors`` (``-1``: all), ``replace`` (bool), ``seed``
         (int or nil: same seed, same answer), ``edge_type`` (nil); optional
@@ -264,7 +268,7 @@ class PartitionOps:
         k, replace = fan_out(args)
         seed = int_arg(args, "seed", None, *_SEED_RANGE)
         if wants_attributes(args):
-            return self._sample_by_attributes(args, tensors, csc, k, replace, seed)
+            return self._sample_by_attributes(args, tensors, csc, k, replace, seed, ctx)
         rows = self._ids(tensors, csc.dst)
         start = csc.colptr.index_select(0, rows)
         deg = csc.deg.index_select(0, rows)
@@ -275,11 +279,11 @@ class PartitionOps:
                               "sample", "use a smaller fan-out or fewer seeds per request")
         generator = seeded_generator(seed)
         counts, positions = sample_segments(start, deg, k, replace, generator)
-        return {}, [counts, csc.row.index_select(0, positions),
-                    csc.edge_ids.index_select(0, positions)]
+        return {}, _sample_answer(csc, counts, positions, ctx)
 
     def _sample_by_attributes(self, args: dict[str, Any], tensors: list[Tensor], csc: Csc,
-                              k: int, replace: bool, seed: Optional[int]) -> Result:
+                              k: int, replace: bool, seed: Optional[int],
+                              ctx: Optional[CallContext] = None) -> Result:
         request = parse_request(args, tensors)
         rows = self._ids(tensors[:1], csc.dst)
         start = csc.colptr.index_select(0, rows)
@@ -293,8 +297,7 @@ class PartitionOps:
         result = {}
         if request.time_attr is not None:
             result["time_kind"] = self._attributes.time(edge_type, request.time_attr)[1]
-        return result, [counts, csc.row.index_select(0, positions),
-                        csc.edge_ids.index_select(0, positions)]
+        return result, _sample_answer(csc, counts, positions, ctx)
 
     def sample_types(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """One hop over several edge types (:mod:`pyg_dist.server.typed_sample`):
@@ -363,3 +366,20 @@ class PartitionOps:
         column = torch.searchsorted(csc.colptr, positions, right=True) - 1
         return {"total": total}, [csc.row[start:stop], csc.dst.node_ids[column],
                                   csc.edge_ids[start:stop]]
+
+
+def _sample_answer(csc: Csc, counts: Tensor, positions: Tensor,
+                   ctx: Optional[CallContext]) -> list[Tensor]:
+    """``counts`` and the neighbours and edge ids at CSC ``positions``,
+    gathered straight into the memory the client lent for them, if it did
+    (a trainer on this host: the answer then crosses no socket)."""
+    if ctx is None or not ctx.lent:
+        return [counts, csc.row.index_select(0, positions),
+                csc.edge_ids.index_select(0, positions)]
+    n = positions.numel()
+    out = ctx.alloc([(counts.dtype, counts.shape), (csc.row.dtype, (n,)),
+                     (csc.edge_ids.dtype, (n,))])
+    out[0].copy_(counts)
+    torch.index_select(csc.row, 0, positions, out=out[1])
+    torch.index_select(csc.edge_ids, 0, positions, out=out[2])
+    return out

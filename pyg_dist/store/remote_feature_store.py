@@ -3,7 +3,9 @@
 Every request is routed by the partition book: the ids of a ``TensorAttr``
 are grouped by owning server, each server gets one ``get`` request carrying
 *all* the attributes asked for with that index, the requests fly at once,
-and the rows are put back in the caller's order (:mod:`pyg_dist.store.row_fetch`).
+and the rows are put back in the caller's order (:mod:`pyg_dist.store.row_fetch`);
+servers on this host write theirs into the outputs themselves
+(:mod:`pyg_dist.rpc.shm.outputs`).
 Edge attributes are asked for the same way, with the edge type as
 ``group_name`` (``(None, None)`` on a homogeneous graph) and global edge ids
 as ``index`` (:mod:`pyg_dist.store.edge_features`). PyG builds a batch with one
@@ -114,6 +116,7 @@ class RemoteFeatureStore(FeatureStore):
         self.server_hosts: list[Optional[str]] = [None] * router.num_parts
         # Set by connect(): edge attributes by global edge id (``get_edges``).
         self.edge_features: Any = None
+        self._local: Optional[list[int]] = None  # local_parts(), once asked
 
     def local_parts(self) -> list[int]:
         """The parts whose servers run on this host (as their ``meta`` said)."""
@@ -197,6 +200,9 @@ class RemoteFeatureStore(FeatureStore):
             # Attributes sharing one index object travel in one request.
             plan.setdefault((id(attr.index), attr.group_name), []).append(i)
         pin = outputs_pinned()
+        # Homogeneous graphs only: a heterogeneous batch's node types share
+        # one get_types call per server, which writes no rows in place.
+        pool = None if pin or self.router.is_hetero else self._output_pool()
         requests = []
         for (_, group), members in plan.items():
             ids = prepared[members[0]][0]
@@ -209,7 +215,7 @@ class RemoteFeatureStore(FeatureStore):
                 shares = self.router.split(ids, group) if ids.numel() else []
                 requests.append(row_request(GET.name, {"attrs": names, "group": group}, names,
                                             infos, ids.numel(), shares, self._reply_limits,
-                                            pin))
+                                            pin, pool))
         fetch_rows(self.router, requests, reply_limits=self._reply_limits)
         out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
         for members, request in zip(plan.values(), requests):
@@ -230,6 +236,13 @@ class RemoteFeatureStore(FeatureStore):
             return []
         return [self._tensor_attr_cls.cast((None, None) if t is None else t, name)
                 for t, name in self.edge_features.attrs()]
+
+    def _output_pool(self) -> Any:
+        """The router's pool of output segments that same-host servers write
+        rows into (:mod:`pyg_dist.rpc.shm.outputs`), or ``None``."""
+        if self._local is None:
+            self._local = self.local_parts()
+        return self.router.output_pool(self._local)
 
     def _check_node_attr(self, attr: TensorAttr) -> None:
         if (attr.group_name, attr.attr_name) not in self.features:

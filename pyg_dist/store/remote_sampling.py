@@ -69,24 +69,62 @@ def sample_hop(router: Router,
                  None if times is None else times.index_select(0, positions)))
     requests = [_hop_request(part, shares, frontiers, fanouts, shared, seed)
                 for part, shares in owned.items()]
-    replies = router.call_all(requests, timeout) if requests else []
+    if not requests:
+        return [_empty() for _ in frontiers]
+    # A server on this host writes its answer into memory the client lends
+    # for it (pyg_dist.rpc.shm) when the answer's size is bounded: fan-out
+    # times seeds; the rows are copied out (reassembled) before release.
+    replies = router.call_all(requests, timeout,
+                              reply_bytes=[_answer_bound(r) for r in requests])
+    try:
+        return _reassembled(router, frontiers, owned, replies)
+    finally:
+        for reply in replies:
+            reply.release()
+
+
+def _empty() -> tuple[Tensor, Tensor, Tensor]:
+    empty = torch.empty(0, dtype=torch.long)
+    return empty, empty, empty
+
+
+def _answer_bound(request: tuple[int, str, dict, list[Tensor]]) -> Optional[int]:
+    """Most bytes a ``sample`` answer takes (int64 counts, neighbours and
+    edge ids), or ``None`` when unbounded (fan-out -1) or typed."""
+    _, op, args, tensors = request
+    k = args.get("num_neighbors")
+    if op != "sample" or not isinstance(k, int) or k < 0:
+        return None
+    seeds = tensors[0].numel()
+    return 8 * (seeds + 2 * seeds * k)
+
+
+def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
+                 owned: dict[int, list[tuple[int, Tensor, Tensor, Optional[Tensor]]]],
+                 replies: list[Any]) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Every frontier's answer, checked, in frontier order, in memory of its
+    own (never a view of a reply: those may lie in lent memory)."""
     answers: list[list[tuple[Tensor, list[Tensor]]]] = [[] for _ in frontiers]
     # Every reply was checked against its request (pyg_dist.rpc.ops): three
     # aligned tensors per edge type, as many counts as seeds.
+    lent: list[Tensor] = []  # views of memory lent for a reply (valid until release)
     for shares, reply in zip(owned.values(), replies):
         tensors = list(reply.tensors)
+        if getattr(reply, "on_release", None) is not None:
+            lent += tensors
         for k, (index, positions, _, _) in enumerate(shares):
             answers[index].append((positions, tensors[3 * k:3 * k + 3]))
     out = []
     for (_, ids, _), answer in zip(frontiers, answers):
         if not answer:
-            empty = torch.empty(0, dtype=torch.long)
-            out.append((empty, empty, empty))
+            out.append(_empty())
             continue
         counts, (nbrs, eids) = reassemble(
             ids.numel(), [p for p, _ in answer], [t[0] for _, t in answer],
             [(t[1], t[2]) for _, t in answer])
-        out.append((counts, nbrs, eids))
+        # One owner answering in order: reassemble hands its tensors back as is.
+        out.append(tuple(t.clone() if any(t is v for v in lent) else t
+                         for t in (counts, nbrs, eids)))
     return out
 
 def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Tensor]]],

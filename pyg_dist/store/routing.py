@@ -27,7 +27,7 @@ from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.ops import PartRequest, declared
 
 if TYPE_CHECKING:
-    from pyg_dist.rpc.retrying import PartitionClient
+    from pyg_dist.rpc.retrying import FirstAttempt, PartitionClient
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +53,10 @@ def segment_gather_index(starts: Tensor, counts: Tensor) -> Tensor:
     if total == 0:
         return torch.empty(0, dtype=torch.long)
     # Position of each output element inside its own segment, plus the start
-    # of that segment in the source.
-    offsets = _exclusive_cumsum(counts)
-    within = torch.arange(total) - offsets.repeat_interleave(counts, output_size=total)
-    return within + starts.repeat_interleave(counts, output_size=total)
+    # of that segment in the source: arange(total) - offset + start, with
+    # one repeat_interleave of (start - offset) rather than one of each.
+    shift = starts - _exclusive_cumsum(counts)
+    return torch.arange(total).add_(shift.repeat_interleave(counts, output_size=total))
 
 
 def reassemble(
@@ -103,7 +103,6 @@ def reassemble(
     return ordered_counts, [v.index_select(0, index) for v in cat_values]
 
 
-
 class Router:
     """Sends per-owner shares of an id batch to partition servers concurrently.
 
@@ -143,6 +142,7 @@ class Router:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
+        self._outputs: Any = None  # this process's OutputPool, once asked for
 
     @property
     def num_parts(self) -> int:
@@ -163,13 +163,44 @@ class Router:
             return self._client
 
     def close(self) -> None:
-        """Closes the RPC client of this process; later calls raise StoreError."""
+        """Closes the RPC client of this process (the servers unmap the
+        output segments it lent them); later calls raise StoreError."""
         self._start_over_after_fork()
         with self._lock:
             client, self._client = self._client, None
+            outputs, self._outputs = self._outputs, None
             self._closed = True
-        if client is not None:
-            client.close()
+        if client is None:
+            return
+        if outputs:
+            for part, keys in outputs.close().items():
+                try:  # else each server unmaps them at its bound, or when we exit
+                    client.call(part, "release", {"segments": keys}, timeout=2.0)
+                except Exception as exc:
+                    logger.debug("release of %d output segments on %s failed: %s",
+                                 len(keys), self.endpoints[part], exc)
+        client.close()
+
+    def output_pool(self, parts: Sequence[int]) -> Any:
+        """This process's :class:`~pyg_dist.rpc.shm.outputs.OutputPool` for
+        the servers ``parts`` (those on this host), made on first use; ``None``
+        where none can be lent (no such server, shared memory off, or
+        replicas, which may answer from another host)."""
+        self._start_over_after_fork()
+        with self._lock:
+            if self._outputs is not None or self._closed:
+                return self._outputs or None
+        limit = 0 if self.replicas or not parts else \
+            int(self.client.config.shared_memory_bytes) * len(parts)
+        if limit <= 0:
+            self._outputs = False
+            return None
+        from pyg_dist.rpc.shm.outputs import OutputPool
+
+        with self._lock:
+            if self._outputs is None:
+                self._outputs = OutputPool(limit, parts)
+            return self._outputs or None
 
     def _start_over_after_fork(self) -> None:
         if self._pid != os.getpid():
@@ -178,6 +209,7 @@ class Router:
             # by a parent thread that does not exist here.
             self._lock = threading.Lock()
             self._client = None
+            self._outputs = None  # the parent's segments are the parent's
             self._pid = os.getpid()
 
     def _timeout(self, timeout: Optional[float]) -> float:
@@ -244,7 +276,8 @@ class Router:
         return self.book_of(node_type).split(ids)
 
     def call_all(self, requests: Sequence[PartRequest], timeout: Optional[float] = None,
-                 reply_bytes: Optional[Sequence[int]] = None) -> list[Reply]:
+                 reply_bytes: Optional[Sequence[Optional[int]]] = None,
+                 first: Optional[Sequence[Optional[FirstAttempt]]] = None) -> list[Reply]:
         """Issues several calls at once and waits for all of them.
 
         Re-sends, failover among replicas and back-off on busy servers are
@@ -260,6 +293,9 @@ class Router:
                 client to lend same-host servers memory for them (see
                 :meth:`~pyg_dist.rpc.RpcClient.call_async`; release the
                 replies once read). Re-sends travel over the socket.
+            first: Per request, what its first attempt sends instead (its
+                server writes the answer into the caller's memory:
+                :class:`~pyg_dist.rpc.retrying.FirstAttempt`), or ``None``.
 
         Returns:
             The replies, in the order of ``requests``.
@@ -270,7 +306,9 @@ class Router:
         deadline = self._timeout(timeout)
         client = self.client
         sizes = list(reply_bytes) if reply_bytes is not None else [None] * len(requests)
-        futures = [client.call_async(part, op, args, tensors, timeout=deadline, reply_bytes=size)
-                   for (part, op, args, tensors), size in zip(requests, sizes)]
+        firsts = list(first) if first is not None else [None] * len(requests)
+        futures = [client.call_async(part, op, args, tensors, timeout=deadline,
+                                     reply_bytes=size, first=attempt)
+                   for (part, op, args, tensors), size, attempt in zip(requests, sizes, firsts)]
         return [client.result(future, request.part, request.op, deadline)
                 for request, future in zip(requests, futures)]

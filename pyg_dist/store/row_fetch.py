@@ -6,7 +6,8 @@ server's share goes out as one request (split further where the answer
 would exceed the server's reply limit; the node-feature shares of several
 node types for one server merged into one ``get_types``), *all* the
 requests of a batch fly at once, and every answer's rows are copied into the
-caller's order. The
+caller's order (or, for a server on this host, written there by the
+server itself: :mod:`pyg_dist.rpc.shm.outputs`). The
 node features of :class:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore`
 (``get``) and the edge attributes of
 :class:`~pyg_dist.store.edge_features.EdgeFeatureFetcher` (``get_edges``) go
@@ -16,6 +17,7 @@ cost one round trip.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +27,10 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import StoreError
+from pyg_dist.rpc.retrying import FirstAttempt
+from pyg_dist.rpc.shm import MIN_BYTES
+
+logger = logging.getLogger(__name__)
 
 # Widest element types a row is copied as, with their sizes in bytes.
 _COPY_DTYPES = ((torch.complex128, 16), (torch.int64, 8), (torch.int32, 4),
@@ -70,6 +76,8 @@ class RowRequest:
         names: The attributes, in the order the answer carries them.
         outs: One tensor per attribute, ``[len(ids), *shape]``, to fill.
         shares: ``(part, positions, ids[positions])`` per owning server.
+        placement: The :class:`~pyg_dist.rpc.shm.outputs.OutputLease` the
+            outputs lie in, when same-host servers write their rows there.
     """
 
     op: str
@@ -77,14 +85,18 @@ class RowRequest:
     names: list[str]
     outs: list[Tensor]
     shares: list[tuple[int, Tensor, Tensor]]
+    placement: Any = None
 
 
 def row_request(op: str, args: dict[str, Any], names: Sequence[str],
                 infos: Sequence[Any], num_ids: int,
                 shares: list[tuple[int, Tensor, Tensor]],
-                reply_limits: Sequence[Optional[int]], pin: bool) -> RowRequest:
+                reply_limits: Sequence[Optional[int]], pin: bool,
+                pool: Any = None) -> RowRequest:
     """A :class:`RowRequest` whose outputs are allocated (in pinned memory
-    with ``pin``) and whose shares fit the servers' reply limits.
+    with ``pin``; in a segment of ``pool`` for same-host servers to write
+    into, when it has room and one of them owns rows) and whose shares fit
+    the servers' reply limits.
 
     Args:
         op, args, names: See :class:`RowRequest`.
@@ -93,12 +105,21 @@ def row_request(op: str, args: dict[str, Any], names: Sequence[str],
         shares: ``(part, positions, ids[positions])`` per owning server.
         reply_limits: Each part's ``max_reply_bytes`` (``None``: no limit).
         pin: Allocate the outputs in page-locked memory.
+        pool: An :class:`~pyg_dist.rpc.shm.outputs.OutputPool` (``op``
+            ``"get"`` only).
     """
-    outs = [torch.empty((num_ids, *info.shape), dtype=info.dtype, pin_memory=pin)
-            for info in infos]
-    row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
+    row_bytes = sum(math.prod(info.shape) * info.dtype.itemsize for info in infos)
+    placement = None
+    if pool is not None and not pin and num_ids * row_bytes >= MIN_BYTES and \
+            any(pool.places(part) for part, _, _ in shares):
+        placement = pool.lease([(info.dtype, (num_ids, *info.shape)) for info in infos])
+    if placement is not None:
+        outs = placement.tensors
+    else:
+        outs = [torch.empty((num_ids, *info.shape), dtype=info.dtype, pin_memory=pin)
+                for info in infos]
     return RowRequest(op, dict(args), list(names), outs,
-                      within_reply_limits(shares, row_bytes, reply_limits))
+                      within_reply_limits(shares, row_bytes, reply_limits), placement)
 
 
 def within_reply_limits(shares: list[tuple[int, Tensor, Tensor]], row_bytes: int,
@@ -127,10 +148,14 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
     each server once for the rows of all its node types. Each call says how
     many bytes its answer takes, so that the RPC client can lend a
     same-host server shared memory for it; replies are released once their
-    rows are copied out.
+    rows are copied out. A request whose outputs lie in an output segment
+    (``placement``) sends each same-host server's share as a ``get`` with
+    ``place`` as its first attempt: that server writes its rows into the
+    outputs itself, and nothing is copied (see :mod:`pyg_dist.rpc.shm.outputs`;
+    a re-send, if the retry layer makes one, is the plain ``get``).
 
     Args:
-        router: ``call_all(requests, timeout=, reply_bytes=)`` and
+        router: ``call_all(requests, timeout=, reply_bytes=, first=)`` and
             ``endpoints`` (see :class:`~pyg_dist.store.routing.Router`).
         requests: What to fetch; their ``outs`` are filled in place.
         timeout: Deadline of every call; ``None`` uses the router's.
@@ -147,9 +172,13 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
             pieces.append((part, positions, request, part_ids, positions.numel() * row_bytes))
     if not pieces:
         return
-    calls, sizes, targets = [], [], []
+    calls, sizes, targets, placed = [], [], [], []
     for group in _merged(pieces, reply_limits or []):
         part = group[0][0]
+        lease = group[0][2].placement
+        if len(group) == 1 and lease is not None and lease.pool.places(part):
+            placed.append(group)
+            continue
         if len(group) == 1:
             _, positions, request, part_ids, size = group[0]
             calls.append((part, request.op, request.args, [part_ids]))
@@ -160,12 +189,59 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
                 "sizes": [p[3].numel() for p in group]}, [torch.cat([p[3] for p in group])]))
         sizes.append(sum(p[4] for p in group))
         targets.append(group)
+    # The placed calls go first: their servers write while the others' rows
+    # travel and are copied.
+    firsts = [_placed_first(group) for group in placed] + [None] * len(calls)
+    calls = [_call(group) for group in placed] + calls
+    sizes = [None] * len(placed) + sizes
+    try:
+        _fetch(router, calls, sizes, placed + targets, timeout, firsts)
+    except BaseException:
+        for group in placed:  # a late attempt may still write into it
+            group[0][2].placement.spoil()
+        raise
+
+
+def _call(group: list[tuple]) -> tuple[int, str, dict[str, Any], list[Tensor]]:
+    part, _, request, part_ids, _ = group[0]
+    return part, request.op, request.args, [part_ids]
+
+
+def _placed_first(group: list[tuple]) -> FirstAttempt:
+    """The first attempt of a one-piece ``get`` to a same-host server: it
+    writes its rows into the outputs; re-sends are the plain ``get``,
+    whose rows are copied."""
+    part, positions, request, part_ids, _ = group[0]
+    placement = request.placement
+
+    def given_up(refused: bool) -> None:
+        if refused:  # it could not map them and wrote nothing
+            placement.refused(part)
+        else:  # a late first attempt may still write into them: never reuse
+            placement.spoil()
+
+    return FirstAttempt({**request.args, "place": placement.arg(part)},
+                        [part_ids, positions], given_up)
+
+
+def _fetch(router: Any, calls: list[tuple], sizes: list[Optional[int]],
+           targets: list[list[tuple]], timeout: Optional[float],
+           firsts: Optional[list[Optional[FirstAttempt]]] = None) -> None:
+    """Makes ``calls`` at once and copies their rows out (a placed call's
+    server wrote them in place: nothing to copy)."""
+    if not calls:
+        return
     kwargs: dict[str, Any] = {"reply_bytes": sizes}
     if timeout is not None:
         kwargs["timeout"] = timeout
+    if firsts is not None:
+        kwargs["first"] = firsts
     replies = router.call_all(calls, **kwargs)
     try:
         for group, reply in zip(targets, replies):
+            if reply.result.get("placed") is True:  # checked against GET
+                group[0][2].placement.placed(group[0][0])
+                continue
             _take_group(router.endpoints[group[0][0]], group, reply)
     finally:
         for reply in replies:  # rows copied out: lent memory may be reused

@@ -12,6 +12,7 @@ is sent again until the restarted server answers it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
@@ -96,5 +97,11 @@ def test_feature_reads_through_the_store_are_retried(cora2_root, cora_data, rows
             lambda: fs.get_tensor(TensorAttr(None, "x", ids)))
         assert torch.equal(x, cora_data.x[ids])
         # With 400 rows the lost attempt had a segment lent: given up, not reused.
-        given_up = fs.router.client.transport._lender.pool(1).take_dropped()
+        # (The batch's own outputs, which the server was to write into
+        # in place, are given up once they are dropped.)
+        del x
+        gc.collect()
+        outputs = fs.router._outputs or None
+        given_up = fs.router.client.transport._lender.pool(1).take_dropped() + \
+            (outputs._dropped.get(1, []) if outputs is not None else [])
         assert len(given_up) == (1 if rows == 400 else 0)

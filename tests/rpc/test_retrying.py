@@ -21,10 +21,11 @@ from pyg_dist.errors import (
     RpcTimeoutError,
     ServerBusyError,
     ServerUnavailableError,
+    SharedMemoryError,
 )
 from pyg_dist.rpc import RpcConfig, RpcServer
 from pyg_dist.rpc.ops import OpSpec
-from pyg_dist.rpc.retrying import RetryingClient
+from pyg_dist.rpc.retrying import FirstAttempt, RetryingClient
 
 # Declared like the partition ops: "read" may be sent again, "write" not.
 OPS = {
@@ -206,3 +207,32 @@ def test_replica_lists_are_checked_before_connecting():
         RetryingClient([[]])
     with pytest.raises(RpcError, match="appears twice"):
         RetryingClient([["tcp://127.0.0.1:1", "tcp://127.0.0.1:1"]])
+
+
+@pytest.mark.parametrize("first_fails", ["refused", "lost", "answered"])
+def test_a_first_attempt_into_lent_memory_is_never_sent_again(first_fails):
+    """A first attempt that writes into the caller's memory (a placed get)
+    is sent once; the call goes on with its plain request: at once when
+    the server refused to write there, as a retry when it was lost."""
+    seen = []
+    config = _config(retries=1, timeout=0.5)
+
+    def read(args, tensors):
+        seen.append("first" if args.get("place") else "plain")
+        if args.get("place") and first_fails == "refused":
+            raise SharedMemoryError("cannot map the segment")
+        if args.get("place") and first_fails == "lost":
+            threading.Event().wait(1.5)
+        return {"n": 1, "placed": bool(args.get("place"))}, []
+
+    given_up = []
+    ops = {"read": OpSpec("read", "test read", optional=("place",), reply=("n",))}
+    with RpcServer({"read": read}, config=config) as srv, \
+            RetryingClient([srv.endpoint], config, ops) as client:
+        first = FirstAttempt({"place": 7}, [], given_up.append)
+        reply = client.result(client.call_async(0, "read", {}, first=first), 0, "read")
+    if first_fails == "answered":
+        assert reply.result["placed"] is True and seen == ["first"] and given_up == []
+    else:
+        assert reply.result["placed"] is False and seen == ["first", "plain"]
+        assert given_up == [first_fails == "refused"]

@@ -60,8 +60,8 @@ def test_the_trainer_cannot_build_a_call_its_op_does_not_declare():
         SAMPLE.request(0, {"num_neighbors": 5, "fanout": 3}, [ids])
     with pytest.raises(ProtocolError, match="lacks the required arguments \\['sizes'\\]"):
         SAMPLE_TYPES.request(0, {"edge_types": [], "num_neighbors": 1}, [ids])
-    with pytest.raises(ProtocolError, match="takes 1 tensors, got 2"):
-        GET.request(0, {"attrs": ["x"]}, [ids, ids])
+    with pytest.raises(ProtocolError, match="takes 1 to 2 tensors, got 3"):
+        GET.request(0, {"attrs": ["x"]}, [ids, ids, ids])
     with pytest.raises(ProtocolError, match="no op 'drop' is declared"):
         declared(0, "drop")
 

@@ -48,10 +48,10 @@ BAD_REQUESTS = {
                 "ProtocolError", "1-D int64"),
     # Checked against the op table (pyg_dist.rpc.ops) before any handler runs.
     "no ids": ("get", {"attrs": ["x"]}, lambda p: [], "ProtocolError",
-               "'get' takes 1 tensors, got 0"),
+               "'get' takes 1 to 2 tensors, got 0"),
     "an argument the op does not take": (
         "get", {"attrs": ["x"], "rows": [1, 2]}, lambda p: [p.node_ids[:2]], "ProtocolError",
-        "'get' has unknown arguments ['rows']; it takes ['attrs', 'group']"),
+        "'get' has unknown arguments ['rows']; it takes ['attrs', 'group', 'place']"),
     "a required argument missing": ("sample", {"replace": True}, lambda p: [p.node_ids[:2]],
                                     "ProtocolError",
                                     "'sample' lacks the required arguments ['num_neighbors']"),

@@ -28,6 +28,7 @@ from pyg_dist.rpc import RpcConfig, protocol
 from pyg_dist.rpc.dispatch import Dispatch
 from pyg_dist.rpc.messages import ErrorReply, Reply
 from pyg_dist.rpc.ops import META, OPS, PARTITION_OPS
+from pyg_dist.rpc.retrying import FirstAttempt
 from pyg_dist.rpc.shm.serving import SegmentService
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.connect import _parse_meta, build_stores
@@ -59,7 +60,10 @@ class InProcessClient:
 
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
                    tensors: Sequence[Tensor] = (), timeout: Optional[float] = None, *,
-                   reply_bytes: Optional[int] = None) -> futures.Future:
+                   reply_bytes: Optional[int] = None,
+                   first: Optional[FirstAttempt] = None) -> futures.Future:
+        if first is not None:  # nothing is lent in process: the plain request
+            first.given_up(True)
         future: futures.Future = futures.Future()
         args = {} if args is None else args
         self.calls[(server, op)] += 1

@@ -9,7 +9,9 @@ Modules: :mod:`~pyg_dist.rpc.shm.files` (segment files, layout, views),
 :mod:`~pyg_dist.rpc.shm.lending` (the client's pool per server),
 :mod:`~pyg_dist.rpc.shm.lender` (the client's calls into lent memory),
 :mod:`~pyg_dist.rpc.shm.attached` (the server's mappings),
-:mod:`~pyg_dist.rpc.shm.serving` (serving a call into them, ``release``).
+:mod:`~pyg_dist.rpc.shm.serving` (serving a call into them, ``release``),
+:mod:`~pyg_dist.rpc.shm.outputs` (a trainer's batch outputs lent to every
+same-host server at once, written in place).
 
 When a trainer and a partition server run on one machine, a ``get`` reply of
 tens of MB crossing loopback TCP costs more CPU than gathering the rows did:

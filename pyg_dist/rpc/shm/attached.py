@@ -121,11 +121,14 @@ class AttachedSegments:
                                     f"the same memory")
         # Mapped: the name has done its job. Unlinking it here, not only when
         # the client sees the reply, leaves no file behind a client killed
-        # while its first request was in flight.
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        # while its first request was in flight. A segment lent to several
+        # servers at once (``keep``: pyg_dist.rpc.shm.outputs) stays until
+        # the last of them has mapped it; its client unlinks it then.
+        if spec.get("keep") is not True:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         # A client that died without release leaves its pages allocated for as
         # long as they stay mapped here: every new mapping first drops those.
         self.release(self._dead_owners())

@@ -133,6 +133,11 @@ class Segment:
                                         count=self.size)
 
     @property
+    def mapping(self) -> Any:
+        """The ``mmap`` of header and payload (``None`` once closed)."""
+        return self._map
+
+    @property
     def key(self) -> list[str]:
         """``[name, token]``: what names the segment to its server."""
         return [self.name, self.token.hex()]
