@@ -198,6 +198,8 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
         sent = router.send_once(requests, timeout)
         _fetch(router, calls, sizes, targets, timeout)
         refused = _take_placed(router, placed, router.wait_once(requests, sent, timeout))
+        for group in placed:  # every server asked answered: the segment's file goes
+            group[0][2].placement.settle()
     except BaseException:
         for group in placed:  # a server may still write into it
             group[0][2].placement.spoil()
