@@ -196,6 +196,8 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
     sizes = [None] * len(placed) + sizes
     try:
         _fetch(router, calls, sizes, placed + targets, timeout, firsts)
+        for group in placed:  # every server asked answered: the segment's file goes
+            group[0][2].placement.settle()
     except BaseException:
         for group in placed:  # a late attempt may still write into it
             group[0][2].placement.spoil()

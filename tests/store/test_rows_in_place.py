@@ -234,3 +234,27 @@ def test_sampled_hops_come_through_lent_memory_and_outlive_it(data, endpoints):
     finally:
         fs.close()
         tcp_fs.close()
+
+
+def test_a_server_first_asked_after_the_segment_was_unlinked_gets_a_fresh_one(data, store):
+    before = _segment_files()
+    shares = store.router.split(torch.arange(data.num_nodes))
+    not_two = torch.cat([ids[:800] for part, _, ids in shares if part != 2])
+    x, y = _fetch(store, not_two)  # parts 0 and 1 map the segment; then it is unlinked
+    assert torch.equal(x, data.x[not_two])
+    pool = store.router._outputs
+    (first,) = pool._all
+    assert first.announced and _segment_files() == before
+    del x, y
+    gc.collect()
+    ids = _ids(data, 2000)
+    x, y = _fetch(store, ids)  # part 2 cannot map it: its rows come through a reply
+    assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
+    assert pool.parts == {0, 1, 2}  # not held against it
+    del x, y
+    gc.collect()
+    assert first not in pool._all  # given up after that batch
+    x, y = _fetch(store, ids)  # a fresh segment, mapped by all three
+    assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
+    (fresh,) = pool._all
+    assert pool._mapped[fresh] == {0, 1, 2} and _segment_files() == before

@@ -123,7 +123,8 @@ class AttachedSegments:
         # the client sees the reply, leaves no file behind a client killed
         # while its first request was in flight. A segment lent to several
         # servers at once (``keep``: pyg_dist.rpc.shm.outputs) stays until
-        # the last of them has mapped it; its client unlinks it then.
+        # all those its first batch asked have answered; its client unlinks
+        # it then.
         if spec.get("keep") is not True:
             try:
                 os.unlink(path)

@@ -11,10 +11,13 @@ take; the server writes them there (a scatter in place of the gather it
 does anyway) and the trainer copies nothing.
 
 * :class:`OutputPool` (one per trainer process and cluster) holds the
-  segments. A segment is named to several servers, so its file stays in
-  ``/dev/shm`` until every same-host server has mapped it (usually the first
-  batch), then it is unlinked (a client killed before that leaves the file
-  to :func:`~pyg_dist.rpc.shm.remove_stale_segments`, as a lent segment's).
+  segments. A segment is named to several servers at once, so its file stays
+  in ``/dev/shm`` until every server asked in its first batch has answered,
+  then the client unlinks it (only a client killed within that round trip
+  leaves the file, to :func:`~pyg_dist.rpc.shm.remove_stale_segments`, as
+  with a lent reply segment). A server first asked in a later batch cannot
+  map it: it refuses, its rows come through a reply, and the segment is
+  given up after that batch so that the next one starts afresh.
 * :class:`OutputLease` is one batch's outputs. Its tensors view a
   ``memoryview`` of the segment that nothing else references, so the
   segment returns to the pool exactly when the last tensor sharing that
@@ -104,6 +107,11 @@ class OutputLease:
     def spoiled(self) -> bool:
         """Whether the segment will be given up rather than reused."""
         return self._spoiled[0]
+
+    def settle(self) -> None:
+        """Every server asked in this batch has answered: the segment's file
+        goes (the mappings live on)."""
+        self.segment.announce()
 
     def refused(self, part: int) -> None:
         """``part``'s server answered ``SharedMemoryError``: it lost the
@@ -212,19 +220,17 @@ class OutputPool:
     def _mapped_by(self, segment: Segment, part: int) -> None:
         with self._lock:
             mapped = self._mapped.get(segment)
-            if mapped is None:
-                return
-            mapped.add(part)
-            self._refusals.pop(part, None)
-            done = self.parts <= mapped
-        if done:
-            segment.announce()  # every server holds it: the file can go
+            if mapped is not None:
+                mapped.add(part)
+                self._refusals.pop(part, None)
 
     def _refused(self, segment: Segment, part: int) -> None:
         with self._lock:
+            if segment.announced and part not in self._mapped.get(segment, ()):
+                return  # unlinked before this server first needed it: not its fault
             count = self._refusals[part] = self._refusals.get(part, 0) + 1
             if count >= 2 or not segment.announced:
-                # Never mapped ours, or lost them twice in a row: copy its rows.
+                # Cannot map ours, or lost them twice in a row: copy its rows.
                 self.parts.discard(part)
                 logger.info("server %d does not take rows in place; its rows are copied",
                             part)
