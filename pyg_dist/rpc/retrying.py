@@ -41,8 +41,6 @@ request, one deadline, one outcome.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
 import time
@@ -63,6 +61,7 @@ from pyg_dist.errors import (
 )
 from pyg_dist.rpc.client import RpcClient
 from pyg_dist.rpc.config import RpcConfig
+from pyg_dist.rpc.later import Later
 from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.ops import OPS, OpSpec
 
@@ -184,7 +183,7 @@ class RetryingClient:
         self._order = [[next(index) for _ in g] for g in self.groups]
         self._ops = ops
         self._lock = threading.Lock()
-        self._later = _Later(self._resend)
+        self._later = Later(self._resend, self._closed_meanwhile)
 
     @property
     def config(self) -> RpcConfig:
@@ -320,10 +319,14 @@ class RetryingClient:
         if not call.outer.done():
             self._attempt(call)
 
+    @staticmethod
+    def _closed_meanwhile(call: _Call, exc: BaseException) -> None:
+        _fail(call.outer, exc)
+
     def _done(self, call: _Call, replica: int, inner: futures.Future,
               args: Optional[dict[str, Any]], tensors: Sequence[Tensor]) -> None:
         # Runs with the RPC client's I/O lock held: it may start calls but
-        # never waits for one (re-sends go through _Later's thread).
+        # never waits for one (re-sends go through Later's thread).
         exc = inner.exception()
         if exc is not None:
             self._failed(call, replica, exc)
@@ -383,56 +386,3 @@ class RetryingClient:
 def _fail(future: futures.Future, exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
-
-
-class _Later:
-    """Runs ``run(call)`` at given times on one thread of its own (started
-    on first use), never on the thread that asked."""
-
-    def __init__(self, run: Callable[[_Call], None]) -> None:
-        self._run = run
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, _Call]] = []
-        self._order = itertools.count()
-        self._thread: Optional[threading.Thread] = None
-        self._closed = False
-
-    def at(self, when: float, call: _Call) -> None:
-        with self._cond:
-            if self._closed:
-                _fail(call.outer, RpcError(f"cannot send {call.op!r} again: the client is "
-                                           f"closed", op=call.op))
-                return
-            heapq.heappush(self._heap, (when, next(self._order), call))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._main, daemon=True,
-                                                name="pyg-dist-rpc-retries")
-                self._thread.start()
-            self._cond.notify()
-
-    def close(self) -> list[_Call]:
-        """Stops the thread; returns the calls that were still due."""
-        with self._cond:
-            self._closed = True
-            left = [c for _, _, c in self._heap]
-            self._heap.clear()
-            self._cond.notify()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(5.0)
-        return left
-
-    def _main(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and (
-                        not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cond.wait(None if not self._heap
-                                    else self._heap[0][0] - time.monotonic())
-                if self._closed:
-                    return
-                _, _, call = heapq.heappop(self._heap)
-            try:
-                self._run(call)
-            except BaseException as exc:  # one call's failure must not stop the others
-                _fail(call.outer, exc)
