@@ -243,7 +243,7 @@ def _take_placed(router: Any, placed: list[list[tuple]], outcomes: list[Any]
         if retries and isinstance(outcome, (RpcTimeoutError, TransportError)):
             logger.info("retrying %r on %s over the socket after: %s", request.op,
                         router.endpoints[part], outcome)
-            request.placement.spoil()
+            request.placement.lost(part)
             refused.append((group, None))
             continue
         if isinstance(outcome, BaseException):
