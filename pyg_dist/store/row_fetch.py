@@ -200,7 +200,7 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
             group[0][2].placement.settle()
     except BaseException:
         for group in placed:  # a late attempt may still write into it
-            group[0][2].placement.spoil()
+            group[0][2].placement.lost(group[0][0])
         raise
 
 
@@ -219,8 +219,8 @@ def _placed_first(group: list[tuple]) -> FirstAttempt:
     def given_up(refused: bool) -> None:
         if refused:  # it could not map them and wrote nothing
             placement.refused(part)
-        else:  # a late first attempt may still write into them: never reuse
-            placement.spoil()
+        else:  # a late first attempt may still write into them: never reuse,
+            placement.lost(part)  # and the server is told to unmap them
 
     return FirstAttempt({**request.args, "place": placement.arg(part)},
                         [part_ids, positions], given_up)

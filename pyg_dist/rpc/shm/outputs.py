@@ -108,6 +108,14 @@ class OutputLease:
         """Whether the segment will be given up rather than reused."""
         return self._spoiled[0]
 
+    def lost(self, part: int) -> None:
+        """``part``'s call failed (timed out, lost its server): the server
+        may hold the segment mapped and may still write into it, so it is
+        given up, and the server is told to unmap it."""
+        with self.pool._lock:
+            self.pool._mapped.get(self.segment, set()).add(part)
+        self.spoil()
+
     def settle(self) -> None:
         """Every server asked in this batch has answered: the segment's file
         goes (the mappings live on)."""
