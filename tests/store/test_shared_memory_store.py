@@ -3,11 +3,11 @@ replies: real server processes on 127.0.0.1, real segments in /dev/shm."""
 
 from __future__ import annotations
 
-import glob
 import os
 
 import pytest
 import torch
+from support.shm_files import needs_shm, segment_files
 from support.threads import run_in_threads
 from torch_geometric.data import TensorAttr
 
@@ -23,12 +23,7 @@ from pyg_dist.rpc.shm import (
 )
 from pyg_dist.store.connect import connect
 
-pytestmark = pytest.mark.skipif(shared_memory.host_id() is None,
-                                reason="this host has no usable /dev/shm")
-
-
-def _segment_files() -> set[str]:
-    return set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*")))
+pytestmark = needs_shm
 
 
 @pytest.fixture
@@ -55,14 +50,14 @@ def _pools(fs):
 
 
 def test_rows_through_shared_memory_equal_the_graph_and_tcp(data, endpoints, store):
-    before = _segment_files()
+    before = segment_files()
     ids = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))[:2000]
     for _ in range(3):  # the first call maps the segments, the next ones reuse them
         x, y = _fetch(store, ids)
         assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
     pools = _pools(store)
     assert all(p.disabled is None and p.held_bytes > 0 for p in pools)
-    assert _segment_files() == before  # unlinked once the servers mapped them
+    assert segment_files() == before  # unlinked once the servers mapped them
 
     tcp, _ = connect(endpoints, RpcConfig(shared_memory_bytes=0))
     try:
@@ -128,7 +123,7 @@ def test_a_server_that_cannot_map_a_segment_gets_replies_over_the_socket(data, s
 
 
 def test_pool_reuses_segments_within_its_limit():
-    before = _segment_files()
+    before = segment_files()
     pool = SegmentPool(3 << 20, "tcp://127.0.0.1:1")
     try:
         assert pool.acquire(MIN_BYTES - 1) is None
@@ -145,7 +140,7 @@ def test_pool_reuses_segments_within_its_limit():
     finally:
         pool.close()
     assert pool.held_bytes == 0 and pool.acquire(2 << 20) is None
-    assert _segment_files() == before
+    assert segment_files() == before
 
 
 def test_only_servers_on_this_host_get_segments():

@@ -8,12 +8,38 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from pyg_dist.errors import SharedMemoryError
 from pyg_dist.rpc.shm.files import _GRANULE, _HEADROOM, MIN_BYTES, Segment, room_for
 
 logger = logging.getLogger(__name__)
+
+
+def reuse_or_reserve(pool: Any, nbytes: int) -> tuple[Optional[Segment], int]:
+    """A pool's choice for ``nbytes``, under the pool's lock: ``(segment, 0)``
+    for the smallest idle segment that fits (taken out of ``pool._free``),
+    ``(None, size)`` when a new segment of ``size`` bytes is to be made (it
+    is counted in ``pool._held`` already), ``(None, 0)`` when there is no
+    room (the pool's ``limit_bytes``, or ``/dev/shm``).
+
+    Shared by the reply segments (:class:`SegmentPool`) and the batch
+    outputs (:class:`~pyg_dist.rpc.shm.outputs.OutputPool`): both keep
+    ``_free``, ``_held``, ``limit_bytes`` and ``_forget``.
+    """
+    fits = [s for s in pool._free if s.size >= nbytes]
+    if fits:
+        segment = min(fits, key=lambda s: s.size)
+        pool._free.remove(segment)
+        return segment, 0
+    size = -(-int(nbytes * _HEADROOM) // _GRANULE) * _GRANULE
+    # Make room by giving up idle segments too small to serve.
+    while pool._held + size > pool.limit_bytes and pool._free:
+        pool._forget(pool._free.pop(0))
+    if pool._held + size > pool.limit_bytes or not room_for(size):
+        return None, 0
+    pool._held += size
+    return None, size
 
 
 class SegmentPool:
@@ -49,18 +75,9 @@ class SegmentPool:
         if nbytes < MIN_BYTES or self.disabled is not None:
             return None
         with self._lock:
-            fits = [s for s in self._free if s.size >= nbytes]
-            if fits:
-                segment = min(fits, key=lambda s: s.size)
-                self._free.remove(segment)
-                return segment
-            size = -(-int(nbytes * _HEADROOM) // _GRANULE) * _GRANULE
-            # Make room by giving up idle segments too small to serve.
-            while self._held + size > self.limit_bytes and self._free:
-                self._forget(self._free.pop(0))
-            if self._held + size > self.limit_bytes or not room_for(size):
-                return None
-            self._held += size
+            segment, size = reuse_or_reserve(self, nbytes)
+        if segment is not None or not size:
+            return segment
         try:
             segment = Segment(size)
         except SharedMemoryError as exc:

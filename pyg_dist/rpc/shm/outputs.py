@@ -46,15 +46,13 @@ import torch
 
 from pyg_dist.errors import SharedMemoryError
 from pyg_dist.rpc.shm.files import (
-    _GRANULE,
-    _HEADROOM,
     HEADER_BYTES,
     Segment,
     layout,
     pid_namespace,
-    room_for,
     view,
 )
+from pyg_dist.rpc.shm.lending import reuse_or_reserve
 
 logger = logging.getLogger(__name__)
 
@@ -187,17 +185,9 @@ class OutputPool:
 
     def _acquire(self, nbytes: int) -> Optional[Segment]:
         with self._lock:
-            fits = [s for s in self._free if s.size >= nbytes]
-            if fits:
-                segment = min(fits, key=lambda s: s.size)
-                self._free.remove(segment)
-                return segment
-            size = -(-int(nbytes * _HEADROOM) // _GRANULE) * _GRANULE
-            while self._held + size > self.limit_bytes and self._free:
-                self._forget(self._free.pop(0))  # idle and too small
-            if self._held + size > self.limit_bytes or not room_for(size):
-                return None
-            self._held += size
+            segment, size = reuse_or_reserve(self, nbytes)
+        if segment is not None or not size:
+            return segment
         try:
             segment = Segment(size)
         except SharedMemoryError as exc:
