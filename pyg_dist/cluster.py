@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -79,6 +80,9 @@ class LocalCluster:
         startup_timeout: Seconds to wait for every ``ready`` line.
         stop_grace: Seconds between SIGTERM and SIGKILL on shutdown.
         env: Environment for the server processes (default: this one's).
+        forwarding: Let the servers carry a batch's hops among themselves
+            (``sample_tree``): each is started with ``--peers-file``, and the
+            file is written once every server is ready.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class LocalCluster:
         startup_timeout: float = 60.0,
         stop_grace: float = 5.0,
         env: Optional[dict[str, str]] = None,
+        forwarding: bool = False,
     ) -> None:
         self.root = str(root)
         self.parts = list(parts) if parts is not None else list(range(num_parts_of(root)))
@@ -102,17 +107,31 @@ class LocalCluster:
         self.processes: list[subprocess.Popen] = []
         self.server_endpoints: list[str] = []
         self.endpoints: list[str] = []
+        self.forwarding = forwarding
+        self._peers_dir: Optional[tempfile.TemporaryDirectory] = None
+
+    @property
+    def peers_file(self) -> Optional[Path]:
+        """The file the servers read their peers from (``forwarding``)."""
+        return None if self._peers_dir is None else Path(self._peers_dir.name) / "servers"
 
     def start(self) -> list[str]:
         """Starts every server and returns the endpoints clients should use,
         ordered by part."""
         try:
             deadline = time.monotonic() + self.startup_timeout
+            if self.forwarding:
+                self._peers_dir = tempfile.TemporaryDirectory(prefix="pyg-dist-peers-")
             servers = [self._spawn(self._serve_cmd(k), f"server for part {k}")
                        for k in self.parts]
             for k, proc in zip(self.parts, servers):
                 self.server_endpoints += _read_ready(proc, f"server for part {k}", deadline)
             self.endpoints = list(self.server_endpoints)
+            if self.peers_file is not None:
+                # Written whole, then renamed: a server never reads half of it.
+                partial = self.peers_file.with_suffix(".partial")
+                partial.write_text("\n".join(self.endpoints) + "\n")
+                partial.rename(self.peers_file)
             logger.info("cluster ready: %s", ", ".join(self.endpoints))
             return self.endpoints
         except BaseException:
@@ -120,8 +139,9 @@ class LocalCluster:
             raise
 
     def _serve_cmd(self, part: int) -> list[str]:
+        peers = [] if self.peers_file is None else ["--peers-file", str(self.peers_file)]
         return [sys.executable, "-m", "pyg_dist", "serve", self.root, "--part", str(part),
-                "--bind", f"tcp://{self.host}:0", *self.serve_args]
+                "--bind", f"tcp://{self.host}:0", *peers, *self.serve_args]
 
     def _spawn(self, cmd: list[str], what: str) -> subprocess.Popen:
         logger.debug("starting %s: %s", what, " ".join(cmd))
@@ -149,6 +169,9 @@ class LocalCluster:
             if proc.stdout is not None:
                 proc.stdout.close()
         self.processes = []
+        if self._peers_dir is not None:
+            self._peers_dir.cleanup()
+            self._peers_dir = None
 
     def __enter__(self) -> LocalCluster:
         self.start()

@@ -35,9 +35,11 @@ The tree::
     │                                    instance of it (RemoteStoreError is a
     │                                    StoreError): see remote_error()
     ├── StoreError                       bad TensorAttr/EdgeAttr, unknown attribute
-    │   └── CacheError                   a feature cache cannot be built as asked
-    │   └── ServerListError              a server list (argument, PYG_DIST_SERVERS,
-    │                                    PYG_DIST_SERVERS_FILE) is missing or bad
+    │   ├── CacheError                   a feature cache cannot be built as asked
+    │   ├── ServerListError              a server list (argument, PYG_DIST_SERVERS,
+    │   │                                PYG_DIST_SERVERS_FILE) is missing or bad
+    │   └── ForwardingError              a server cannot sample a batch's hops
+    │                                    with its peers (sample_tree)
     ├── SamplerError                     bad sampler configuration or input
     └── LoaderError                      bad loader configuration, pipeline failure
 
@@ -280,6 +282,13 @@ class ServerListError(StoreError, ValueError):
     (argument, variable, file and line)."""
 
 
+class ForwardingError(StoreError):
+    """A server cannot carry a batch's hops among its peers (``sample_tree``):
+    it has no peer list, a peer cannot be reached at start, or the peers
+    serve another graph. The sampler then samples hop by hop from the
+    trainer (and says so once in the log)."""
+
+
 class SamplerError(PygDistError, ValueError):
     """The sampler was configured or called with invalid arguments."""
 
@@ -299,7 +308,8 @@ WIRE_TYPES: dict[str, type[PygDistError]] = {
         PartitionFormatError, ChecksumMismatchError, DatasetResolveError, UnknownTypeError,
         GraphKindMismatchError, RpcError, TransportError, ServerUnavailableError,
         SharedMemoryError, RpcTimeoutError, ProtocolError, ServerBusyError, RemoteError,
-        StoreError, CacheError, ServerListError, SamplerError, LoaderError)
+        StoreError, CacheError, ServerListError, ForwardingError, SamplerError,
+        LoaderError)
 }
 
 # The ``Remote<Name>`` twin of each class: a RemoteError that is also an

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 # Byte limits a server takes from the command line: above 1 TiB no request
 # or reply fits in memory anyway, and libzmq's int64 options overflow near
@@ -144,6 +145,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--handshake-timeout", type=float, default=None, metavar="SECONDS",
                    help="drop a connection that has not finished the ZeroMQ handshake "
                         "(greeting, CURVE) within this time (default: 10)")
+    peers = p.add_mutually_exclusive_group()
+    peers.add_argument("--peers", metavar="ADDRS", default=None,
+                       help="the cluster's server list (host:port,... as PYG_DIST_SERVERS, "
+                            "this server included): the server then samples a batch's hops "
+                            "with its peers (sample_tree), one round trip per batch for the "
+                            "trainer instead of one per hop. Off by default; peers are "
+                            "reached on the first such request")
+    peers.add_argument("--peers-file", metavar="FILE", default=None,
+                       help="as --peers, from a file (the PYG_DIST_SERVERS_FILE format) read "
+                            "on the first request that needs it, so a launcher can write it "
+                            "once every server reported ready")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the sha256 check of the partition files while loading")
     p.add_argument("--curve-secret-key", metavar="FILE", default=None,
@@ -195,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     tune_malloc()  # before the server starts its threads
     group = ServerGroup(args.root, args.part, bind=args.bind,
                         feature_store=args.feature_store, graph_store=args.graph_store,
-                        config=config, verify=not args.no_verify)
+                        config=config, verify=not args.no_verify, peers=_peers(args))
     # The ready line is the contract with launchers (LocalCluster, tests):
     # exactly "ready <endpoint> [<endpoint>...]", flushed at once.
     status = 0
@@ -212,6 +224,19 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def _peers(args: argparse.Namespace) -> Any:
+    """The peer list of ``--peers``, or a reader of ``--peers-file`` (read
+    when first needed), or ``None``."""
+    if args.peers is not None:
+        return args.peers
+    if args.peers_file is None:
+        return None
+    from pyg_dist.discovery import SERVERS_FILE_ENV, server_groups
+
+    path = args.peers_file
+    return lambda: server_groups(None, environ={SERVERS_FILE_ENV: path})
 
 
 def _set_threads(threads: int | None, workers: int) -> None:

@@ -117,6 +117,10 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         split: Under DDP, split the seed links across ranks (``True``) or
             give every rank all of them (``False``).
         timeout: Deadline of every sampling RPC in seconds.
+        server_hops: Whether the servers sample a batch's hops among
+            themselves (one round trip for the subgraph, the same batches);
+            ``None`` when they all can (see
+            :class:`~pyg_dist.sampler.DistNeighborSampler`).
         **kwargs: Arguments of :class:`torch.utils.data.DataLoader`
             (``batch_size``, ``shuffle``, ``drop_last``, ``num_workers``, ...),
             honoured or refused as in ``DistNeighborLoader``.
@@ -158,6 +162,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         world_size: Optional[int] = None,
         split: bool = True,
         timeout: Optional[float] = None,
+        server_hops: Optional[bool] = None,
         **kwargs: Any,
     ) -> None:
         fs, gs = check_store_pair(data, "DistLinkNeighborLoader", "LinkNeighborLoader")
@@ -179,7 +184,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
             time_attr=(time_attr, None),
             replace=(replace, False), disjoint=(disjoint, False), directed=(directed, True),
             subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
-            seed=(seed, None), timeout=(timeout, None))
+            seed=(seed, None), timeout=(timeout, None), server_hops=(server_hops, None))
         neg_sampling = _negative_sampling(neg_sampling, neg_sampling_ratio)
         if neg_sampling is not None and neg_sampling.is_triplet() and edge_label is not None:
             raise LoaderError("edge_label must be None with triplet negative sampling (PyG's "
@@ -200,7 +205,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
                     (fs, gs), num_neighbors=num_neighbors, replace=replace,
                     subgraph_type=subgraph_type, disjoint=disjoint, seed=seed,
                     timeout=timeout, weight_attr=weight_attr, time_attr=time_attr,
-                    temporal_strategy=temporal_strategy)
+                    temporal_strategy=temporal_strategy, server_hops=server_hops)
             except SamplerError as exc:
                 raise LoaderError(str(exc)) from exc
         self.prefetch = prefetch

@@ -139,6 +139,10 @@ class DistNeighborLoader(DistIteration, NodeLoader):
             RPC configuration's (feature fetches always use it). This is not
             ``DataLoader``'s ``timeout``: the RPC deadlines bound every batch
             on every path, so that one stays 0.
+        server_hops: Whether the servers sample a batch's hops among
+            themselves (one round trip for the subgraph, the same batches);
+            ``None`` when they all can (see
+            :class:`~pyg_dist.sampler.DistNeighborSampler`).
         **kwargs: Arguments of :class:`torch.utils.data.DataLoader`:
             ``batch_size``, ``shuffle``, ``sampler``, ``batch_sampler``,
             ``drop_last``, ``generator``, ``pin_memory``, ``in_order``,
@@ -177,6 +181,7 @@ class DistNeighborLoader(DistIteration, NodeLoader):
         world_size: Optional[int] = None,
         split: bool = True,
         timeout: Optional[float] = None,
+        server_hops: Optional[bool] = None,
         **kwargs: Any,
     ) -> None:
         fs, gs = check_store_pair(data, "DistNeighborLoader", "NeighborLoader")
@@ -197,7 +202,7 @@ class DistNeighborLoader(DistIteration, NodeLoader):
             weight_attr=(weight_attr, None), replace=(replace, False),
             disjoint=(disjoint, False), directed=(directed, True),
             subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
-            seed=(seed, None), timeout=(timeout, None))
+            seed=(seed, None), timeout=(timeout, None), server_hops=(server_hops, None))
         if not directed:
             subgraph_type = SubgraphType.induced
         if neighbor_sampler is None:
@@ -206,7 +211,7 @@ class DistNeighborLoader(DistIteration, NodeLoader):
                     (fs, gs), num_neighbors=num_neighbors, replace=replace,
                     subgraph_type=subgraph_type, disjoint=disjoint, seed=seed,
                     timeout=timeout, weight_attr=weight_attr, time_attr=time_attr,
-                    temporal_strategy=temporal_strategy)
+                    temporal_strategy=temporal_strategy, server_hops=server_hops)
             except SamplerError as exc:
                 raise LoaderError(str(exc)) from exc
         input_type, nodes, input_id = _input_ids(input_nodes, gs)

@@ -108,8 +108,12 @@ class IoState:
             if change != DOWN:
                 logger.debug("connected to %s", address)
                 continue
-            logger.warning("lost the connection to %s; failing the calls awaiting its "
-                           "replies", address)
+            # A connection that drops while nothing awaits it (a peer that
+            # stopped with its cluster) concerns nobody yet.
+            awaited = any(c.server == server and c.sent for c in self.pending.values())
+            logger.log(logging.WARNING if awaited else logging.DEBUG,
+                       "lost the connection to %s; failing the calls awaiting its replies",
+                       address)
             # Replies that arrived before the connection ended answer their
             # calls; only the others lost their server.
             self.drain_replies(sock, address)

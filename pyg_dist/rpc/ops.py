@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
+import torch
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
@@ -206,6 +207,41 @@ def _sample_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str,
     return _hops(list(args["sizes"]), reply)
 
 
+def _tree(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+          reply: list[Tensor]) -> Optional[str]:
+    """``node, row, col, edge, num_sampled_nodes, num_sampled_edges`` (and
+    ``batch`` when disjoint), 1-D integers; the edges index into the nodes,
+    the seeds come first, and the per-hop counts add up (none for an
+    induced subgraph)."""
+    problem = _count(7 if args.get("disjoint") is True else 6, reply)
+    if problem is not None:
+        return problem
+    if any(t.dim() != 1 or t.dtype != torch.int64 for t in reply):
+        return f"tensors {[_shape(t) for t in reply]}, where 1-D int64 ones were due"
+    node, row, col, edge, per_hop_nodes, per_hop_edges = reply[:6]
+    seeds = _ids_of(tensors)
+    if row.numel() != col.numel() or row.numel() != edge.numel():
+        return f"{row.numel()} rows, {col.numel()} columns and {edge.numel()} edge ids"
+    if node.numel() < seeds or not torch.equal(node[:seeds], tensors[0].to(torch.int64)):
+        return f"{node.numel()} nodes that do not start with the {seeds} seeds"
+    if len(reply) == 7 and reply[6].numel() != node.numel():
+        return f"{reply[6].numel()} batch entries for {node.numel()} nodes"
+    for name, index in (("row", row), ("col", col)):
+        if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < node.numel():
+            return f"{name} entries outside the {node.numel()} sampled nodes"
+    if args.get("subgraph") == "induced":
+        return None if not per_hop_nodes.numel() and not per_hop_edges.numel() else \
+            "per-hop counts for an induced subgraph"
+    hops = len(args["num_neighbors"])
+    if per_hop_nodes.numel() != hops + 1 or per_hop_edges.numel() != hops \
+            or int(per_hop_nodes.sum()) != node.numel() \
+            or int(per_hop_edges.sum()) != row.numel() or int(per_hop_nodes[0]) != seeds:
+        return (f"per-hop counts {per_hop_nodes.tolist()} (nodes) and "
+                f"{per_hop_edges.tolist()} (edges) that do not add up to {node.numel()} nodes "
+                f"and {row.numel()} edges over {hops} hops from {seeds} seeds")
+    return None
+
+
 def _get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
          reply: list[Tensor]) -> Optional[str]:
     if "place" in args:  # the rows were written into the caller's outputs
@@ -272,6 +308,12 @@ SAMPLE_TYPES = OpSpec("sample_types", "one hop over several edge types at once",
                       optional=("replace", "seed", "weight_attr", "time_attr",
                                 "temporal_strategy"),
                       tensors=(1, 2), reply_check=_sample_types)
+SAMPLE_TREE = OpSpec("sample_tree", "every hop of a batch, forwarded among the servers "
+                     "(the sampled subgraph, relabelled)",
+                     required=("num_neighbors", "seed"),
+                     optional=("replace", "disjoint", "subgraph", "timeout", "weight_attr",
+                               "time_attr", "temporal_strategy"),
+                     tensors=(1, 2), reply_check=_tree, worker=True)
 GET = OpSpec("get", "feature rows of owned nodes of one node type (with ``place``, "
              "written into the caller's outputs at the given rows)",
              required=("attrs",), optional=("group", "place"), tensors=(1, 2),
@@ -298,7 +340,7 @@ RPC_OPS: Mapping[str, OpSpec] = {s.name: s for s in (PING, RELEASE)}
 """The ops every :class:`~pyg_dist.rpc.server.RpcServer` answers itself."""
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
-    META, SAMPLE, SAMPLE_TYPES, GET, GET_TYPES, SIZES, EDGE_INDEX, DEGREE, STATS,
+    META, SAMPLE, SAMPLE_TYPES, SAMPLE_TREE, GET, GET_TYPES, SIZES, EDGE_INDEX, DEGREE, STATS,
     GET_EDGES, EDGE_IDS)}
 """The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`)."""
 

@@ -40,12 +40,19 @@ from torch_geometric.sampler import (
 )
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
-from pyg_dist.errors import GraphKindMismatchError, RemoteError, SamplerError, StoreError
+from pyg_dist.errors import (
+    ForwardingError,
+    GraphKindMismatchError,
+    RemoteError,
+    SamplerError,
+    StoreError,
+)
 from pyg_dist.sampler import link_sampling
 from pyg_dist.sampler.fan_outs import check_num_neighbors
 from pyg_dist.sampler.hetero_sampling import sample_hetero
 from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.relabel import node_index
+from pyg_dist.sampler.server_hops import sample_tree
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
 logger = logging.getLogger(__name__)
@@ -82,6 +89,12 @@ class DistNeighborSampler(BaseSampler):
             Makes sampling disjoint, as in PyG.
         temporal_strategy: ``"uniform"`` or ``"last"`` (the most recent
             neighbours), with ``time_attr``.
+        server_hops: Whether the servers carry a batch's hops among
+            themselves (``sample_tree``: one round trip for the subgraph
+            instead of one per hop; the same batches). ``None`` (default):
+            when every server forwards (``pyg-dist serve --peers``; ``pyg-dist
+            launch`` starts them so) and the graph is homogeneous; ``True``:
+            required; ``False``: never, every hop goes back to the trainer.
 
     Raises:
         SamplerError: on an unsupported or invalid configuration, naming
@@ -100,6 +113,7 @@ class DistNeighborSampler(BaseSampler):
         weight_attr: Optional[str] = None,
         time_attr: Optional[str] = None,
         temporal_strategy: str = "uniform",
+        server_hops: Optional[bool] = None,
     ) -> None:
         graph_store = data[1] if isinstance(data, (tuple, list)) else data
         if not isinstance(graph_store, RemoteGraphStore):
@@ -132,6 +146,7 @@ class DistNeighborSampler(BaseSampler):
             seed = int(torch.randint(0, _SEED_BOUND, (1,)))
         self._generator = torch.Generator().manual_seed(int(seed))
         self._generator_lock = threading.Lock()
+        self.server_hops = self._check_server_hops(server_hops)
 
     @property
     def is_hetero(self) -> bool:
@@ -173,6 +188,17 @@ class DistNeighborSampler(BaseSampler):
             raise SamplerError(f"the servers cannot sample by weight_attr="
                                f"{self.weight_attr!r}, time_attr={self.time_attr!r}: "
                                f"{getattr(exc, 'remote_message', None) or exc}") from exc
+
+    def _check_server_hops(self, server_hops: Optional[bool]) -> bool:
+        """Whether batches are sampled with ``sample_tree``."""
+        if server_hops not in (None, True, False):
+            raise SamplerError(f"server_hops must be None, True or False, got {server_hops!r}")
+        able = bool(getattr(self.graph_store, "forwarding", False)) and not self.is_hetero
+        if server_hops and not able:
+            why = "the graph is heterogeneous" if self.is_hetero else \
+                "the servers do not forward (start them with --peers, or with pyg-dist launch)"
+            raise SamplerError(f"server_hops=True, but {why}")
+        return able if server_hops is None else bool(server_hops)
 
     def _seed_times(self, seeds: Tensor, time: Optional[Tensor],
                     node_type: Optional[str] = None) -> Optional[Tensor]:
@@ -315,7 +341,36 @@ class DistNeighborSampler(BaseSampler):
 
     def _sample(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
                 seed: Optional[int] = None) -> SamplerOutput:
-        """Samples all hops around ``seed_nodes`` (global ids)."""
+        """Samples all hops around ``seed_nodes`` (global ids): on the
+        servers (``sample_tree``) when they forward, else hop by hop."""
+        if self.server_hops:
+            seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(),
+                                                           "seed nodes")
+            seed_time = self._seed_times(seed_nodes, seed_time)
+            base_seed = self.draw_seed() if seed is None else int(seed)
+            try:
+                return sample_tree(self, seed_nodes, seed_time, base_seed)
+            except RemoteError as exc:
+                if exc.remote_type != ForwardingError.__name__:
+                    raise
+                logger.warning("the servers cannot sample on their own (%s); sampling hop by "
+                               "hop from now on", exc.remote_message or exc)
+                self.server_hops = False
+            return self.hop_by_hop(seed_nodes, seed_time, seed=base_seed)
+        return self.hop_by_hop(seed_nodes, seed_time, seed=seed)
+
+    def hop_by_hop(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
+                   seed: Optional[int] = None) -> SamplerOutput:
+        """Samples all hops around ``seed_nodes`` (global ids), every hop a
+        round trip from here to the servers owning its frontier (what a
+        coordinating server runs for ``sample_tree``).
+
+        Args:
+            seed_nodes: Global ids of the seeds.
+            seed_time: With ``time_attr``, one time per seed (``None``: the
+                seeds' own node times).
+            seed: The batch's random seed (:meth:`draw_seed` when ``None``).
+        """
         seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(), "seed nodes")
         seed_time = self._seed_times(seed_nodes, seed_time)
         base_seed = self.draw_seed() if seed is None else int(seed)
@@ -376,7 +431,7 @@ class DistNeighborSampler(BaseSampler):
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "
                 f"replace={self.replace}, subgraph_type={self.subgraph_type.value}, "
                 f"disjoint={self.disjoint}, weight_attr={self.weight_attr!r}, "
-                f"time_attr={self.time_attr!r})")
+                f"time_attr={self.time_attr!r}, server_hops={self.server_hops})")
 
 
 def _hop_seed(base_seed: int, hop: int) -> int:

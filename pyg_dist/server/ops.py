@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, GraphStore
 
-from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.errors import ForwardingError, ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import ops
@@ -109,9 +109,25 @@ class PartitionOps:
         self._attributes = SampleAttributes(
             reader, part, {t: (c.row, c.edge_ids, c.deg) for t, c in self._csc.items()})
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
-        self._graph_id = {"name": reader.meta.get("graph_name"),
-                          "files_sha256": hashlib.sha256(files).hexdigest()}
+        # What tells this graph from another (``meta``'s ``graph``).
+        self.graph_id = {"name": reader.meta.get("graph_name"),
+                         "files_sha256": hashlib.sha256(files).hexdigest()}
         self._host = host_id()
+        self.forwarder: Any = None  # a HopForwarder, set by forward_with()
+
+    def forward_with(self, forwarder: Any) -> None:
+        """Serves ``sample_tree`` with ``forwarder`` (a
+        :class:`~pyg_dist.server.forwarding.HopForwarder`); without one it
+        is refused with :class:`~pyg_dist.errors.ForwardingError`."""
+        self.forwarder = forwarder
+
+    def sample_tree(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """Every hop of one batch, forwarded among the servers
+        (:meth:`HopForwarder.sample_tree <pyg_dist.server.forwarding.HopForwarder.sample_tree>`)."""
+        if self.forwarder is None:
+            raise ForwardingError(f"part {self.part} does not forward sampling (no peer "
+                                  f"list); sample hop by hop")
+        return self.forwarder.sample_tree(args, tensors)
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`:
@@ -119,6 +135,7 @@ class PartitionOps:
         the trainer's calls are built from."""
         return {ops.META.name: self.meta, ops.SAMPLE.name: self.sample,
                 ops.SAMPLE_TYPES.name: self.sample_types,
+                ops.SAMPLE_TREE.name: self.sample_tree,
                 ops.EDGE_INDEX.name: self.edge_index, ops.DEGREE.name: self.degree,
                 ops.STATS.name: self.stats, **self._nodes.handlers(),
                 **self._edges.handlers()}
@@ -188,12 +205,13 @@ class PartitionOps:
             "num_local_edges": int(sum(c.row.numel() for c in self._csc.values())),
             "features": features,
             "edge_features": self._edges.features(None) if not hetero else {},
-            "graph": self._graph_id,
+            "graph": self.graph_id,
             "is_hetero": bool(meta.get("is_hetero", False)),
             "format_version": meta.get("format_version"),
             "partitioner": meta.get("partitioner"),
             "host": self._host,
             "max_reply_bytes": self.max_reply_bytes,
+            "forwarding": bool(self.forwarder is not None and self.forwarder.available),
         }
         if hetero:
             result["node_types"] = [
@@ -345,8 +363,10 @@ class PartitionOps:
         """What ``get`` served since the server started: ``get_calls``,
         ``get_rows`` and ``get_bytes`` (the rows' bytes, whether they went
         over the socket or into shared memory); ``get_edges_calls``,
-        ``get_edges_rows``, ``get_edges_bytes`` the same for ``get_edges``."""
-        return {**self._nodes.served(), **self._edges.served()}, []
+        ``get_edges_rows``, ``get_edges_bytes`` the same for ``get_edges``;
+        ``sample_tree_calls``, the batches this server coordinated."""
+        trees = self.forwarder.trees if self.forwarder is not None else 0
+        return {**self._nodes.served(), **self._edges.served(), "sample_tree_calls": trees}, []
 
     def edge_index(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """The part's edges as tensors ``row`` (source), ``col`` (destination),

@@ -22,9 +22,10 @@ from pyg_dist.errors import (
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.plugins import PluginRegistry, default_registry
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.ops import PARTITION_OPS
+from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE
 from pyg_dist.rpc.server import RpcServer
 from pyg_dist.rpc.wire_values import error_text
+from pyg_dist.server.forwarding import HopForwarder, Peers
 from pyg_dist.server.ops import PartitionOps
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,10 @@ class PartitionServer:
             :class:`~pyg_dist.server.group.ServerGroup` serving several parts
             opens one); by default one is opened for ``part`` alone, so only
             ``meta.json``, the books and ``part-K/`` need to exist.
+        peers: The cluster's server list (as :func:`pyg_dist.connect` takes
+            it), or a callable returning it on first use: with it the server
+            carries a batch's hops among its peers (``sample_tree``,
+            :mod:`pyg_dist.server.forwarding`). ``None``: it does not.
         store_options: Extra keyword options for both store factories.
 
     Raises:
@@ -60,7 +65,8 @@ class PartitionServer:
                  bind: str = "tcp://127.0.0.1:0", feature_store: str = "memory",
                  graph_store: str = "memory", config: Optional[RpcConfig] = None,
                  registry: Optional[PluginRegistry] = None, verify: bool = True,
-                 reader: Optional[PartitionReader] = None, **store_options: Any) -> None:
+                 reader: Optional[PartitionReader] = None, peers: Peers = None,
+                 **store_options: Any) -> None:
         if reader is None:
             if isinstance(part, bool) or not isinstance(part, int) or part < 0:
                 raise InvalidPartitionArgumentError(
@@ -77,8 +83,13 @@ class PartitionServer:
         gs = registry.graph_store(graph_store)(self.reader, part, **store_options)
         self.config = config or default_config()
         self.ops = PartitionOps(self.reader, part, fs, gs, self.config.max_reply_bytes)
+        self.forwarder = HopForwarder(self.ops, peers, self.config)
+        if peers is not None:
+            self.ops.forward_with(self.forwarder)
         self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}",
-                              estimators=self.ops.estimators(), ops=PARTITION_OPS)
+                              estimators={**self.ops.estimators(),
+                                          SAMPLE_TREE.name: self.forwarder.estimate},
+                              ops=PARTITION_OPS)
         logger.info("loaded part %d of %s (%s feature store, %s graph store)", part, root,
                     feature_store, graph_store)
 
@@ -105,6 +116,7 @@ class PartitionServer:
         """Stops serving and releases the sockets and client segments. Safe
         to call twice."""
         self._rpc.stop()
+        self.forwarder.close()
 
     def serve_forever(self, on_ready: Optional[Callable[[str], None]] = None) -> None:
         """Serves until SIGTERM or SIGINT (or :meth:`stop` from another

@@ -208,6 +208,7 @@ def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = No
     # What tells one graph from another (name and partition checksums):
     # state built from one store (a feature cache) is checked against it.
     fs.graph_id = gs.graph_id = first.graph
+    gs.forwarding = all(m.result.get("forwarding") is True for m in metas)
     fs.server_hosts = [m.host for m in metas]
     try:
         fs.edge_features = EdgeFeatureFetcher.from_meta(router, [m.result for m in metas])

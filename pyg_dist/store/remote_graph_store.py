@@ -69,6 +69,9 @@ class RemoteGraphStore(GraphStore):
         self._reply_limits = list(reply_limits or [None] * router.num_parts)
         self._coo: dict[Optional[EdgeType], tuple[Tensor, Tensor]] = {}
         self.graph_id: Any = None  # set by connect(): the servers' graph identity
+        # Set by connect(): every server carries a batch's hops among its
+        # peers (sample_tree, pyg_dist.server.forwarding).
+        self.forwarding = False
         self._coo_lock = threading.Lock()
 
     @property

@@ -212,7 +212,8 @@ class Router:
             self._outputs = None  # the parent's segments are the parent's
             self._pid = os.getpid()
 
-    def _timeout(self, timeout: Optional[float]) -> float:
+    def deadline(self, timeout: Optional[float]) -> float:
+        """``timeout``, or the configuration's deadline when ``None``."""
         if timeout is not None:
             return float(timeout)
         cfg = self.config if self.config is not None else self.client.config
@@ -303,7 +304,7 @@ class Router:
         # A request built elsewhere as a plain tuple is held to its op's
         # declaration here: every call the trainer makes passes this point.
         requests = [r if isinstance(r, PartRequest) else declared(*r) for r in requests]
-        deadline = self._timeout(timeout)
+        deadline = self.deadline(timeout)
         client = self.client
         sizes = list(reply_bytes) if reply_bytes is not None else [None] * len(requests)
         firsts = list(first) if first is not None else [None] * len(requests)

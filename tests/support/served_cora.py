@@ -35,7 +35,7 @@ class ServedGraph:
         if num_parts not in self.stores:
             root = str(self.workdir / f"{self.name}{num_parts}")
             partition(self.data, num_parts, root)
-            cluster = self.stack.enter_context(serve_parts(root))
+            cluster = self.stack.enter_context(serve_parts(root, forwarding=True))
             fs, gs = connect(cluster.endpoints)
             self.stack.callback(fs.close)
             self.stores[num_parts] = (fs, gs)

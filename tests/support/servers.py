@@ -38,7 +38,8 @@ STARTUP_TIMEOUT = 120.0
 @contextlib.contextmanager
 def serve_parts(root: str | os.PathLike, parts: Optional[Sequence[int]] = None, *,
                 serve_args: Sequence[str] = (), env: Optional[dict[str, str]] = None,
-                startup_timeout: float = STARTUP_TIMEOUT) -> Iterator[LocalCluster]:
+                startup_timeout: float = STARTUP_TIMEOUT,
+                forwarding: bool = False) -> Iterator[LocalCluster]:
     """Serves ``parts`` (all by default) of the dataset at ``root``.
 
     Args:
@@ -47,9 +48,11 @@ def serve_parts(root: str | os.PathLike, parts: Optional[Sequence[int]] = None, 
         serve_args: Extra ``pyg-dist serve`` arguments, e.g. ``["--workers", "2"]``.
         env: Environment of the server processes (default: this one's).
         startup_timeout: Seconds to wait for all ``ready`` lines.
+        forwarding: Let the servers sample a batch's hops among themselves
+            (``sample_tree``; see :class:`~pyg_dist.cluster.LocalCluster`).
     """
     cluster = LocalCluster(root, parts=parts, serve_args=serve_args, env=env,
-                           startup_timeout=startup_timeout)
+                           startup_timeout=startup_timeout, forwarding=forwarding)
     cluster.start()
     try:
         yield cluster

@@ -1,0 +1,212 @@
+"""``sample_tree``: servers carry a batch's hops among themselves.
+
+Real ``pyg-dist serve`` processes on loopback (started with their peer
+list, as ``pyg-dist launch`` starts them) or in-process
+:class:`~pyg_dist.server.PartitionServer` objects on real sockets. The
+batches must be bit for bit those of hop-by-hop sampling with the same seed
+(the coordinator runs the trainer's own hop loop), at every fan-out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+import pytest
+import torch
+from support.servers import serve_parts
+
+from pyg_dist.errors import ProtocolError, RemoteError, RpcError, SamplerError
+from pyg_dist.loader import DistNeighborLoader
+from pyg_dist.rpc import RpcClient, RpcConfig
+from pyg_dist.rpc.ops import SAMPLE_TREE
+from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
+from pyg_dist.server import PartitionServer
+from pyg_dist.store.connect import connect
+
+SEEDS = torch.arange(5, 2708, 9)  # 301 seeds all over the graph
+_FIELDS = ("node", "row", "col", "edge", "batch", "num_sampled_nodes", "num_sampled_edges")
+
+
+def _assert_same(a, b) -> None:
+    for name in _FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(x, y), name
+        else:
+            assert x == y, name
+
+
+def _trees(endpoints) -> int:
+    with RpcClient(endpoints) as client:
+        return sum(client.call(i, "stats").result["sample_tree_calls"]
+                   for i in range(len(endpoints)))
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"replace": True}, {"disjoint": True}, {"subgraph_type": "induced"},
+    {"subgraph_type": "bidirectional"},
+], ids=["plain", "replace", "disjoint", "induced", "bidirectional"])
+def test_tree_batches_equal_hop_by_hop_batches(cora_stores3, served_cora, settings):
+    endpoints = cora_stores3[1].router.endpoints
+    on_servers = DistNeighborSampler(cora_stores3, [7, 4], seed=0, **settings)
+    from_here = DistNeighborSampler(cora_stores3, [7, 4], seed=0, server_hops=False,
+                                    **settings)
+    assert on_servers.server_hops and not from_here.server_hops
+    before = _trees(endpoints)
+    for batch_seed in (1, 2, 3, 1 << 61):  # every part coordinates one
+        _assert_same(on_servers._sample(SEEDS, seed=batch_seed),
+                     from_here._sample(SEEDS, seed=batch_seed))
+    # One sample_tree per batch; the hop-by-hop sampler sent none.
+    assert _trees(endpoints) == before + 4
+
+
+def test_loader_batches_are_the_same_on_servers_and_from_here(cora_stores3):
+    kwargs = dict(num_neighbors=[10, 5], input_nodes=SEEDS, batch_size=64, seed=3,
+                  prefetch=4)
+    batches = []
+    for server_hops in (True, False):
+        loader = DistNeighborLoader(cora_stores3, server_hops=server_hops, **kwargs)
+        batches.append(list(loader))
+    assert len(batches[0]) == len(batches[1]) == 5
+    for a, b in zip(*batches):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.e_id, b.e_id) and torch.equal(a.x, b.x)
+
+
+def test_two_workers_per_server_and_many_trees_in_flight_do_not_deadlock(cora2_root):
+    """A server keeps one of its two workers for plain requests: trees over
+    its one slot are refused as busy and asked again, never stuck."""
+    with serve_parts(cora2_root, serve_args=["--workers", "2"], forwarding=True) as cluster:
+        fs, gs = connect(cluster.endpoints, RpcConfig(timeout=20.0))
+        try:
+            kwargs = dict(num_neighbors=[10, 10], input_nodes=SEEDS, batch_size=16, seed=5,
+                          prefetch=12)
+            start = time.monotonic()
+            tree = list(DistNeighborLoader((fs, gs), **kwargs))
+            assert time.monotonic() - start < 20.0
+            plain = list(DistNeighborLoader((fs, gs), server_hops=False, **kwargs))
+            assert len(tree) == len(plain) == 19
+            for a, b in zip(tree, plain):
+                assert torch.equal(a.n_id, b.n_id) and torch.equal(a.e_id, b.e_id)
+            assert _trees(cluster.endpoints) == 19
+        finally:
+            fs.close()
+
+
+@contextlib.contextmanager
+def _servers(root, peers_of=None):
+    """Both parts of ``root`` in this process; ``peers_of(endpoints)`` gives
+    their peer list on first use (``None``: they do not forward)."""
+    endpoints: list[str] = []
+    peers = None if peers_of is None else (lambda: peers_of(endpoints))
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(PartitionServer(root, part, peers=peers))
+                   for part in (0, 1)]
+        endpoints += [s.endpoint for s in servers]
+        yield endpoints
+
+
+def test_servers_that_cannot_reach_all_parts_fall_back_to_hop_by_hop(cora2_root, caplog):
+    # Their peer list lacks part 1: they say they forward, but cannot.
+    with _servers(cora2_root, lambda endpoints: endpoints[:1]) as endpoints:
+        fs, gs = connect(endpoints)
+        try:
+            sampler = DistNeighborSampler((fs, gs), [5, 5], seed=0)
+            assert sampler.server_hops
+            with caplog.at_level(logging.WARNING, "pyg_dist.sampler.dist_neighbor_sampler"):
+                out = sampler._sample(SEEDS, seed=4)
+            assert not sampler.server_hops
+            assert "cannot sample on their own" in caplog.text
+            assert "cannot reach its peers" in caplog.text
+            _assert_same(out, DistNeighborSampler((fs, gs), [5, 5], server_hops=False)
+                         ._sample(SEEDS, seed=4))
+        finally:
+            fs.close()
+
+
+def test_server_hops_true_needs_servers_that_forward(cora2_root):
+    with _servers(cora2_root) as endpoints:
+        fs, gs = connect(endpoints)
+        try:
+            assert not gs.forwarding
+            assert not DistNeighborSampler((fs, gs), [5]).server_hops
+            with pytest.raises(SamplerError, match="do not forward"):
+                DistNeighborSampler((fs, gs), [5], server_hops=True)
+            with RpcClient(endpoints) as client, \
+                    pytest.raises(RemoteError, match="does not forward") as info:
+                client.call(0, "sample_tree", {"num_neighbors": [2], "seed": 1},
+                            [SEEDS[:4]])
+            assert info.value.remote_type == "ForwardingError"
+        finally:
+            fs.close()
+
+
+_BAD = [
+    ({"num_neighbors": [], "seed": 1}, "num_neighbors"),
+    ({"num_neighbors": [2] * 17, "seed": 1}, "1 to 16 fan-outs"),
+    ({"num_neighbors": [2, "3"], "seed": 1}, "num_neighbors"),
+    ({"num_neighbors": [-2], "seed": 1}, "num_neighbors"),
+    ({"num_neighbors": [2], "seed": -1}, "'seed'"),
+    ({"num_neighbors": [2], "seed": 1, "replace": 1}, "'replace'"),
+    ({"num_neighbors": [2], "seed": 1, "subgraph": "bidirectional"}, "'subgraph'"),
+    ({"num_neighbors": [2], "seed": 1, "timeout": float("inf")}, "'timeout'"),
+    ({"num_neighbors": [2], "seed": 1, "weight_attr": "w" * 300}, "'weight_attr'"),
+    ({"num_neighbors": [2], "seed": 1, "weight_attr": "no_such"}, "no_such"),
+]
+
+
+def test_malformed_trees_are_refused_and_the_server_keeps_serving(cora2_root):
+    with _servers(cora2_root, lambda endpoints: endpoints) as endpoints, \
+            RpcClient(endpoints) as client:
+        for args, message in _BAD:
+            with pytest.raises(RemoteError, match=message):
+                client.call(0, "sample_tree", args, [SEEDS[:4]])
+        for tensors in ([SEEDS[:4].float()], [SEEDS[:4].view(2, 2)],
+                        [SEEDS[:4], SEEDS[:3]], [torch.tensor([10**9])]):
+            with pytest.raises(RemoteError):
+                client.call(0, "sample_tree", {"num_neighbors": [2], "seed": 1}, tensors)
+        args = {"num_neighbors": [3, 2], "seed": 7}
+        reply = client.call(0, "sample_tree", args, [SEEDS[:4]])
+        SAMPLE_TREE.check_reply(reply, args, [SEEDS[:4]], endpoints[0])
+        assert torch.equal(reply.tensors[0][:4], SEEDS[:4])
+
+
+def test_a_lying_tree_is_refused_before_the_sampler_sees_it():
+    from pyg_dist.rpc.messages import Reply
+
+    args, seeds = {"num_neighbors": [2], "seed": 1}, [torch.tensor([4, 9])]
+    node = torch.tensor([4, 9, 11])
+    one = torch.tensor([0])
+    good = [node, torch.tensor([2]), one, torch.tensor([77]), torch.tensor([2, 1]),
+            torch.tensor([1])]
+    SAMPLE_TREE.check_reply(Reply({}, list(good)), args, seeds, "x")
+    lies = [
+        [torch.tensor([9, 4, 11]), *good[1:]],  # seeds not first
+        [node, torch.tensor([3]), *good[2:]],  # an edge to no sampled node
+        [node, good[1], torch.tensor([0, 1]), *good[3:]],  # rows and cols disagree
+        [*good[:4], torch.tensor([2, 2]), good[5]],  # counts that do not add up
+        [*good[:5], torch.tensor([1.0])],  # float counts
+        good[:5],  # a tensor short
+    ]
+    for lie in lies:
+        with pytest.raises(ProtocolError, match="sample_tree"):
+            SAMPLE_TREE.check_reply(Reply({}, lie), args, seeds, "x")
+
+
+def test_a_dead_peer_fails_the_batch_naming_it_within_the_deadline(cora2_root):
+    with serve_parts(cora2_root, forwarding=True) as cluster:
+        fs, gs = connect(cluster.endpoints, RpcConfig(timeout=3.0, retries=0))
+        try:
+            sampler = DistNeighborSampler((fs, gs), [5, 5], seed=0)
+            sampler._sample(SEEDS, seed=2)  # part 0 coordinates even seeds: peers known
+            cluster.processes[1].kill()
+            cluster.processes[1].wait(10)
+            start = time.monotonic()
+            with pytest.raises(RpcError) as info:
+                sampler._sample(SEEDS, seed=4)
+            assert time.monotonic() - start < 3.0
+            assert cluster.endpoints[1].rsplit(":", 1)[1] in str(info.value)
+        finally:
+            fs.close()
