@@ -360,7 +360,8 @@ class DistNeighborSampler(BaseSampler):
         return self.hop_by_hop(seed_nodes, seed_time, seed=seed)
 
     def hop_by_hop(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
-                   seed: Optional[int] = None) -> SamplerOutput:
+                   seed: Optional[int] = None,
+                   max_edges: Optional[int] = None) -> SamplerOutput:
         """Samples all hops around ``seed_nodes`` (global ids), every hop a
         round trip from here to the servers owning its frontier (what a
         coordinating server runs for ``sample_tree``).
@@ -370,6 +371,9 @@ class DistNeighborSampler(BaseSampler):
             seed_time: With ``time_attr``, one time per seed (``None``: the
                 seeds' own node times).
             seed: The batch's random seed (:meth:`draw_seed` when ``None``).
+            max_edges: Stop with :class:`~pyg_dist.errors.ForwardingError`
+                once the hops so far sampled more edges (a coordinating
+                server's bound: its answer must fit in one reply).
         """
         seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(), "seed nodes")
         seed_time = self._seed_times(seed_nodes, seed_time)
@@ -401,6 +405,10 @@ class DistNeighborSampler(BaseSampler):
             chunks.append(new_keys)
             num_sampled_nodes.append(new_keys.numel())
             num_sampled_edges.append(total)
+            if max_edges is not None and sum(num_sampled_edges) > max_edges:
+                raise ForwardingError(
+                    f"the batch's first {hop + 1} hops sampled {sum(num_sampled_edges)} "
+                    f"edges, more than one reply holds ({max_edges}); sample it hop by hop")
             frontier_local = torch.arange(before, index.num_nodes)
             frontier_keys = new_keys
         node_keys = torch.cat(chunks)

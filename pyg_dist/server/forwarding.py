@@ -65,6 +65,7 @@ _SUBGRAPHS = ("directional", "induced")
 # error (naming the peer that failed) must reach the trainer before the
 # trainer gives up on the coordinator.
 _DEADLINE_SHARE = 0.8
+_WORK_FACTOR = 4
 
 
 class HopForwarder:
@@ -121,6 +122,8 @@ class HopForwarder:
             ForwardingError: if this server does not forward, or cannot reach
                 its peers.
             ServerBusyError: if ``workers - 1`` trees already run here.
+            ForwardingError: also if the tree outgrows one reply (its edges
+                are counted hop by hop); the trainer then samples hop by hop.
             ProtocolError: on a malformed request.
         """
         settings, seed, deadline = _parse(args)
@@ -135,7 +138,10 @@ class HopForwarder:
                                   f"ask again")
         try:
             sampler = self._sampler(settings, deadline)
-            out = sampler.hop_by_hop(seeds, seed_time, seed=seed)
+            # Every sampled edge takes 24 bytes of the answer (row, col,
+            # edge id): a tree past that is refused as soon as a hop shows it.
+            out = sampler.hop_by_hop(seeds, seed_time, seed=seed,
+                                     max_edges=self._max_reply_bytes // 24)
             with self._lock:
                 self.trees += 1
         finally:
@@ -151,15 +157,16 @@ class HopForwarder:
         answer = [t.to(torch.long).contiguous() for t in answer]
         size = sum(8 * t.numel() for t in answer)
         if size > self._max_reply_bytes:
-            raise ProtocolError(f"the sampled subgraph takes {size} bytes, over the reply limit "
-                                f"of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES); use "
-                                f"smaller fan-outs or fewer seeds per batch")
+            raise ForwardingError(f"the sampled subgraph takes {size} bytes, over the reply "
+                                  f"limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES); "
+                                  f"sample it hop by hop")
         return {}, answer
 
     def estimate(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Bytes a ``sample_tree`` answer may take (an upper bound from the
-        fan-outs, capped by the graph's size), charged to the client's reply
-        budget before the tree is sampled.
+        """Memory a ``sample_tree`` may take while it runs (an upper bound of
+        its answer from the fan-outs and the graph's size, times the work
+        around it), charged to the client's reply budget before the tree is
+        sampled.
 
         Raises:
             ProtocolError: on a malformed request (the handler refuses it).
@@ -178,7 +185,11 @@ class HopForwarder:
             nodes, edges = nodes + frontier, edges + hop
         if subgraph == "induced":
             edges = min(nodes * nodes, num_edges)
-        return min(8 * (2 * nodes + 3 * edges), self._max_reply_bytes)
+        # The answer, and the peers' answers, reassembly and relabelling
+        # while it is built (the same factor as a `sample`); a tree whose
+        # edges outgrow one reply is stopped at that hop, so no more.
+        answer = min(8 * (nodes + 3 * edges), self._max_reply_bytes)
+        return _WORK_FACTOR * answer
 
     def close(self) -> None:
         """Closes the connections to the peers. Safe to call twice."""

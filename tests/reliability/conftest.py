@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 from reliability_checks import LIMIT
-from support.servers import serve_part
+from support.servers import serve_parts
 
 import pyg_dist
 from pyg_dist.partitioning import PartitionReader
@@ -51,10 +51,12 @@ def part0_server(cora2_root):
     """``(process, endpoint)`` of one ``pyg-dist serve`` process for part 0
     (2 workers, 1 MiB request limit, reply queue of REPLY_HWM per client),
     shared by the tests that send it raw frames; each of them checks
-    afterwards that it still serves."""
+    afterwards that it still serves. Part 1 is served beside it, and both
+    know each other (``sample_tree`` forwards there)."""
     args = ["--workers", "2", "--max-message-bytes", str(LIMIT)]
     env = dict(os.environ, PYG_DIST_REPLY_HWM=str(REPLY_HWM))
-    with serve_part(cora2_root, 0, serve_args=args, env=env) as (proc, endpoint):
+    with serve_parts(cora2_root, serve_args=args, env=env, forwarding=True) as cluster:
+        proc, endpoint = cluster.processes[0], cluster.endpoints[0]
         psutil.Process(proc.pid).rlimit(psutil.RLIMIT_AS,
                                         (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
         yield proc, endpoint

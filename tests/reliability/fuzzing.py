@@ -55,7 +55,8 @@ class RequestFuzzer:
         ids = self.owned[torch.randint(len(self.owned), (rng.randint(1, 16),),
                                        generator=torch.Generator().manual_seed(req_id))]
         op = rng.choice(["get", "get", "sample", "sample", "meta", "sizes", "ping",
-                         "edge_index", "edge_ids", "get_types", "sample_types"])
+                         "edge_index", "edge_ids", "get_types", "sample_types",
+                         "sample_tree"])
         cut = rng.randint(0, ids.numel())
         if op == "get_types":
             # Two groups (the graph's one node type twice): ids split in two.
@@ -66,6 +67,11 @@ class RequestFuzzer:
             args = {"edge_types": [None, None], "sizes": [cut, ids.numel() - cut],
                     "num_neighbors": [rng.choice([-1, 2, 5]), 2], "replace": False,
                     "seed": rng.randint(0, 100)}
+            tensors = [ids]
+        elif op == "sample_tree":
+            # The whole batch, forwarded to the other part's server.
+            args = {"num_neighbors": [rng.choice([-1, 2, 5]), 2],
+                    "seed": rng.randint(0, 100), "disjoint": rng.random() < 0.3}
             tensors = [ids]
         elif op == "get":
             args, tensors = {"attrs": rng.choice([["x"], ["y"], ["x", "y"]])}, [ids]
@@ -271,9 +277,16 @@ class HugeAnswerFuzzer:
         pick = torch.tensor([rng.randrange(self.seeds.numel())
                              for _ in range(rng.randint(1, 4))])
         ids = self.seeds[pick]
-        if rng.random() < 0.25:
+        draw = rng.random()
+        if draw < 0.25:
             rows = self.seeds[torch.arange(rng.choice([1, 100, 2000])) % self.seeds.numel()]
             frames = protocol.encode_request(req_id, "get", {"attrs": ["x"]}, [rows])
+        elif draw < 0.4:
+            # A whole batch of hops with replacement: the answer compounds
+            # per hop, and the peer's answers are the coordinator's memory.
+            args = {"num_neighbors": [rng.choice(self.FAN_OUTS), rng.choice(self.FAN_OUTS)],
+                    "replace": True, "seed": rng.randint(0, 1 << 20)}
+            frames = protocol.encode_request(req_id, "sample_tree", args, [ids])
         else:
             args = {"num_neighbors": rng.choice(self.FAN_OUTS), "replace": True,
                     "seed": rng.randint(0, 1 << 20)}

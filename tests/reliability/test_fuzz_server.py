@@ -35,14 +35,18 @@ def _rss(pid: int) -> int:
 
 
 def _pump(dealer: RawDealer, messages, window: int) -> dict[str, int]:
-    """Sends every message, keeping ``window`` in flight; counts replies."""
-    sent = received = ok = 0
+    """Sends every message, keeping ``window`` in flight; counts replies
+    (``busy``: refused as busy, e.g. a ``sample_tree`` while the server's one
+    tree slot is taken: a valid request that was answered)."""
+    sent = received = ok = busy = 0
 
     def take() -> None:
-        nonlocal received, ok
+        nonlocal received, ok, busy
         head = msgpack.unpackb(dealer.sock.recv_multipart()[0], raw=False)
         received += 1
         ok += head.get("status") == "ok"
+        error = head.get("error")
+        busy += isinstance(error, dict) and error.get("type") == "ServerBusyError"
 
     for frames in messages:
         if sent - received >= window:
@@ -51,7 +55,7 @@ def _pump(dealer: RawDealer, messages, window: int) -> dict[str, int]:
         sent += 1
     while received < sent:
         take()
-    return {"sent": sent, "received": received, "ok": ok}
+    return {"sent": sent, "received": received, "ok": ok, "busy": busy}
 
 
 def _check_serves_correctly(endpoint: str, data, owned: torch.Tensor) -> None:
@@ -78,7 +82,7 @@ def test_ten_thousand_hostile_requests_leave_the_server_serving(part0_server, pa
         # Warm-up with valid requests, so the baseline includes the
         # allocator's and the workers' steady state.
         warm = _pump(dealer, (fuzzer.valid(i) for i in range(2000)), WINDOW)
-        assert warm["ok"] == warm["sent"]
+        assert warm["ok"] + warm["busy"] == warm["sent"] and warm["ok"] > 0.9 * warm["sent"]
         before = _rss(proc.pid)
         start = time.monotonic()
         counts = _pump(dealer, (fuzzer.hostile(i) for i in range(NUM_REQUESTS)), WINDOW)

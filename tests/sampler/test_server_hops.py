@@ -210,3 +210,28 @@ def test_a_dead_peer_fails_the_batch_naming_it_within_the_deadline(cora2_root):
             assert cluster.endpoints[1].rsplit(":", 1)[1] in str(info.value)
         finally:
             fs.close()
+
+
+def test_a_tree_too_big_for_one_reply_is_sampled_hop_by_hop(cora2_root, cora_data, caplog):
+    from torch_geometric.utils import degree
+
+    deg = degree(cora_data.edge_index[1], cora_data.num_nodes).long()
+    edges = int(deg[SEEDS].clamp(max=3).sum())
+    # The tree's edges take 24 bytes each, one byte too many for a reply;
+    # each hop's own answer (8 bytes a seed, 16 an edge) still fits.
+    config = RpcConfig(max_reply_bytes=24 * edges - 1)
+    with contextlib.ExitStack() as stack:
+        endpoints: list[str] = []
+        servers = [stack.enter_context(PartitionServer(cora2_root, p, config=config,
+                                                       peers=lambda: endpoints))
+                   for p in (0, 1)]
+        endpoints += [s.endpoint for s in servers]
+        fs, gs = connect(endpoints)
+        stack.callback(fs.close)
+        sampler = DistNeighborSampler((fs, gs), [3], seed=0)
+        with caplog.at_level(logging.WARNING, "pyg_dist.sampler.dist_neighbor_sampler"):
+            out = sampler._sample(SEEDS, seed=8)
+        assert "more than one reply holds" in caplog.text and not sampler.server_hops
+        assert out.edge.numel() == edges
+        _assert_same(out, DistNeighborSampler((fs, gs), [3], server_hops=False)
+                     ._sample(SEEDS, seed=8))
