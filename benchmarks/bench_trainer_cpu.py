@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_trainer_cpu.py                 # 100k nodes, 128 features
     .venv/bin/python benchmarks/bench_trainer_cpu.py --profile 20    # + cProfile of the trainer
     .venv/bin/python benchmarks/bench_trainer_cpu.py --tcp           # shared memory off
+    .venv/bin/python benchmarks/bench_trainer_cpu.py --server-hops   # servers sample the hops
 
 On two cores the loader is CPU-bound, so the CPU time each process spends
 per batch decides its throughput (``docs/performance.md``). This builds a
@@ -38,6 +39,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--tcp", action="store_true", help="every reply over TCP (shared memory off)")
+    p.add_argument("--server-hops", action="store_true",
+                   help="the servers sample a batch's hops among themselves (sample_tree); "
+                        "by default every hop goes back to the trainer")
     p.add_argument("--hold", type=int, default=1,
                    help="batches the consumer keeps alive at once (a training step holds 1)")
     p.add_argument("--threads-detail", action="store_true",
@@ -114,7 +118,7 @@ def main() -> None:
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // (args.parts + 1)))
     gen = torch.Generator().manual_seed(args.seed)
     seeds = torch.randperm(args.num_nodes, generator=gen)
-    with LocalCluster(root) as cluster:
+    with LocalCluster(root, forwarding=args.server_hops) as cluster:
         config = RpcConfig(shared_memory_bytes=0) if args.tcp else None
         fs, gs = connect(cluster.endpoints, config=config)
         procs = [psutil.Process()] + [psutil.Process(p.pid) for p in cluster.processes]

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Optional
 
-from pyg_dist.errors import PartitionFormatError, ServerUnavailableError
+from pyg_dist.errors import PartitionFormatError, PygDistError, ServerUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -128,15 +128,28 @@ class LocalCluster:
                 self.server_endpoints += _read_ready(proc, f"server for part {k}", deadline)
             self.endpoints = list(self.server_endpoints)
             if self.peers_file is not None:
-                # Written whole, then renamed: a server never reads half of it.
-                partial = self.peers_file.with_suffix(".partial")
-                partial.write_text("\n".join(self.endpoints) + "\n")
-                partial.rename(self.peers_file)
+                self.set_peers(self.endpoints)
             logger.info("cluster ready: %s", ", ".join(self.endpoints))
             return self.endpoints
         except BaseException:
             self.stop()
             raise
+
+    def set_peers(self, endpoints: Sequence[str]) -> None:
+        """Writes the servers' peer list (``forwarding``), which each reads
+        on its first ``sample_tree``: by default their own endpoints; a
+        benchmark may name proxies in front of them instead.
+
+        Raises:
+            PygDistError: if the cluster does not forward.
+        """
+        if self.peers_file is None:
+            raise PygDistError("this cluster was started without forwarding=True: its "
+                               "servers read no peer list")
+        # Written whole, then renamed: a server never reads half of it.
+        partial = self.peers_file.with_suffix(".partial")
+        partial.write_text("\n".join(endpoints) + "\n")
+        partial.rename(self.peers_file)
 
     def _serve_cmd(self, part: int) -> list[str]:
         peers = [] if self.peers_file is None else ["--peers-file", str(self.peers_file)]

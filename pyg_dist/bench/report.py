@@ -49,9 +49,18 @@ def ratios(rows: list[Row], cfg: BenchConfig, baselines: Sequence[str] = ()) -> 
     if compute and loader and both:
         out[f"epoch K={k} / max(compute, loader)"] = both.seconds / max(compute.seconds,
                                                                         loader.seconds)
+    for kk in (0, k):
+        put(f"pyg-dist K={kk} server hops / hop by hop (seeds/s)",
+            by.get(f"pyg-dist K={kk} server hops"), by.get(f"pyg-dist K={kk}"), "seeds_per_s")
     for delay in cfg.link_delays_ms:
         put(f"epoch K={k} / K=0 @{delay:g}ms (time)", by.get(f"epoch train K={k} @{delay:g}ms"),
             by.get(f"epoch train K=0 @{delay:g}ms"), "seconds")
+        put(f"epoch K=0 @{delay:g}ms / no delay (time)", by.get(f"epoch train K=0 @{delay:g}ms"),
+            by.get("epoch train K=0"), "seconds")
+        hop = by.get(f"loader K=0 @{delay:g}ms")
+        for suffix in ("", ", servers apart"):
+            put(f"loader K=0 @{delay:g}ms server hops{suffix} / hop by hop (time)",
+                by.get(f"loader K=0 @{delay:g}ms server hops{suffix}"), hop, "seconds")
     return out
 
 
@@ -70,10 +79,10 @@ def format_table(result: dict[str, Any]) -> str:
     Returns:
         The table, one line per row, then one line per ratio.
     """
-    head = f"{'row':38} {'s':>8} {'batches':>7} {'seeds/s':>10} {'edges/s':>12} {'feat MB/s':>10}"
+    head = f"{'row':46} {'s':>8} {'batches':>7} {'seeds/s':>10} {'edges/s':>12} {'feat MB/s':>10}"
     lines = [head, "-" * len(head)]
     for r in result["rows"]:
-        lines.append(f"{r['name']:38} {r['seconds']:8.2f} {r['batches']:7d} "
+        lines.append(f"{r['name']:46} {r['seconds']:8.2f} {r['batches']:7d} "
                      f"{r['seeds_per_s']:10.0f} {r['edges_per_s']:12.0f} "
                      f"{r['feature_mb_per_s']:10.1f}"
                      + (f"  {_short(r['note'])}" if r["note"] else ""))

@@ -98,12 +98,14 @@ def _device(cfg: BenchConfig) -> Optional[torch.device]:
 
 
 def _dist_loader(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, prefetch: int,
-                 device: Optional[torch.device] = None) -> Any:
+                 device: Optional[torch.device] = None, server_hops: bool = False) -> Any:
+    """The measured loader; every hop goes back to the trainer unless
+    ``server_hops`` (the rows named so: ``sample_tree``)."""
     from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 
     return DistNeighborLoader((fs, gs), num_neighbors=cfg.num_neighbors, input_nodes=seeds,
                               batch_size=cfg.batch_size, prefetch=prefetch, seed=cfg.seed,
-                              device=device)
+                              device=device, server_hops=server_hops)
 
 
 def _epoch_rows(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, tag: str) -> list[Row]:
@@ -188,7 +190,7 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
 
     rows: list[Row] = []
     device = _device(cfg)
-    with LocalCluster(root) as cluster:
+    with LocalCluster(root, forwarding=True) as cluster:
         fs, gs = connect(cluster.endpoints)
         try:
             _warm_up(cfg, fs, gs, seeds, device)
@@ -196,6 +198,10 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
                 loader = _dist_loader(cfg, fs, gs, seeds, k, device)
                 rows.append(time_loader(f"pyg-dist K={k}", loader, cfg.num_batches,
                                         note=_SHM_NOTE, device=device))
+            for k in (0, cfg.prefetch):
+                loader = _dist_loader(cfg, fs, gs, seeds, k, device, server_hops=True)
+                rows.append(time_loader(f"pyg-dist K={k} server hops", loader,
+                                        cfg.num_batches, note=_TREE_NOTE, device=device))
             rows.append(_tcp_row(cfg, cluster.endpoints, seeds, device))
             trainers = cfg.trainers or cfg.num_parts
             if trainers > 1:
@@ -208,29 +214,54 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
 
 def _delay_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor,
                 harness: Harness) -> list[Row]:
-    """The training epoch at prefetch 0 and ``k`` behind each link delay."""
+    """Behind each link delay: the training epoch at prefetch 0 and ``k``,
+    and the loader alone at prefetch 0 with every hop from the trainer and
+    with server hops, the servers' own links direct (one fast network) or
+    delayed as well (every host apart)."""
     from pyg_dist.cluster import LocalCluster
     from pyg_dist.store.connect import connect
 
     rows: list[Row] = []
     device = _device(cfg)
     for delay in cfg.link_delays_ms:
-        with LocalCluster(root) as cluster, \
-                harness.delayed_link(cluster.endpoints, delay, cluster.host) as endpoints:
-            # A server behind a link is on another host: no shared memory.
-            fs, gs = connect(endpoints, _tcp_config())
-            try:
-                for k in (0, cfg.prefetch):
-                    trainer = SageTrainer(cfg.num_features, cfg.num_classes, cfg.seed, device)
-                    rows.append(time_epoch(f"epoch train K={k} @{delay:g}ms", trainer,
-                                           _dist_loader(cfg, fs, gs, seeds, k, device),
-                                           cfg.num_batches))
-            finally:
-                fs.close()
+        for servers_apart in (False, True):
+            with LocalCluster(root, forwarding=True) as cluster, \
+                    harness.delayed_link(cluster.endpoints, delay, cluster.host) as endpoints:
+                if servers_apart:
+                    # Read on the first sample_tree: the servers then reach
+                    # each other through the delayed links too.
+                    cluster.set_peers(endpoints)
+                # A server behind a link is on another host: no shared memory.
+                fs, gs = connect(endpoints, _tcp_config())
+                try:
+                    rows += _delayed(cfg, fs, gs, seeds, delay, servers_apart, device)
+                finally:
+                    fs.close()
+    return rows
+
+
+def _delayed(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, delay: float,
+             servers_apart: bool, device: Optional[torch.device]) -> list[Row]:
+    rows = []
+    tag = f"@{delay:g}ms"
+    if not servers_apart:
+        for k in (0, cfg.prefetch):
+            trainer = SageTrainer(cfg.num_features, cfg.num_classes, cfg.seed, device)
+            rows.append(time_epoch(f"epoch train K={k} {tag}", trainer,
+                                   _dist_loader(cfg, fs, gs, seeds, k, device),
+                                   cfg.num_batches))
+        rows.append(time_loader(f"loader K=0 {tag}", _dist_loader(cfg, fs, gs, seeds, 0, device),
+                                cfg.num_batches, device=device))
+    name = f"loader K=0 {tag} server hops" + (", servers apart" if servers_apart else "")
+    note = "the servers reach each other through delayed links too" if servers_apart \
+        else "the servers' own links undelayed (one fast network)"
+    rows.append(time_loader(name, _dist_loader(cfg, fs, gs, seeds, 0, device, server_hops=True),
+                            cfg.num_batches, note=note, device=device))
     return rows
 
 
 _SHM_NOTE = "same host: servers write feature rows into the trainer's shared memory"
+_TREE_NOTE = "the servers sample the hops among themselves (sample_tree)"
 
 
 def _tcp_config() -> Any:

@@ -38,7 +38,9 @@ def add_parser(subparsers: Any) -> None:
             "torn down when the script exits or on Ctrl-C. The trainers get glibc's "
             "MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ and MALLOC_ARENA_MAX so that "
             "per-batch buffers are reused (PYG_DIST_TUNE_MALLOC=0 leaves them alone; "
-            "docs/performance.md). "
+            "docs/performance.md). The servers know each other and sample a batch's hops "
+            "among themselves (sample_tree: one round trip for a trainer's subgraph instead "
+            "of one per hop; --no-server-hops turns that off). "
             "Example: pyg-dist launch parts/ --nproc 2 -- train.py --epochs 50"))
     p.add_argument("root", help="partitioned dataset directory (with meta.json)")
     _add_options(p)
@@ -60,6 +62,9 @@ def _add_options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
                         "--serve-arg=--feature-store --serve-arg=mmap")
     p.add_argument("--startup-timeout", type=float, default=_default(120.0),
                    help="seconds to wait for every server's ready line (default 120)")
+    p.add_argument("--no-server-hops", action="store_true", default=_default(False),
+                   help="do not give the servers their peer list: every hop of a batch "
+                        "goes back to the trainer, as before sample_tree")
 
 
 def split_command(args: argparse.Namespace) -> list[str]:
@@ -100,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         raise PygDistError(f"--nproc must be >= 1, got {args.nproc}")
     with LocalCluster(args.root, serve_args=args.serve_arg,
-                      startup_timeout=args.startup_timeout) as cluster:
+                      startup_timeout=args.startup_timeout,
+                      forwarding=not args.no_server_hops) as cluster:
         print(f"pyg-dist launch: {len(cluster.endpoints)} servers ready: "
               f"{','.join(cluster.endpoints)}", flush=True)
         env = malloc_environment(cluster.environment())

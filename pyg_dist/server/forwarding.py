@@ -300,30 +300,30 @@ class OwnPartFirst:
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
                    tensors: Sequence[Tensor] = (), timeout: Optional[float] = None, *,
                    reply_bytes: Optional[int] = None, first: Any = None) -> futures.Future:
-        """Serves a call to the own part at once; sends the others on."""
+        """Sends a call to a peer; a call to the own part is served when its
+        result is asked for, so that the peers' calls of the same hop are
+        on their way (and answered meanwhile) while this thread samples."""
         if server != self._part:
             return self._others.call_async(server, op, args, tensors, timeout,
                                            reply_bytes=reply_bytes, first=first)
         if first is not None:
             first.given_up(True)  # nothing is lent in process: the plain request
         future: futures.Future = futures.Future()
-        future.own_part = True  # type: ignore[attr-defined]
-        handler = self._handlers.get(op)
-        try:
-            if handler is None:
-                raise ProtocolError(f"op {op!r} is not served in process", op=op)
-            result, out = handler({} if args is None else args, list(tensors))
-            future.set_result(Reply(result, list(out)))
-        except Exception as exc:  # the caller sees it from result(), as a peer's
-            future.set_exception(exc)
+        future.own_call = (op, {} if args is None else args, list(tensors))  # type: ignore
         return future
 
     def result(self, future: futures.Future, server: int, op: str,
                timeout: Optional[float] = None) -> Reply:
         """The reply of :meth:`call_async` (its error raised)."""
-        if getattr(future, "own_part", False):
-            return future.result()
-        return self._others.result(future, server, op, timeout)
+        own = getattr(future, "own_call", None)
+        if own is None:
+            return self._others.result(future, server, op, timeout)
+        name, args, tensors = own
+        handler = self._handlers.get(name)
+        if handler is None:
+            raise ProtocolError(f"op {name!r} is not served in process", op=name)
+        result, out = handler(args, tensors)
+        return Reply(result, list(out))
 
     def close(self) -> None:
         """Closes the peers' connections."""
