@@ -51,12 +51,36 @@ def sample_tree(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
                                sampler.temporal_strategy))
     tensors = [seeds] if seed_time is None else [seeds, seed_time]
     part = int(base_seed) % router.num_parts
-    reply = router.call_all([SAMPLE_TREE.request(part, args, tensors)], deadline)[0]
-    # The reply was checked against the request (pyg_dist.rpc.ops): indices
-    # into the nodes, the seeds first, per-hop counts that add up.
-    node, row, col, edge, per_hop_nodes, per_hop_edges, *batch = reply.tensors
+    request = SAMPLE_TREE.request(part, args, tensors)
+    # A coordinator on this host writes the subgraph into memory lent for
+    # it when its size is bounded (every fan-out >= 0, not induced).
+    reply = router.call_all([request], deadline, reply_bytes=[_answer_bound(sampler, seeds)])[0]
+    try:
+        # Checked against the request (pyg_dist.rpc.ops): indices into the
+        # nodes, the seeds first, per-hop counts that add up. Copied out of
+        # lent memory, which goes back to the pool on release.
+        out = [t.clone() if reply.on_release is not None else t for t in reply.tensors]
+    finally:
+        reply.release()
+    node, row, col, edge, per_hop_nodes, per_hop_edges, *batch = out
     induced = "subgraph" in args
     return SamplerOutput(
         node=node, row=row, col=col, edge=edge, batch=batch[0] if batch else None,
         num_sampled_nodes=None if induced else per_hop_nodes.tolist(),
         num_sampled_edges=None if induced else per_hop_edges.tolist())
+
+
+def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
+    """Most bytes a ``sample_tree`` answer takes (``k`` neighbours per node
+    and hop at most), or ``None`` when unbounded (a fan-out of -1, or an
+    induced subgraph)."""
+    fanouts = list(sampler.num_neighbors)
+    if sampler.subgraph_type == SubgraphType.induced or any(k < 0 for k in fanouts):
+        return None
+    frontier = nodes = seeds.numel()
+    edges = 0
+    for k in fanouts:
+        frontier *= k
+        nodes, edges = nodes + frontier, edges + frontier
+    per_node = 2 if sampler.disjoint else 1  # node ids (and batch)
+    return 8 * (per_node * nodes + 3 * edges + 2 * len(fanouts) + 1)

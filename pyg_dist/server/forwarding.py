@@ -44,6 +44,7 @@ from torch import Tensor
 
 from pyg_dist.errors import ForwardingError, ProtocolError, PygDistError, ServerBusyError
 from pyg_dist.rpc.config import RpcConfig
+from pyg_dist.rpc.context import CallContext
 from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.requests import int_arg
@@ -102,8 +103,11 @@ class HopForwarder:
         return self._peers is not None and self._config.workers >= 2 \
             and not self._config.curve_server
 
-    def sample_tree(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Every hop of one batch around the seeds ``tensors[0]``.
+    def sample_tree(self, args: dict[str, Any], tensors: list[Tensor],
+                    ctx: Optional[CallContext] = None) -> Result:
+        """Every hop of one batch around the seeds ``tensors[0]``, written
+        into memory the client lent for it when it did (``ctx``: a trainer
+        on this host).
 
         Args ``num_neighbors`` (one fan-out per hop), ``seed`` (the batch's
         seed, as :meth:`~pyg_dist.sampler.DistNeighborSampler.draw_seed`
@@ -154,13 +158,20 @@ class HopForwarder:
                   torch.tensor(out.num_sampled_edges, dtype=torch.long)]
         if out.batch is not None:
             answer.append(out.batch)
-        answer = [t.to(torch.long).contiguous() for t in answer]
+        answer = [t.to(torch.long) for t in answer]
         size = sum(8 * t.numel() for t in answer)
         if size > self._max_reply_bytes:
             raise ForwardingError(f"the sampled subgraph takes {size} bytes, over the reply "
                                   f"limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES); "
                                   f"sample it hop by hop")
-        return {}, answer
+        if ctx is None or not ctx.lent:
+            return {}, [t.contiguous() for t in answer]
+        # Too small a loan is a SharedMemoryError: the client asks again
+        # without lending (its bound from the fan-outs makes that rare).
+        outs = ctx.alloc([(torch.long, (t.numel(),)) for t in answer])
+        for out, t in zip(outs, answer):
+            out.copy_(t)
+        return {}, outs
 
     def estimate(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Memory a ``sample_tree`` may take while it runs (an upper bound of
@@ -286,6 +297,7 @@ class OwnPartFirst:
         self._part = part
         self._handlers = handlers
         self._others = others
+        self._local = threading.local()  # per thread: own-part calls not served yet
 
     @property
     def config(self) -> RpcConfig:
@@ -300,30 +312,47 @@ class OwnPartFirst:
     def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
                    tensors: Sequence[Tensor] = (), timeout: Optional[float] = None, *,
                    reply_bytes: Optional[int] = None, first: Any = None) -> futures.Future:
-        """Sends a call to a peer; a call to the own part is served when its
-        result is asked for, so that the peers' calls of the same hop are
-        on their way (and answered meanwhile) while this thread samples."""
+        """Sends a call to a peer; a call to the own part is served on this
+        thread when the first result of its round is asked for, so that the
+        peers' calls of the same hop are on their way (and answered
+        meanwhile) while this thread samples."""
         if server != self._part:
             return self._others.call_async(server, op, args, tensors, timeout,
                                            reply_bytes=reply_bytes, first=first)
         if first is not None:
             first.given_up(True)  # nothing is lent in process: the plain request
         future: futures.Future = futures.Future()
-        future.own_call = (op, {} if args is None else args, list(tensors))  # type: ignore
+        future.own_part = True  # type: ignore[attr-defined]
+        self._deferred().append((future, op, {} if args is None else args, list(tensors)))
         return future
 
     def result(self, future: futures.Future, server: int, op: str,
                timeout: Optional[float] = None) -> Reply:
         """The reply of :meth:`call_async` (its error raised)."""
-        own = getattr(future, "own_call", None)
-        if own is None:
-            return self._others.result(future, server, op, timeout)
-        name, args, tensors = own
-        handler = self._handlers.get(name)
-        if handler is None:
-            raise ProtocolError(f"op {name!r} is not served in process", op=name)
-        result, out = handler(args, tensors)
-        return Reply(result, list(out))
+        self._serve_deferred()
+        if getattr(future, "own_part", False):
+            return future.result()
+        return self._others.result(future, server, op, timeout)
+
+    def _deferred(self) -> list:
+        calls = getattr(self._local, "calls", None)
+        if calls is None:
+            calls = self._local.calls = []
+        return calls
+
+    def _serve_deferred(self) -> None:
+        """Serves this thread's own-part calls not served yet."""
+        calls = self._deferred()
+        while calls:
+            future, op, args, tensors = calls.pop(0)
+            handler = self._handlers.get(op)
+            try:
+                if handler is None:
+                    raise ProtocolError(f"op {op!r} is not served in process", op=op)
+                result, out = handler(args, tensors)
+                future.set_result(Reply(result, list(out)))
+            except Exception as exc:  # the caller sees it from result(), as a peer's
+                future.set_exception(exc)
 
     def close(self) -> None:
         """Closes the peers' connections."""

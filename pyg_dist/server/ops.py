@@ -121,13 +121,15 @@ class PartitionOps:
         is refused with :class:`~pyg_dist.errors.ForwardingError`."""
         self.forwarder = forwarder
 
-    def sample_tree(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+    @uses_context
+    def sample_tree(self, args: dict[str, Any], tensors: list[Tensor],
+                    ctx: Optional[CallContext] = None) -> Result:
         """Every hop of one batch, forwarded among the servers
         (:meth:`HopForwarder.sample_tree <pyg_dist.server.forwarding.HopForwarder.sample_tree>`)."""
         if self.forwarder is None:
             raise ForwardingError(f"part {self.part} does not forward sampling (no peer "
                                   f"list); sample hop by hop")
-        return self.forwarder.sample_tree(args, tensors)
+        return self.forwarder.sample_tree(args, tensors, ctx)
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`:

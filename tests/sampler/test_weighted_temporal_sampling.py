@@ -67,13 +67,15 @@ def graph() -> Data:
 
 @pytest.fixture(scope="module")
 def served(graph, tmp_path_factory):
-    """``{num_parts: (fs, gs)}`` for 2 and 3 parts, servers stopped at the end."""
+    """``{num_parts: (fs, gs)}`` for 2 and 3 parts, servers stopped at the end;
+    the servers sample a batch's hops among themselves (``sample_tree``), so
+    every sampler test here runs through them."""
     with contextlib.ExitStack() as stack:
         stores = {}
         for num_parts in (2, 3):
             root = tmp_path_factory.mktemp(f"timed{num_parts}")
             partition(graph, num_parts, root)
-            cluster = stack.enter_context(serve_parts(root))
+            cluster = stack.enter_context(serve_parts(root, forwarding=True))
             fs, gs = connect(cluster.endpoints)
             stack.callback(fs.close)
             stores[num_parts] = (fs, gs)
@@ -139,6 +141,26 @@ def _seeds(graph: Data, count: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # Exactness ##################################################################
+
+
+@pytest.mark.parametrize("settings", [
+    {"weight_attr": "edge_weight"}, {"weight_attr": "edge_weight", "replace": True},
+    {"time_attr": "time"}, {"time_attr": "edge_time", "temporal_strategy": "last"},
+], ids=["weighted", "weighted-replace", "node-time", "edge-time-last"])
+def test_server_hops_draw_the_batches_of_hop_by_hop(graph, served, settings):
+    seeds, times = _seeds(graph)
+    times = times if "time_attr" in settings else None
+    tree = DistNeighborSampler(served[3], num_neighbors=[3, 2], seed=1, **settings)
+    hops = DistNeighborSampler(served[3], num_neighbors=[3, 2], seed=1, server_hops=False,
+                               **settings)
+    assert tree.server_hops and not hops.server_hops
+    for batch_seed in (10, 11, 12):  # each part coordinates one
+        a, b = tree._sample(seeds, times, seed=batch_seed), \
+            hops._sample(seeds, times, seed=batch_seed)
+        for name in ("node", "row", "col", "edge", "batch"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert (x is None and y is None) or torch.equal(x, y), name
+        assert a.num_sampled_edges == b.num_sampled_edges and a.edge.numel() > 40
 
 
 @pytest.mark.parametrize("num_parts", [2, 3])
