@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python benchmarks/bench_hosts.py              # ~100k nodes, 2 parts
     sudo .venv/bin/python benchmarks/bench_hosts.py --rates 10gbit 1gbit 100mbit
+    sudo .venv/bin/python benchmarks/bench_hosts.py --server-hops   # servers sample the hops
 
 Needs root (network namespaces; ``tests/support/hosts.py`` builds them, so run
 it from a checkout). Partitions a FakeDataset-style graph, then for each
@@ -16,7 +17,10 @@ flight:
 
 Prints seeds/s, bytes on the wire per seed (everything every host sent
 during the timed batches: replies, requests, TCP acknowledgements) and the
-ratio to the loopback row. Figures, not assertions.
+ratio to the loopback row. With ``--server-hops`` the servers get each
+other's addresses (``--peers``) and the trainer sends each batch's hops to
+one of them (``sample_tree``); the bytes then include what the servers send
+each other. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run the trainer with a CachedFeatureStore of this fraction of the "
                         "nodes (0: no cache); several values, several rows")
     p.add_argument("--cache-policy", default="degree", help="cache policy plugin")
+    p.add_argument("--server-hops", action="store_true",
+                   help="the servers sample a batch's hops among themselves (sample_tree); "
+                        "by default every hop goes back to the trainer")
     p.add_argument("--cache-now", type=float, default=0.0, help=argparse.SUPPRESS)
     # Internal: the trainer run inside a simulated host.
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -87,7 +94,7 @@ def worker(args: argparse.Namespace) -> None:
         # nothing to fetch beyond them, so the counters see these batches only.
         loader = pyg_dist.DistNeighborLoader(
             stores, num_neighbors=args.fanout, input_nodes=seeds, batch_size=args.batch_size,
-            prefetch=prefetch, seed=args.seed)
+            prefetch=prefetch, seed=args.seed, server_hops=args.server_hops)
         print(json.dumps({"event": "start", "prefetch": prefetch}), flush=True)
         sys.stdin.readline()  # the caller read the counters
         it = iter(loader)
@@ -114,13 +121,14 @@ def run_setting(name: str, server_hosts: list, trainer, root: Path, args: argpar
     from support.multihost import read_line
 
     procs = []
+    servers = ",".join(f"{h.address}:{5555 + k}" for k, h in enumerate(server_hosts))
+    peers = ["--peers", servers] if args.server_hops else []
     for k, host in enumerate(server_hosts):
         procs.append(host.popen(
             [sys.executable, "-m", "pyg_dist", "serve", str(root), "--part", str(k),
-             "--bind", f"{host.address}:{5555 + k}"], stdout=subprocess.PIPE))
+             "--bind", f"{host.address}:{5555 + k}", *peers], stdout=subprocess.PIPE))
     for proc in procs:
         read_line(proc, "ready ", 300)
-    servers = ",".join(f"{h.address}:{5555 + k}" for k, h in enumerate(server_hosts))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
            *sys.argv[1:], "--cache-now", str(cache)]
     env = {"PYG_DIST_SERVERS": servers, "PYG_DIST_SHARED_MEMORY_BYTES": "0"}
@@ -179,7 +187,9 @@ def main() -> None:
                     num_channels=args.channels, seed=args.seed)
     print(f"graph: {data.num_nodes:,} nodes, {data.num_edges:,} edges, x "
           f"{tuple(data.x.shape)}; fan-out {args.fanout}, batch {args.batch_size}, 2 parts, "
-          f"{args.batches} timed batches; load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"{args.batches} timed batches; "
+          f"{'server hops' if args.server_hops else 'every hop from the trainer'}; "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pyg-dist-bench-hosts-") as tmp:
         root = Path(tmp) / "parts"

@@ -210,14 +210,18 @@ def _sample_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str,
 def _tree(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
           reply: list[Tensor]) -> Optional[str]:
     """``node, row, col, edge, num_sampled_nodes, num_sampled_edges`` (and
-    ``batch`` when disjoint), 1-D integers; the edges index into the nodes,
+    ``batch`` when disjoint), 1-D int64 but ``row`` and ``col`` (int32,
+    indices into the nodes); the edges index into the nodes,
     the seeds come first, and the per-hop counts add up (none for an
     induced subgraph)."""
     problem = _count(7 if args.get("disjoint") is True else 6, reply)
     if problem is not None:
         return problem
-    if any(t.dim() != 1 or t.dtype != torch.int64 for t in reply):
-        return f"tensors {[_shape(t) for t in reply]}, where 1-D int64 ones were due"
+    # row and col index into the nodes: int32 halves their bytes.
+    dtypes = [torch.int64, torch.int32, torch.int32] + [torch.int64] * (len(reply) - 3)
+    if any(t.dim() != 1 or t.dtype != d for t, d in zip(reply, dtypes)):
+        return (f"tensors {[_shape(t) for t in reply]}, where 1-D ones of "
+                f"{[str(d) for d in dtypes]} were due")
     node, row, col, edge, per_hop_nodes, per_hop_edges = reply[:6]
     seeds = _ids_of(tensors)
     if row.numel() != col.numel() or row.numel() != edge.numel():

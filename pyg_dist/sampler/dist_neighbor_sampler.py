@@ -29,7 +29,6 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import TensorAttr
 from torch_geometric.sampler import (
     BaseSampler,
     EdgeSamplerInput,
@@ -43,16 +42,15 @@ from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 from pyg_dist.errors import (
     ForwardingError,
     GraphKindMismatchError,
-    RemoteError,
     SamplerError,
-    StoreError,
 )
 from pyg_dist.sampler import link_sampling
 from pyg_dist.sampler.fan_outs import check_num_neighbors
 from pyg_dist.sampler.hetero_sampling import sample_hetero
 from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.relabel import node_index
-from pyg_dist.sampler.server_hops import sample_tree
+from pyg_dist.sampler.sample_settings import check_attributes, seed_times
+from pyg_dist.sampler.server_hops import sample_on_servers, server_hops_setting
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
 logger = logging.getLogger(__name__)
@@ -134,7 +132,7 @@ class DistNeighborSampler(BaseSampler):
         self.feature_store = data[0] if isinstance(data, (tuple, list)) else None
         self.weight_attr, self.time_attr = weight_attr, time_attr
         self.temporal_strategy = temporal_strategy
-        self.time_kind = self._check_attributes(timeout)
+        self.time_kind = check_attributes(self, timeout)
         # Temporal sampling is disjoint (PyG's is_temporal implies disjoint).
         disjoint = bool(disjoint) or time_attr is not None
         if disjoint and self.subgraph_type == SubgraphType.induced:
@@ -146,7 +144,7 @@ class DistNeighborSampler(BaseSampler):
             seed = int(torch.randint(0, _SEED_BOUND, (1,)))
         self._generator = torch.Generator().manual_seed(int(seed))
         self._generator_lock = threading.Lock()
-        self.server_hops = self._check_server_hops(server_hops)
+        self.server_hops = server_hops_setting(self, server_hops)
 
     @property
     def is_hetero(self) -> bool:
@@ -163,65 +161,6 @@ class DistNeighborSampler(BaseSampler):
     def is_temporal(self) -> bool:
         """Whether sampling follows ``time_attr``."""
         return self.time_attr is not None
-
-    def _check_attributes(self, timeout: Optional[float]) -> Optional[str]:
-        """Checks the weight and time settings here and on every server;
-        returns where the time lives (``"node"``, ``"edge"`` or ``None``)."""
-        for name, value in (("weight_attr", self.weight_attr), ("time_attr", self.time_attr)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise SamplerError(f"{name} must be an attribute name, got {value!r}")
-        if self.temporal_strategy not in ("uniform", "last"):
-            raise SamplerError(f"temporal_strategy must be 'uniform' or 'last', got "
-                               f"{self.temporal_strategy!r}")
-        if self.temporal_strategy == "last" and self.time_attr is None:
-            raise SamplerError("temporal_strategy='last' takes the most recent neighbours "
-                               "and needs a time_attr")
-        if self.temporal_strategy == "last" and (self.replace or self.weight_attr is not None):
-            raise SamplerError("temporal_strategy='last' is deterministic: it cannot draw "
-                               "with replacement or by weight_attr")
-        if self.weight_attr is None and self.time_attr is None:
-            return None
-        try:
-            return self.graph_store.check_sample_attributes(
-                self.weight_attr, self.time_attr, self.temporal_strategy, timeout=timeout)
-        except (RemoteError, StoreError) as exc:
-            raise SamplerError(f"the servers cannot sample by weight_attr="
-                               f"{self.weight_attr!r}, time_attr={self.time_attr!r}: "
-                               f"{getattr(exc, 'remote_message', None) or exc}") from exc
-
-    def _check_server_hops(self, server_hops: Optional[bool]) -> bool:
-        """Whether batches are sampled with ``sample_tree``."""
-        if server_hops not in (None, True, False):
-            raise SamplerError(f"server_hops must be None, True or False, got {server_hops!r}")
-        able = bool(getattr(self.graph_store, "forwarding", False)) and not self.is_hetero
-        if server_hops and not able:
-            why = "the graph is heterogeneous" if self.is_hetero else \
-                "the servers do not forward (start them with --peers, or with pyg-dist launch)"
-            raise SamplerError(f"server_hops=True, but {why}")
-        return able if server_hops is None else bool(server_hops)
-
-    def _seed_times(self, seeds: Tensor, time: Optional[Tensor],
-                    node_type: Optional[str] = None) -> Optional[Tensor]:
-        """The int64 time of every seed: ``time`` (``input_time``) checked,
-        or the seeds' own node times; ``None`` without ``time_attr``."""
-        if self.time_attr is None:
-            if time is not None:
-                raise SamplerError("seed times (input_time) were given but time_attr is "
-                                   "None; set time_attr to sample temporally")
-            return None
-        if time is None:
-            if self.time_kind != "node" or self.feature_store is None:
-                raise SamplerError(f"time_attr {self.time_attr!r} is an edge time: pass "
-                                   f"input_time, one time per seed")
-            time = self.feature_store.get_tensor(TensorAttr(node_type, self.time_attr, seeds))
-        if not isinstance(time, Tensor) or time.is_floating_point() or time.is_complex() \
-                or time.dtype == torch.bool or time.numel() != seeds.numel():
-            raise SamplerError(
-                f"input_time for time_attr {self.time_attr!r} must hold one integer time per "
-                f"seed ({seeds.numel()}), got "
-                f"{getattr(time, 'dtype', type(time).__name__)} of "
-                f"{getattr(time, 'numel', lambda: '?')()} values")
-        return time.view(-1).to(torch.long).cpu()
 
     def draw_seed(self) -> int:
         """Draws the random seed of one batch (thread-safe).
@@ -317,7 +256,7 @@ class DistNeighborSampler(BaseSampler):
                 f"input_nodes=({self.graph_store.node_types[0]!r}, ids) (node types: {types})")
         seeds = self.graph_store.router.check_ids(seeds.view(-1).cpu(), "seed nodes",
                                                   input_type)
-        seed_time = self._seed_times(seeds, seed_time, input_type)
+        seed_time = seed_times(self, seeds, seed_time, input_type)
         base_seed = self.draw_seed() if seed is None else int(seed)
         return sample_hetero(self, {input_type: seeds},
                              None if seed_time is None else {input_type: seed_time}, base_seed)
@@ -331,7 +270,7 @@ class DistNeighborSampler(BaseSampler):
         seeds = {t: router.check_ids(ids.view(-1).cpu(), "seed nodes", t)
                  for t, ids in seeds.items()}
         if self.time_attr is not None:
-            seed_time = {t: self._seed_times(ids, None if seed_time is None else
+            seed_time = {t: seed_times(self, ids, None if seed_time is None else
                                              seed_time.get(t), t) for t, ids in seeds.items()}
         elif seed_time is not None:
             raise SamplerError("seed times were given but time_attr is None; set time_attr "
@@ -344,19 +283,7 @@ class DistNeighborSampler(BaseSampler):
         """Samples all hops around ``seed_nodes`` (global ids): on the
         servers (``sample_tree``) when they forward, else hop by hop."""
         if self.server_hops:
-            seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(),
-                                                           "seed nodes")
-            seed_time = self._seed_times(seed_nodes, seed_time)
-            base_seed = self.draw_seed() if seed is None else int(seed)
-            try:
-                return sample_tree(self, seed_nodes, seed_time, base_seed)
-            except RemoteError as exc:
-                if exc.remote_type != ForwardingError.__name__:
-                    raise
-                logger.warning("the servers cannot sample on their own (%s); sampling hop by "
-                               "hop from now on", exc.remote_message or exc)
-                self.server_hops = False
-            return self.hop_by_hop(seed_nodes, seed_time, seed=base_seed)
+            return sample_on_servers(self, seed_nodes, seed_time, seed)
         return self.hop_by_hop(seed_nodes, seed_time, seed=seed)
 
     def hop_by_hop(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
@@ -376,7 +303,7 @@ class DistNeighborSampler(BaseSampler):
                 server's bound: its answer must fit in one reply).
         """
         seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(), "seed nodes")
-        seed_time = self._seed_times(seed_nodes, seed_time)
+        seed_time = seed_times(self, seed_nodes, seed_time)
         base_seed = self.draw_seed() if seed is None else int(seed)
         n = self.num_nodes
         num_seeds = seed_nodes.numel()

@@ -11,14 +11,59 @@ the same seed.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Optional
 
+import torch
 from torch import Tensor
 from torch_geometric.sampler import SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
+from pyg_dist.errors import ForwardingError, RemoteError, SamplerError
 from pyg_dist.rpc.ops import SAMPLE_TREE
+from pyg_dist.sampler.sample_settings import seed_times
 from pyg_dist.store.remote_sampling import attribute_args
+
+logger = logging.getLogger(__name__)
+
+
+def server_hops_setting(sampler: Any, server_hops: Optional[bool]) -> bool:
+    """Whether ``sampler`` samples with ``sample_tree``: ``server_hops``
+    checked against what the servers and the graph allow (``None``: when
+    they do).
+
+    Raises:
+        SamplerError: if ``server_hops`` is not ``None``/``True``/``False``,
+            or ``True`` where the servers do not forward or the graph is
+            heterogeneous.
+    """
+    if server_hops not in (None, True, False):
+        raise SamplerError(f"server_hops must be None, True or False, got {server_hops!r}")
+    able = bool(getattr(sampler.graph_store, "forwarding", False)) and not sampler.is_hetero
+    if server_hops and not able:
+        why = "the graph is heterogeneous" if sampler.is_hetero else \
+            "the servers do not forward (start them with --peers, or with pyg-dist launch)"
+        raise SamplerError(f"server_hops=True, but {why}")
+    return able if server_hops is None else bool(server_hops)
+
+
+def sample_on_servers(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
+                      seed: Optional[int]) -> SamplerOutput:
+    """:func:`sample_tree` of one batch; if its coordinator cannot forward
+    (``ForwardingError``), the batch and every later one are sampled hop by
+    hop, with one warning in the log."""
+    seeds = sampler.graph_store.router.check_ids(seeds.view(-1).cpu(), "seed nodes")
+    seed_time = seed_times(sampler, seeds, seed_time)
+    base_seed = sampler.draw_seed() if seed is None else int(seed)
+    try:
+        return sample_tree(sampler, seeds, seed_time, base_seed)
+    except RemoteError as exc:
+        if exc.remote_type != ForwardingError.__name__:
+            raise
+        logger.warning("the servers cannot sample on their own (%s); sampling hop by hop "
+                       "from now on", exc.remote_message or exc)
+        sampler.server_hops = False
+    return sampler.hop_by_hop(seeds, seed_time, seed=base_seed)
 
 
 def sample_tree(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
@@ -59,7 +104,9 @@ def sample_tree(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
         # Checked against the request (pyg_dist.rpc.ops): indices into the
         # nodes, the seeds first, per-hop counts that add up. Copied out of
         # lent memory, which goes back to the pool on release.
-        out = [t.clone() if reply.on_release is not None else t for t in reply.tensors]
+        lent = reply.on_release is not None
+        out = [t.to(torch.long) if t.dtype != torch.long else t.clone() if lent else t
+               for t in reply.tensors]
     finally:
         reply.release()
     node, row, col, edge, per_hop_nodes, per_hop_edges, *batch = out
@@ -72,7 +119,7 @@ def sample_tree(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
 
 def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
     """Most bytes a ``sample_tree`` answer takes (``k`` neighbours per node
-    and hop at most), or ``None`` when unbounded (a fan-out of -1, or an
+    and hop at most; 8 bytes a node, 16 an edge), or ``None`` when unbounded (a fan-out of -1, or an
     induced subgraph)."""
     fanouts = list(sampler.num_neighbors)
     if sampler.subgraph_type == SubgraphType.induced or any(k < 0 for k in fanouts):
@@ -83,4 +130,4 @@ def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
         frontier *= k
         nodes, edges = nodes + frontier, edges + frontier
     per_node = 2 if sampler.disjoint else 1  # node ids (and batch)
-    return 8 * (per_node * nodes + 3 * edges + 2 * len(fanouts) + 1)
+    return 8 * (per_node * nodes + 2 * edges + 2 * len(fanouts) + 1)

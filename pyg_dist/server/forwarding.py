@@ -35,8 +35,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from concurrent import futures
+from collections.abc import Callable, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -45,8 +44,8 @@ from torch import Tensor
 from pyg_dist.errors import ForwardingError, ProtocolError, PygDistError, ServerBusyError
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
-from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.wire_values import describe
+from pyg_dist.server.own_part import OwnPartFirst
 from pyg_dist.server.requests import int_arg
 
 logger = logging.getLogger(__name__)
@@ -123,11 +122,10 @@ class HopForwarder:
             induced subgraph) and, when disjoint, ``batch``.
 
         Raises:
-            ForwardingError: if this server does not forward, or cannot reach
-                its peers.
+            ForwardingError: if this server does not forward, cannot reach
+                its peers, or the tree outgrows one reply (its edges are
+                counted hop by hop); the trainer then samples hop by hop.
             ServerBusyError: if ``workers - 1`` trees already run here.
-            ForwardingError: also if the tree outgrows one reply (its edges
-                are counted hop by hop); the trainer then samples hop by hop.
             ProtocolError: on a malformed request.
         """
         settings, seed, deadline = _parse(args)
@@ -142,10 +140,10 @@ class HopForwarder:
                                   f"ask again")
         try:
             sampler = self._sampler(settings, deadline)
-            # Every sampled edge takes 24 bytes of the answer (row, col,
+            # Every sampled edge takes 16 bytes of the answer (row, col,
             # edge id): a tree past that is refused as soon as a hop shows it.
             out = sampler.hop_by_hop(seeds, seed_time, seed=seed,
-                                     max_edges=self._max_reply_bytes // 24)
+                                     max_edges=self._max_reply_bytes // 16)
             with self._lock:
                 self.trees += 1
         finally:
@@ -158,8 +156,10 @@ class HopForwarder:
                   torch.tensor(out.num_sampled_edges, dtype=torch.long)]
         if out.batch is not None:
             answer.append(out.batch)
-        answer = [t.to(torch.long) for t in answer]
-        size = sum(8 * t.numel() for t in answer)
+        # Indices into the nodes (fewer than 2**31: the reply limit) as
+        # int32, a third of the answer's bytes saved.
+        answer = [t.to(torch.int32 if i in (1, 2) else torch.long) for i, t in enumerate(answer)]
+        size = sum(t.element_size() * t.numel() for t in answer)
         if size > self._max_reply_bytes:
             raise ForwardingError(f"the sampled subgraph takes {size} bytes, over the reply "
                                   f"limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES); "
@@ -168,9 +168,9 @@ class HopForwarder:
             return {}, [t.contiguous() for t in answer]
         # Too small a loan is a SharedMemoryError: the client asks again
         # without lending (its bound from the fan-outs makes that rare).
-        outs = ctx.alloc([(torch.long, (t.numel(),)) for t in answer])
-        for out, t in zip(outs, answer):
-            out.copy_(t)
+        outs = ctx.alloc([(t.dtype, (t.numel(),)) for t in answer])
+        for lent, t in zip(outs, answer):
+            lent.copy_(t)
         return {}, outs
 
     def estimate(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
@@ -199,7 +199,7 @@ class HopForwarder:
         # The answer, and the peers' answers, reassembly and relabelling
         # while it is built (the same factor as a `sample`); a tree whose
         # edges outgrow one reply is stopped at that hop, so no more.
-        answer = min(8 * (nodes + 3 * edges), self._max_reply_bytes)
+        answer = min(8 * (nodes + 2 * edges), self._max_reply_bytes)
         return _WORK_FACTOR * answer
 
     def close(self) -> None:
@@ -279,84 +279,6 @@ class HopForwarder:
                 router.close()
                 raise
             return gs
-
-
-class OwnPartFirst:
-    """A :class:`~pyg_dist.rpc.retrying.PartitionClient` that serves the calls
-    to its own part in this process (the handler, no socket) and sends the
-    others on.
-
-    Args:
-        part: The own part.
-        handlers: The own part's handlers.
-        others: The client of every part (the own part's entry is unused).
-    """
-
-    def __init__(self, part: int, handlers: Mapping[str, Callable[..., Result]],
-                 others: Any) -> None:
-        self._part = part
-        self._handlers = handlers
-        self._others = others
-        self._local = threading.local()  # per thread: own-part calls not served yet
-
-    @property
-    def config(self) -> RpcConfig:
-        """The peers' client's configuration."""
-        return self._others.config
-
-    @property
-    def endpoints(self) -> tuple[str, ...]:
-        """The peers' endpoints (for messages)."""
-        return self._others.endpoints
-
-    def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
-                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None, *,
-                   reply_bytes: Optional[int] = None, first: Any = None) -> futures.Future:
-        """Sends a call to a peer; a call to the own part is served on this
-        thread when the first result of its round is asked for, so that the
-        peers' calls of the same hop are on their way (and answered
-        meanwhile) while this thread samples."""
-        if server != self._part:
-            return self._others.call_async(server, op, args, tensors, timeout,
-                                           reply_bytes=reply_bytes, first=first)
-        if first is not None:
-            first.given_up(True)  # nothing is lent in process: the plain request
-        future: futures.Future = futures.Future()
-        future.own_part = True  # type: ignore[attr-defined]
-        self._deferred().append((future, op, {} if args is None else args, list(tensors)))
-        return future
-
-    def result(self, future: futures.Future, server: int, op: str,
-               timeout: Optional[float] = None) -> Reply:
-        """The reply of :meth:`call_async` (its error raised)."""
-        self._serve_deferred()
-        if getattr(future, "own_part", False):
-            return future.result()
-        return self._others.result(future, server, op, timeout)
-
-    def _deferred(self) -> list:
-        calls = getattr(self._local, "calls", None)
-        if calls is None:
-            calls = self._local.calls = []
-        return calls
-
-    def _serve_deferred(self) -> None:
-        """Serves this thread's own-part calls not served yet."""
-        calls = self._deferred()
-        while calls:
-            future, op, args, tensors = calls.pop(0)
-            handler = self._handlers.get(op)
-            try:
-                if handler is None:
-                    raise ProtocolError(f"op {op!r} is not served in process", op=op)
-                result, out = handler(args, tensors)
-                future.set_result(Reply(result, list(out)))
-            except Exception as exc:  # the caller sees it from result(), as a peer's
-                future.set_exception(exc)
-
-    def close(self) -> None:
-        """Closes the peers' connections."""
-        self._others.close()
 
 
 def _parse(args: dict[str, Any]) -> tuple[tuple, int, Optional[float]]:

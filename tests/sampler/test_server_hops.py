@@ -115,7 +115,7 @@ def test_servers_that_cannot_reach_all_parts_fall_back_to_hop_by_hop(cora2_root,
         try:
             sampler = DistNeighborSampler((fs, gs), [5, 5], seed=0)
             assert sampler.server_hops
-            with caplog.at_level(logging.WARNING, "pyg_dist.sampler.dist_neighbor_sampler"):
+            with caplog.at_level(logging.WARNING, "pyg_dist.sampler.server_hops"):
                 out = sampler._sample(SEEDS, seed=4)
             assert not sampler.server_hops
             assert "cannot sample on their own" in caplog.text
@@ -178,14 +178,19 @@ def test_a_lying_tree_is_refused_before_the_sampler_sees_it():
 
     args, seeds = {"num_neighbors": [2], "seed": 1}, [torch.tensor([4, 9])]
     node = torch.tensor([4, 9, 11])
-    one = torch.tensor([0])
-    good = [node, torch.tensor([2]), one, torch.tensor([77]), torch.tensor([2, 1]),
+
+    def index(*values):  # row and col travel as int32
+        return torch.tensor(values, dtype=torch.int32)
+
+    good = [node, index(2), index(0), torch.tensor([77]), torch.tensor([2, 1]),
             torch.tensor([1])]
     SAMPLE_TREE.check_reply(Reply({}, list(good)), args, seeds, "x")
     lies = [
         [torch.tensor([9, 4, 11]), *good[1:]],  # seeds not first
-        [node, torch.tensor([3]), *good[2:]],  # an edge to no sampled node
-        [node, good[1], torch.tensor([0, 1]), *good[3:]],  # rows and cols disagree
+        [node, index(3), *good[2:]],  # an edge to no sampled node
+        [node, index(-1), *good[2:]],  # a negative index
+        [node, good[1], index(0, 1), *good[3:]],  # rows and cols disagree
+        [node, torch.tensor([2]), *good[2:]],  # int64 rows
         [*good[:4], torch.tensor([2, 2]), good[5]],  # counts that do not add up
         [*good[:5], torch.tensor([1.0])],  # float counts
         good[:5],  # a tensor short
@@ -217,9 +222,9 @@ def test_a_tree_too_big_for_one_reply_is_sampled_hop_by_hop(cora2_root, cora_dat
 
     deg = degree(cora_data.edge_index[1], cora_data.num_nodes).long()
     edges = int(deg[SEEDS].clamp(max=3).sum())
-    # The tree's edges take 24 bytes each, one byte too many for a reply;
-    # each hop's own answer (8 bytes a seed, 16 an edge) still fits.
-    config = RpcConfig(max_reply_bytes=24 * edges - 1)
+    # The one hop's answer (8 bytes a seed, 16 an edge) just fits; the tree
+    # (8 bytes a node: the seeds and the new ones, 16 an edge) does not.
+    config = RpcConfig(max_reply_bytes=8 * (SEEDS.numel() + 2 * edges) + 8)
     with contextlib.ExitStack() as stack:
         endpoints: list[str] = []
         servers = [stack.enter_context(PartitionServer(cora2_root, p, config=config,
@@ -229,9 +234,18 @@ def test_a_tree_too_big_for_one_reply_is_sampled_hop_by_hop(cora2_root, cora_dat
         fs, gs = connect(endpoints)
         stack.callback(fs.close)
         sampler = DistNeighborSampler((fs, gs), [3], seed=0)
-        with caplog.at_level(logging.WARNING, "pyg_dist.sampler.dist_neighbor_sampler"):
+        with caplog.at_level(logging.WARNING, "pyg_dist.sampler.server_hops"):
             out = sampler._sample(SEEDS, seed=8)
-        assert "more than one reply holds" in caplog.text and not sampler.server_hops
+        assert "over the reply limit" in caplog.text and not sampler.server_hops
         assert out.edge.numel() == edges
         _assert_same(out, DistNeighborSampler((fs, gs), [3], server_hops=False)
                      ._sample(SEEDS, seed=8))
+
+
+def test_a_coordinator_stops_at_the_hop_whose_edges_outgrow_one_reply(cora_stores3):
+    from pyg_dist.errors import ForwardingError
+
+    sampler = DistNeighborSampler(cora_stores3, [5, 5], seed=0, server_hops=False)
+    first_hop = sampler.hop_by_hop(SEEDS, seed=3).num_sampled_edges[0]
+    with pytest.raises(ForwardingError, match="first 2 hops sampled"):
+        sampler.hop_by_hop(SEEDS, seed=3, max_edges=first_hop)  # hop 1 fits, hop 2 not

@@ -1,0 +1,103 @@
+"""The coordinator's client: its own part served in process, the rest sent.
+
+A server coordinating a ``sample_tree`` (:mod:`pyg_dist.server.forwarding`)
+samples through the trainer's own code, which calls every owning server of
+a hop through a :class:`~pyg_dist.rpc.retrying.PartitionClient`. Its own
+part needs no socket: :class:`OwnPartFirst` runs that call's handler on the
+calling thread, and only once the peers' calls of the same round are on
+their way, so that the peers sample their shares while this one samples its
+own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
+from typing import Any, Optional
+
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError
+from pyg_dist.rpc.config import RpcConfig
+from pyg_dist.rpc.messages import Reply
+
+Result = tuple[dict[str, Any], list[Tensor]]
+
+
+class OwnPartFirst:
+    """A :class:`~pyg_dist.rpc.retrying.PartitionClient` that serves the calls
+    to its own part in this process (the handler, no socket) and sends the
+    others on.
+
+    Args:
+        part: The own part.
+        handlers: The own part's handlers.
+        others: The client of every part (the own part's entry is unused).
+    """
+
+    def __init__(self, part: int, handlers: Mapping[str, Callable[..., Result]],
+                 others: Any) -> None:
+        self._part = part
+        self._handlers = handlers
+        self._others = others
+        self._local = threading.local()  # per thread: own-part calls not served yet
+
+    @property
+    def config(self) -> RpcConfig:
+        """The peers' client's configuration."""
+        return self._others.config
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The peers' endpoints (for messages)."""
+        return self._others.endpoints
+
+    def call_async(self, server: int, op: str, args: Optional[dict[str, Any]] = None,
+                   tensors: Sequence[Tensor] = (), timeout: Optional[float] = None, *,
+                   reply_bytes: Optional[int] = None, first: Any = None) -> futures.Future:
+        """Sends a call to a peer; a call to the own part is served on this
+        thread when the first result of its round is asked for, so that the
+        peers' calls of the same hop are on their way (and answered
+        meanwhile) while this thread samples."""
+        if server != self._part:
+            return self._others.call_async(server, op, args, tensors, timeout,
+                                           reply_bytes=reply_bytes, first=first)
+        if first is not None:
+            first.given_up(True)  # nothing is lent in process: the plain request
+        future: futures.Future = futures.Future()
+        future.own_part = True  # type: ignore[attr-defined]
+        self._deferred().append((future, op, {} if args is None else args, list(tensors)))
+        return future
+
+    def result(self, future: futures.Future, server: int, op: str,
+               timeout: Optional[float] = None) -> Reply:
+        """The reply of :meth:`call_async` (its error raised)."""
+        self._serve_deferred()
+        if getattr(future, "own_part", False):
+            return future.result()
+        return self._others.result(future, server, op, timeout)
+
+    def _deferred(self) -> list:
+        calls = getattr(self._local, "calls", None)
+        if calls is None:
+            calls = self._local.calls = []
+        return calls
+
+    def _serve_deferred(self) -> None:
+        """Serves this thread's own-part calls not served yet."""
+        calls = self._deferred()
+        while calls:
+            future, op, args, tensors = calls.pop(0)
+            handler = self._handlers.get(op)
+            try:
+                if handler is None:
+                    raise ProtocolError(f"op {op!r} is not served in process", op=op)
+                result, out = handler(args, tensors)
+                future.set_result(Reply(result, list(out)))
+            except Exception as exc:  # the caller sees it from result(), as a peer's
+                future.set_exception(exc)
+
+    def close(self) -> None:
+        """Closes the peers' connections."""
+        self._others.close()
