@@ -23,6 +23,7 @@ flight.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from typing import Any, Optional, Union
@@ -145,6 +146,7 @@ class DistNeighborSampler(BaseSampler):
         self._generator = torch.Generator().manual_seed(int(seed))
         self._generator_lock = threading.Lock()
         self.server_hops = server_hops_setting(self, server_hops)
+        self.coordinators = itertools.count()  # whose turn it is to coordinate a batch
 
     @property
     def is_hetero(self) -> bool:

@@ -3,10 +3,10 @@
 :func:`sample_tree` sends a batch's seeds, fan-outs and random seed to one
 server, which samples every hop with its peers
 (:mod:`pyg_dist.server.forwarding`) and answers the relabelled subgraph.
-The coordinator is chosen by the batch's seed, so that batches spread over
-the servers; which one answers does not change the batch, which is bit for
-bit what :meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop` draws with
-the same seed.
+The servers take turns coordinating a sampler's batches; which one answers
+does not change the batch, which is bit for bit what
+:meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop` draws with the same
+seed.
 """
 
 from __future__ import annotations
@@ -95,7 +95,9 @@ def sample_tree(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
     args.update(attribute_args(sampler.weight_attr, sampler.time_attr,
                                sampler.temporal_strategy))
     tensors = [seeds] if seed_time is None else [seeds, seed_time]
-    part = int(base_seed) % router.num_parts
+    # Batches take turns among the servers (which one coordinates does not
+    # change the batch): trees in flight spread evenly over their slots.
+    part = next(sampler.coordinators) % router.num_parts
     request = SAMPLE_TREE.request(part, args, tensors)
     # A coordinator on this host writes the subgraph into memory lent for
     # it when its size is bounded (every fan-out >= 0, not induced).

@@ -205,12 +205,14 @@ def test_a_dead_peer_fails_the_batch_naming_it_within_the_deadline(cora2_root):
         fs, gs = connect(cluster.endpoints, RpcConfig(timeout=3.0, retries=0))
         try:
             sampler = DistNeighborSampler((fs, gs), [5, 5], seed=0)
-            sampler._sample(SEEDS, seed=2)  # part 0 coordinates even seeds: peers known
+            for batch_seed in (1, 2):  # parts 0 and 1 coordinate one each: peers known
+                sampler._sample(SEEDS, seed=batch_seed)
             cluster.processes[1].kill()
             cluster.processes[1].wait(10)
             start = time.monotonic()
-            with pytest.raises(RpcError) as info:
+            with pytest.raises(RpcError) as info:  # part 0 coordinates, part 1 is dead
                 sampler._sample(SEEDS, seed=4)
+            assert info.value.address == cluster.endpoints[0]  # the coordinator answered
             assert time.monotonic() - start < 3.0
             assert cluster.endpoints[1].rsplit(":", 1)[1] in str(info.value)
         finally:
