@@ -26,15 +26,16 @@ dtypes) themselves; this table checks the shape of the conversation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
-import torch
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
+from pyg_dist.rpc import reply_checks as checks
 from pyg_dist.rpc.messages import Reply
+from pyg_dist.rpc.reply_checks import ReplyCheck
 from pyg_dist.rpc.wire_values import describe
 
 
@@ -48,9 +49,7 @@ class PartRequest(NamedTuple):
     tensors: list[Tensor]
 
 
-ReplyCheck = Callable[[dict[str, Any], list[Tensor], dict[str, Any], list[Tensor]],
-                      Optional[str]]
-"""``check(args, tensors, result, reply_tensors) -> None`` or what is wrong."""
+
 
 
 @dataclass(frozen=True)
@@ -153,147 +152,6 @@ class OpSpec:
                             address=address, op=self.name)
 
 
-# Reply checks ###############################################################
-
-
-def _shape(t: Tensor) -> str:
-    return f"{t.dtype} of shape {list(t.shape)}"
-
-
-def _count(expected: int, tensors: list[Tensor]) -> Optional[str]:
-    if len(tensors) != expected:
-        return f"{len(tensors)} tensors, where {expected} were due"
-    return None
-
-
-def _rows(tensors: list[Tensor], num_rows: int) -> Optional[str]:
-    for t in tensors:
-        if t.dim() < 1 or t.shape[0] != num_rows:
-            return f"a tensor {_shape(t)}, where {num_rows} rows were asked for"
-    return None
-
-
-def _ids_of(tensors: list[Tensor]) -> int:
-    return tensors[0].numel() if tensors else 0
-
-
-def _hops(num_seeds: Sequence[int], reply: list[Tensor]) -> Optional[str]:
-    """Per entry, ``counts`` (one per seed) then neighbour and edge ids (as
-    many as the counts add up to), all 1-D int64."""
-    problem = _count(3 * len(num_seeds), reply)
-    if problem is not None:
-        return problem
-    for i, seeds in enumerate(num_seeds):
-        counts, nbrs, eids = reply[3 * i: 3 * i + 3]
-        if any(t.dim() != 1 or t.is_floating_point() for t in (counts, nbrs, eids)):
-            return (f"tensors {_shape(counts)}, {_shape(nbrs)}, {_shape(eids)}, where 1-D "
-                    f"integer ones were due")
-        if counts.numel() != seeds:
-            return f"{counts.numel()} counts for {seeds} seeds"
-        total = int(counts.sum()) if counts.numel() else 0
-        if nbrs.numel() != total or eids.numel() != total:
-            return (f"{nbrs.numel()} neighbours and {eids.numel()} edge ids, where its "
-                    f"counts add up to {total}")
-    return None
-
-
-def _sample(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-            reply: list[Tensor]) -> Optional[str]:
-    return _hops([_ids_of(tensors)], reply)
-
-
-def _sample_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-                  reply: list[Tensor]) -> Optional[str]:
-    return _hops(list(args["sizes"]), reply)
-
-
-def _tree(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-          reply: list[Tensor]) -> Optional[str]:
-    """``node, row, col, edge, num_sampled_nodes, num_sampled_edges`` (and
-    ``batch`` when disjoint), 1-D int64 but ``row`` and ``col`` (int32,
-    indices into the nodes); the edges index into the nodes,
-    the seeds come first, and the per-hop counts add up (none for an
-    induced subgraph)."""
-    problem = _count(7 if args.get("disjoint") is True else 6, reply)
-    if problem is not None:
-        return problem
-    # row and col index into the nodes: int32 halves their bytes.
-    dtypes = [torch.int64, torch.int32, torch.int32] + [torch.int64] * (len(reply) - 3)
-    if any(t.dim() != 1 or t.dtype != d for t, d in zip(reply, dtypes)):
-        return (f"tensors {[_shape(t) for t in reply]}, where 1-D ones of "
-                f"{[str(d) for d in dtypes]} were due")
-    node, row, col, edge, per_hop_nodes, per_hop_edges = reply[:6]
-    seeds = _ids_of(tensors)
-    if row.numel() != col.numel() or row.numel() != edge.numel():
-        return f"{row.numel()} rows, {col.numel()} columns and {edge.numel()} edge ids"
-    if node.numel() < seeds or not torch.equal(node[:seeds], tensors[0].to(torch.int64)):
-        return f"{node.numel()} nodes that do not start with the {seeds} seeds"
-    if len(reply) == 7 and reply[6].numel() != node.numel():
-        return f"{reply[6].numel()} batch entries for {node.numel()} nodes"
-    for name, index in (("row", row), ("col", col)):
-        if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < node.numel():
-            return f"{name} entries outside the {node.numel()} sampled nodes"
-    if args.get("subgraph") == "induced":
-        return None if not per_hop_nodes.numel() and not per_hop_edges.numel() else \
-            "per-hop counts for an induced subgraph"
-    hops = len(args["num_neighbors"])
-    if per_hop_nodes.numel() != hops + 1 or per_hop_edges.numel() != hops \
-            or int(per_hop_nodes.sum()) != node.numel() \
-            or int(per_hop_edges.sum()) != row.numel() or int(per_hop_nodes[0]) != seeds:
-        return (f"per-hop counts {per_hop_nodes.tolist()} (nodes) and "
-                f"{per_hop_edges.tolist()} (edges) that do not add up to {node.numel()} nodes "
-                f"and {row.numel()} edges over {hops} hops from {seeds} seeds")
-    return None
-
-
-def _get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-         reply: list[Tensor]) -> Optional[str]:
-    if "place" in args:  # the rows were written into the caller's outputs
-        if result.get("placed") is not True or reply:
-            return (f"{len(reply)} tensors and placed={describe(result.get('placed'))}, "
-                    f"where it wrote its rows in place")
-        return None
-    return _count(len(args["attrs"]), reply) or _rows(reply, _ids_of(tensors))
-
-
-def _get_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-               reply: list[Tensor]) -> Optional[str]:
-    groups, sizes = args["groups"], args["sizes"]
-    problem = _count(sum(len(g["attrs"]) for g in groups), reply)
-    if problem is not None:
-        return problem
-    start = 0
-    for group, size in zip(groups, sizes):
-        attrs = len(group["attrs"])
-        problem = _rows(reply[start:start + attrs], size)
-        if problem is not None:
-            return problem
-        start += attrs
-    return None
-
-
-def _aligned(count: int) -> ReplyCheck:
-    """``count`` 1-D tensors of one length."""
-    def check(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-              reply: list[Tensor]) -> Optional[str]:
-        problem = _count(count, reply)
-        if problem is None and any(t.dim() != 1 or t.numel() != reply[0].numel()
-                                   for t in reply):
-            problem = f"tensors {[_shape(t) for t in reply]}, where 1-D ones of one length " \
-                      f"were due"
-        return problem
-    return check
-
-
-def _books(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-           reply: list[Tensor]) -> Optional[str]:
-    # The partition books, one per node type: ``meta``'s whole answer (its
-    # fields, the books against them) is read and checked in one piece by
-    # pyg_dist.store.connect, which names what a server of another version
-    # lacks.
-    return None
-
-
 # The table ##################################################################
 
 PING = OpSpec("ping", "protocol version, server name, host and ops (and, asked, the "
@@ -301,51 +159,57 @@ PING = OpSpec("ping", "protocol version, server name, host and ops (and, asked, 
 RELEASE = OpSpec("release", "unmaps shared-memory segments a closing client lent",
                  required=("segments",), reply=("released",))
 META = OpSpec("meta", "counts, feature specs, partition book(s), versions of the part",
-              reply_check=_books)
+              reply_check=checks.books)
 SAMPLE = OpSpec("sample", "one hop of neighbours for owned seeds of one edge type",
                 required=("num_neighbors",),
                 optional=("replace", "seed", "edge_type", "weight_attr", "time_attr",
                           "temporal_strategy"),
-                tensors=(1, 2), reply_check=_sample)
+                tensors=(1, 2), reply_check=checks.sample)
 SAMPLE_TYPES = OpSpec("sample_types", "one hop over several edge types at once",
                       required=("edge_types", "sizes", "num_neighbors"),
                       optional=("replace", "seed", "weight_attr", "time_attr",
                                 "temporal_strategy"),
-                      tensors=(1, 2), reply_check=_sample_types)
+                      tensors=(1, 2), reply_check=checks.sample_types)
 SAMPLE_TREE = OpSpec("sample_tree", "every hop of a batch, forwarded among the servers "
                      "(the sampled subgraph, relabelled)",
                      required=("num_neighbors", "seed"),
                      optional=("replace", "disjoint", "subgraph", "timeout", "weight_attr",
                                "time_attr", "temporal_strategy"),
-                     tensors=(1, 2), reply_check=_tree, worker=True)
+                     tensors=(1, 2), reply_check=checks.tree, worker=True)
+SAMPLE_TREE_TYPES = OpSpec(
+    "sample_tree_types", "every hop of a heterogeneous batch, forwarded among the servers",
+    required=("edge_types", "num_neighbors", "seed_types", "sizes", "seed"),
+    optional=("replace", "disjoint", "subgraph", "timeout", "weight_attr", "time_attr",
+              "temporal_strategy"),
+    tensors=(1, 2), reply=("node_types",), reply_check=checks.tree_types, worker=True)
 GET = OpSpec("get", "feature rows of owned nodes of one node type (with ``place``, "
              "written into the caller's outputs at the given rows)",
              required=("attrs",), optional=("group", "place"), tensors=(1, 2),
-             reply=("attrs",), reply_check=_get)
+             reply=("attrs",), reply_check=checks.get)
 GET_TYPES = OpSpec("get_types", "feature rows of owned nodes of several node types",
                    required=("groups", "sizes"), tensors=(1, 1), reply=("groups",),
-                   reply_check=_get_types)
+                   reply_check=checks.get_types)
 SIZES = OpSpec("sizes", "the whole graph's size and dtype of every feature of a node type",
                optional=("group",), reply=("sizes", "dtypes"))
 EDGE_INDEX = OpSpec("edge_index", "the part's edges of one edge type, global, paged",
                     optional=("edge_type", "start", "count"), reply=("total",),
-                    reply_check=_aligned(3), worker=True)
+                    reply_check=checks.aligned(3), worker=True)
 DEGREE = OpSpec("degree", "in-degrees of the part's nodes for one edge type",
-                optional=("edge_type",), reply_check=_aligned(2))
+                optional=("edge_type",), reply_check=checks.aligned(2))
 STATS = OpSpec("stats", "what get and get_edges served since the server started")
 GET_EDGES = OpSpec("get_edges", "edge attribute rows by global edge id",
                    required=("attrs",), optional=("edge_type",), tensors=(1, 1),
-                   reply=("attrs",), reply_check=_get)
+                   reply=("attrs",), reply_check=checks.get)
 EDGE_IDS = OpSpec("edge_ids", "the part's global edge ids of one edge type, paged",
                   optional=("edge_type", "start", "count"), reply=("total",),
-                  reply_check=_aligned(1))
+                  reply_check=checks.aligned(1))
 
 RPC_OPS: Mapping[str, OpSpec] = {s.name: s for s in (PING, RELEASE)}
 """The ops every :class:`~pyg_dist.rpc.server.RpcServer` answers itself."""
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
-    META, SAMPLE, SAMPLE_TYPES, SAMPLE_TREE, GET, GET_TYPES, SIZES, EDGE_INDEX, DEGREE, STATS,
-    GET_EDGES, EDGE_IDS)}
+    META, SAMPLE, SAMPLE_TYPES, SAMPLE_TREE, SAMPLE_TREE_TYPES, GET, GET_TYPES, SIZES,
+    EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS)}
 """The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`)."""
 
 OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}

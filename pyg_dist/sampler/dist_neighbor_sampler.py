@@ -51,7 +51,11 @@ from pyg_dist.sampler.hetero_sampling import sample_hetero
 from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.relabel import node_index
 from pyg_dist.sampler.sample_settings import check_attributes, seed_times
-from pyg_dist.sampler.server_hops import sample_on_servers, server_hops_setting
+from pyg_dist.sampler.server_hops import (
+    sample_on_servers,
+    sample_types_on_servers,
+    server_hops_setting,
+)
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
 logger = logging.getLogger(__name__)
@@ -256,29 +260,60 @@ class DistNeighborSampler(BaseSampler):
             raise GraphKindMismatchError(
                 f"the served graph is heterogeneous: name the input node type, e.g. "
                 f"input_nodes=({self.graph_store.node_types[0]!r}, ids) (node types: {types})")
-        seeds = self.graph_store.router.check_ids(seeds.view(-1).cpu(), "seed nodes",
-                                                  input_type)
-        seed_time = seed_times(self, seeds, seed_time, input_type)
-        base_seed = self.draw_seed() if seed is None else int(seed)
-        return sample_hetero(self, {input_type: seeds},
-                             None if seed_time is None else {input_type: seed_time}, base_seed)
+        return self._sample_seed_dict({input_type: seeds}, None if seed_time is None else
+                                      {input_type: seed_time}, seed=seed)
 
     def _sample_seed_dict(self, seeds: dict[str, Tensor],
                           seed_time: Optional[dict[str, Tensor]] = None, *,
                           seed: Optional[int] = None) -> HeteroSamplerOutput:
         """Samples around seeds of several node types (a heterogeneous link
-        batch's two endpoint types; PyG's ``edge_sample`` calls this)."""
+        batch's two endpoint types; PyG's ``edge_sample`` calls this): on
+        the servers (``sample_tree_types``) when they forward, else hop by
+        hop."""
+        if self.server_hops:
+            return sample_types_on_servers(self, seeds, seed_time, seed)
+        return self.hop_by_hop_types(seeds, seed_time, seed=seed)
+
+    def hop_by_hop_types(self, seeds: dict[str, Tensor],
+                         seed_time: Optional[dict[str, Tensor]] = None, *,
+                         seed: Optional[int] = None,
+                         max_edges: Optional[int] = None) -> HeteroSamplerOutput:
+        """Samples all hops around seeds of several node types (global ids
+        per type), every hop one round trip from here to the servers (what
+        a coordinating server runs for ``sample_tree_types``).
+
+        Args:
+            seeds: Global ids per node type.
+            seed_time: With ``time_attr``, one time per seed of each type
+                (``None``: the seeds' own node times).
+            seed: The batch's random seed (:meth:`draw_seed` when ``None``).
+            max_edges: As :meth:`hop_by_hop`'s.
+        """
+        seeds, seed_time = self.checked_seed_dict(seeds, seed_time)
+        base_seed = self.draw_seed() if seed is None else int(seed)
+        return sample_hetero(self, seeds, seed_time, base_seed, max_edges)
+
+    def checked_seed_dict(self, seeds: dict[str, Tensor],
+                          seed_time: Optional[dict[str, Tensor]]
+                          ) -> tuple[dict[str, Tensor], Optional[dict[str, Tensor]]]:
+        """Seeds per node type checked against the graph, and their int64
+        times (with ``time_attr``; the seeds' own node times where none
+        were given).
+
+        Raises:
+            StoreError, UnknownTypeError: on ids out of range, unknown types.
+            SamplerError: on seed times without ``time_attr``, or bad ones.
+        """
         router = self.graph_store.router
         seeds = {t: router.check_ids(ids.view(-1).cpu(), "seed nodes", t)
                  for t, ids in seeds.items()}
         if self.time_attr is not None:
             seed_time = {t: seed_times(self, ids, None if seed_time is None else
-                                             seed_time.get(t), t) for t, ids in seeds.items()}
+                                       seed_time.get(t), t) for t, ids in seeds.items()}
         elif seed_time is not None:
             raise SamplerError("seed times were given but time_attr is None; set time_attr "
                                "to sample temporally")
-        base_seed = self.draw_seed() if seed is None else int(seed)
-        return sample_hetero(self, seeds, seed_time, base_seed)
+        return seeds, seed_time
 
     def _sample(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
                 seed: Optional[int] = None) -> SamplerOutput:

@@ -32,12 +32,13 @@ from torch_geometric.sampler import HeteroSamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.typing import EdgeType, NodeType
 
+from pyg_dist.errors import ForwardingError
 from pyg_dist.sampler.relabel import node_index
 
 
 def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
                   seed_time: Optional[dict[NodeType, Tensor]],
-                  base_seed: int) -> HeteroSamplerOutput:
+                  base_seed: int, max_edges: Optional[int] = None) -> HeteroSamplerOutput:
     """Samples every hop around ``seeds`` (checked global ids per node type).
 
     Args:
@@ -52,6 +53,9 @@ def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
         seed_time: With ``time_attr``, one int64 time per seed of each type
             (the endpoints of one tree have the same time), else ``None``.
         base_seed: The batch's random seed; every hop derives its own.
+        max_edges: Stop with :class:`~pyg_dist.errors.ForwardingError` once
+            the hops so far sampled more edges (a coordinating server's
+            bound: its answer must fit in one reply).
 
     Returns:
         A ``HeteroSamplerOutput`` with every node and edge type (empty where
@@ -117,6 +121,12 @@ def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
             edges[edge_type].append(eids.to(torch.long))
             new_keys[src].append(added)
             num_sampled_edges[edge_type].append(total)
+        if max_edges is not None:
+            total = sum(sum(v) for v in num_sampled_edges.values())
+            if total > max_edges:
+                raise ForwardingError(
+                    f"the batch's first {hop + 1} hops sampled {total} edges, more than one "
+                    f"reply holds ({max_edges}); sample it hop by hop")
         for t in sizes:
             added = torch.cat(new_keys[t]) if new_keys[t] else empty
             frontier_local[t] = torch.arange(before[t], index[t].num_nodes)

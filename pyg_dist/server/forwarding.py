@@ -32,7 +32,6 @@ busy, which the trainer's retry layer asks again.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -46,7 +45,7 @@ from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.own_part import OwnPartFirst
-from pyg_dist.server.requests import int_arg
+from pyg_dist.server.tree_requests import TreeRequest, parse_tree, parse_tree_types
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +54,7 @@ Peers = Union[str, Sequence[str], Callable[[], Any], None]
 """The cluster's server list (as :func:`pyg_dist.connect` takes it), or a
 callable returning it when first needed (a file written after start-up)."""
 
-MAX_HOPS = 16
-"""Most hops one ``sample_tree`` may ask for."""
-
 _SAMPLERS = 32  # distinct sampler settings kept (a hostile client may churn them)
-_SEED_RANGE = (0, (1 << 63) - 1)
-_SUBGRAPHS = ("directional", "induced")
 # Share of the trainer's deadline the coordinator's own calls may use: its
 # error (naming the peer that failed) must reach the trainer before the
 # trainer gives up on the coordinator.
@@ -113,11 +107,12 @@ class HopForwarder:
         draws it), and optionally ``replace``, ``disjoint``, ``subgraph``
         (``"directional"`` or ``"induced"``), ``timeout`` (the trainer's
         deadline in seconds), ``weight_attr``, ``time_attr`` (a second tensor
-        then holds one int64 time per seed) and ``temporal_strategy``.
+        then holds one int64 time per seed) and ``temporal_strategy``
+        (:mod:`pyg_dist.server.tree_requests`).
 
         Returns:
             Tensors ``node`` (global ids, seeds first), ``row``, ``col``
-            (indices into ``node``), ``edge`` (global edge ids),
+            (int32 indices into ``node``), ``edge`` (global edge ids),
             ``num_sampled_nodes``, ``num_sampled_edges`` (empty for an
             induced subgraph) and, when disjoint, ``batch``.
 
@@ -128,67 +123,112 @@ class HopForwarder:
             ServerBusyError: if ``workers - 1`` trees already run here.
             ProtocolError: on a malformed request.
         """
-        settings, seed, deadline = _parse(args)
-        seeds, seed_time = _seed_tensors(tensors, settings[5] is not None)
+        request = parse_tree(args, tensors)
+        out = self._run(request, lambda sampler, max_edges: sampler.hop_by_hop(
+            request.seeds[None], None if request.seed_time is None else request.seed_time[None],
+            seed=request.seed, max_edges=max_edges))
+        answer = [out.node, out.row, out.col, out.edge,
+                  _counts(out.num_sampled_nodes), _counts(out.num_sampled_edges)]
+        if out.batch is not None:
+            answer.append(out.batch)
+        return {}, self._reply(answer, {1, 2}, ctx)
+
+    def sample_tree_types(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """Every hop of one heterogeneous batch around the seeds of
+        ``seed_types`` (``sizes`` of each, one after another in
+        ``tensors[0]``), over the edge types ``edge_types`` with one fan-out
+        list each; the other arguments as :meth:`sample_tree`'s.
+
+        Returns:
+            Result ``node_types`` (every node type, in the graph's order) and
+            tensors: per node type its ``node``; per edge type, in the
+            request's order, ``row``, ``col`` (int32) and ``edge``; the
+            per-hop node counts (node type after node type) and edge counts
+            (edge type after edge type), empty for an induced subgraph; when
+            disjoint, per node type its ``batch``.
+
+        Raises:
+            As :meth:`sample_tree`.
+        """
+        request = parse_tree_types(args, tensors)
+        out = self._run(request, lambda sampler, max_edges: sampler.hop_by_hop_types(
+            request.seeds, request.seed_time, seed=request.seed, max_edges=max_edges))
+        node_types = list(out.node)
+        edge_types = [t for t, _ in request.settings[0]]
+        answer = [out.node[t] for t in node_types]
+        for edge_type in edge_types:
+            answer += [out.row[edge_type], out.col[edge_type], out.edge[edge_type]]
+        induced = out.num_sampled_nodes is None
+        answer += [_counts(None if induced else
+                           [n for t in node_types for n in out.num_sampled_nodes[t]]),
+                   _counts(None if induced else
+                           [n for t in edge_types for n in out.num_sampled_edges[t]])]
+        if out.batch is not None:
+            answer += [out.batch[t] for t in node_types]
+        rows = {len(node_types) + 3 * i + j for i in range(len(edge_types)) for j in (0, 1)}
+        return {"node_types": node_types}, self._reply(answer, rows, None)
+
+    def _run(self, request: TreeRequest, sample: Callable[[Any, int], Any]) -> Any:
+        """``sample(sampler, max_edges)`` within a tree slot."""
         if not self.available:
             raise ForwardingError(
                 f"part {self.part} does not forward sampling (no peer list, fewer than 2 "
                 f"workers, or CURVE); sample hop by hop, or start it with --peers")
         if not self._slots.acquire(blocking=False):
             raise ServerBusyError(f"part {self.part} already runs "
-                                  f"{max(self._config.workers - 1, 1)} sample_tree calls; "
-                                  f"ask again")
+                                  f"{max(self._config.workers - 1, 1)} trees; ask again")
         try:
-            sampler = self._sampler(settings, deadline)
+            sampler = self._sampler(request.settings, request.deadline)
             # Every sampled edge takes 16 bytes of the answer (row, col,
             # edge id): a tree past that is refused as soon as a hop shows it.
-            out = sampler.hop_by_hop(seeds, seed_time, seed=seed,
-                                     max_edges=self._max_reply_bytes // 16)
+            out = sample(sampler, self._max_reply_bytes // 16)
             with self._lock:
                 self.trees += 1
+            return out
         finally:
             self._slots.release()
-        empty = torch.empty(0, dtype=torch.long)
-        answer = [out.node, out.row, out.col, out.edge,
-                  empty if out.num_sampled_nodes is None else
-                  torch.tensor(out.num_sampled_nodes, dtype=torch.long),
-                  empty if out.num_sampled_edges is None else
-                  torch.tensor(out.num_sampled_edges, dtype=torch.long)]
-        if out.batch is not None:
-            answer.append(out.batch)
-        # Indices into the nodes (fewer than 2**31: the reply limit) as
-        # int32, a third of the answer's bytes saved.
-        answer = [t.to(torch.int32 if i in (1, 2) else torch.long) for i, t in enumerate(answer)]
+
+    def _reply(self, answer: list[Tensor], indices: set[int],
+               ctx: Optional[CallContext]) -> list[Tensor]:
+        """The answer's tensors, those at ``indices`` (indices into the
+        nodes: fewer than 2**31, by the reply limit) as int32, the rest as
+        int64; in memory the client lent, when it did."""
+        answer = [t.to(torch.int32 if i in indices else torch.long)
+                  for i, t in enumerate(answer)]
         size = sum(t.element_size() * t.numel() for t in answer)
         if size > self._max_reply_bytes:
             raise ForwardingError(f"the sampled subgraph takes {size} bytes, over the reply "
                                   f"limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES); "
                                   f"sample it hop by hop")
         if ctx is None or not ctx.lent:
-            return {}, [t.contiguous() for t in answer]
+            return [t.contiguous() for t in answer]
         # Too small a loan is a SharedMemoryError: the client asks again
         # without lending (its bound from the fan-outs makes that rare).
         outs = ctx.alloc([(t.dtype, (t.numel(),)) for t in answer])
         for lent, t in zip(outs, answer):
             lent.copy_(t)
-        return {}, outs
+        return outs
 
     def estimate(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Memory a ``sample_tree`` may take while it runs (an upper bound of
-        its answer from the fan-outs and the graph's size, times the work
-        around it), charged to the client's reply budget before the tree is
-        sampled.
+        """Memory a tree may take while it runs (an upper bound of its answer
+        from the fan-outs and the graph's size, times the work around it),
+        charged to the client's reply budget before the tree is sampled.
 
         Raises:
             ProtocolError: on a malformed request (the handler refuses it).
         """
-        (fanouts, replace, disjoint, subgraph, *_), _, _ = _parse(args)
+        hetero = "edge_types" in args
+        request = (parse_tree_types if hetero else parse_tree)(args, tensors)
+        fanouts, replace, disjoint, subgraph = request.settings[:4]
+        # Per hop, every edge type's fan-out may apply to every frontier node.
+        per_hop = [-1 if any(k[h] < 0 for _, k in fanouts) else sum(k[h] for _, k in fanouts)
+                   for h in range(len(fanouts[0][1]))] if hetero else list(fanouts)
         seeds = tensors[0].numel() if tensors else 0
         num_nodes, num_edges = self._graph_size
         copies = seeds if disjoint else 1  # a disjoint tree may repeat the graph per seed
         frontier = nodes = seeds
         edges = 0
-        for k in fanouts:
+        for k in per_hop:
             hop = copies * num_edges if k < 0 else frontier * k
             if not replace:
                 hop = min(hop, copies * num_edges)
@@ -216,8 +256,11 @@ class HopForwarder:
         """The hop-by-hop sampler of these settings over the peers (kept:
         a weighted or temporal one asks every peer about its attributes
         once)."""
+        fanouts = settings[0]
+        typed = bool(fanouts) and isinstance(fanouts[0], tuple)
+        hops = len(fanouts[0][1]) if typed else len(fanouts)
         hop_deadline = None if deadline is None else \
-            max(0.01, _DEADLINE_SHARE * deadline / (len(settings[0]) + 1))
+            max(0.01, _DEADLINE_SHARE * deadline / (hops + 1))
         key = (*settings, hop_deadline)
         with self._lock:
             sampler = self._samplers.get(key)
@@ -227,15 +270,16 @@ class HopForwarder:
         store = self._graph_store()
         from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 
-        fanouts, replace, disjoint, subgraph, weight_attr, time_attr, strategy = settings
+        _, replace, disjoint, subgraph, weight_attr, time_attr, strategy = settings
         try:
-            sampler = DistNeighborSampler(store, list(fanouts), replace=replace,
+            sampler = DistNeighborSampler(store, dict(fanouts) if typed else list(fanouts),
+                                          replace=replace,
                                           subgraph_type=subgraph, disjoint=disjoint, seed=0,
                                           timeout=hop_deadline, weight_attr=weight_attr,
                                           time_attr=time_attr, temporal_strategy=strategy,
                                           server_hops=False)
         except PygDistError as exc:
-            raise ProtocolError(f"sample_tree settings refused: {exc}") from exc
+            raise ProtocolError(f"tree settings refused: {exc}") from exc
         with self._lock:
             self._samplers[key] = sampler
             while len(self._samplers) > _SAMPLERS:
@@ -281,52 +325,6 @@ class HopForwarder:
             return gs
 
 
-def _parse(args: dict[str, Any]) -> tuple[tuple, int, Optional[float]]:
-    """``(settings, seed, deadline)`` of a ``sample_tree`` request; the
-    settings are hashable (samplers are kept by them)."""
-    fanouts = args.get("num_neighbors")
-    if not isinstance(fanouts, list) or not 1 <= len(fanouts) <= MAX_HOPS or any(
-            not isinstance(k, int) or isinstance(k, bool) or not -1 <= k <= 1 << 31
-            for k in fanouts):
-        raise ProtocolError(f"argument 'num_neighbors' must list 1 to {MAX_HOPS} fan-outs "
-                            f"(ints >= -1), got {describe(fanouts)}")
-    seed = int_arg(args, "seed", None, *_SEED_RANGE)
-    if seed is None:
-        raise ProtocolError("argument 'seed' is required")
-    flags = []
-    for name in ("replace", "disjoint"):
-        value = args.get(name, False)
-        if not isinstance(value, bool):
-            raise ProtocolError(f"argument {name!r} must be a bool, got {describe(value)}")
-        flags.append(value)
-    subgraph = args.get("subgraph", "directional")
-    if subgraph not in _SUBGRAPHS:
-        raise ProtocolError(f"argument 'subgraph' must be one of {list(_SUBGRAPHS)}, got "
-                            f"{describe(subgraph)}")
-    names = []
-    for name in ("weight_attr", "time_attr", "temporal_strategy"):
-        value = args.get(name)
-        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 256):
-            raise ProtocolError(f"argument {name!r} must be a name, got {describe(value)}")
-        names.append(value)
-    deadline = args.get("timeout")
-    if deadline is not None and (isinstance(deadline, bool)
-                                 or not isinstance(deadline, (int, float))
-                                 or not math.isfinite(deadline) or not 0 < deadline <= 86400):
-        raise ProtocolError(f"argument 'timeout' must be seconds in (0, 86400], got "
-                            f"{describe(deadline)}")
-    settings = (tuple(fanouts), flags[0], flags[1], subgraph, names[0], names[1],
-                names[2] or "uniform")
-    return settings, seed, None if deadline is None else float(deadline)
-
-
-def _seed_tensors(tensors: list[Tensor], timed: bool) -> tuple[Tensor, Optional[Tensor]]:
-    """The seeds (1-D int64) and, with ``time_attr``, their times."""
-    if len(tensors) != (2 if timed else 1):
-        raise ProtocolError(f"sample_tree takes the seeds{' and their times' if timed else ''}"
-                            f": {2 if timed else 1} tensors, got {len(tensors)}")
-    for t in tensors:
-        if t.dtype != torch.int64 or t.dim() != 1 or t.numel() != tensors[0].numel():
-            raise ProtocolError(f"sample_tree's tensors must be 1-D int64 of one length, "
-                                f"got {[f'{x.dtype} {list(x.shape)}' for x in tensors]}")
-    return tensors[0], tensors[1] if timed else None
+def _counts(values: Optional[list[int]]) -> Tensor:
+    """Per-hop counts as a tensor (empty when there are none)."""
+    return torch.tensor(values if values is not None else [], dtype=torch.long)

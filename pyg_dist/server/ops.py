@@ -24,16 +24,18 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, GraphStore
 
-from pyg_dist.errors import ForwardingError, ProtocolError, StoreError
+from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc import ops
+from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.shm import host_id
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.edge_features import EdgeFeatureOps
+from pyg_dist.server.forwarding import HopForwarder
 from pyg_dist.server.node_features import NodeFeatureOps
 from pyg_dist.server.requests import (
     Csc,
@@ -113,23 +115,24 @@ class PartitionOps:
         self.graph_id = {"name": reader.meta.get("graph_name"),
                          "files_sha256": hashlib.sha256(files).hexdigest()}
         self._host = host_id()
-        self.forwarder: Any = None  # a HopForwarder, set by forward_with()
+        # sample_tree and sample_tree_types; refused until a server gives
+        # it its peers (forward_with).
+        self.forwarder = HopForwarder(self, None, RpcConfig(max_reply_bytes=max_reply_bytes))
 
-    def forward_with(self, forwarder: Any) -> None:
-        """Serves ``sample_tree`` with ``forwarder`` (a
-        :class:`~pyg_dist.server.forwarding.HopForwarder`); without one it
-        is refused with :class:`~pyg_dist.errors.ForwardingError`."""
+    def forward_with(self, forwarder: HopForwarder) -> None:
+        """Serves ``sample_tree`` and ``sample_tree_types`` with ``forwarder``."""
         self.forwarder = forwarder
 
     @uses_context
     def sample_tree(self, args: dict[str, Any], tensors: list[Tensor],
                     ctx: Optional[CallContext] = None) -> Result:
         """Every hop of one batch, forwarded among the servers
-        (:meth:`HopForwarder.sample_tree <pyg_dist.server.forwarding.HopForwarder.sample_tree>`)."""
-        if self.forwarder is None:
-            raise ForwardingError(f"part {self.part} does not forward sampling (no peer "
-                                  f"list); sample hop by hop")
+        (:mod:`pyg_dist.server.forwarding`)."""
         return self.forwarder.sample_tree(args, tensors, ctx)
+
+    def sample_tree_types(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
+        """Every hop of one heterogeneous batch, likewise."""
+        return self.forwarder.sample_tree_types(args, tensors)
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`:
@@ -138,6 +141,7 @@ class PartitionOps:
         return {ops.META.name: self.meta, ops.SAMPLE.name: self.sample,
                 ops.SAMPLE_TYPES.name: self.sample_types,
                 ops.SAMPLE_TREE.name: self.sample_tree,
+                ops.SAMPLE_TREE_TYPES.name: self.sample_tree_types,
                 ops.EDGE_INDEX.name: self.edge_index, ops.DEGREE.name: self.degree,
                 ops.STATS.name: self.stats, **self._nodes.handlers(),
                 **self._edges.handlers()}
@@ -213,7 +217,7 @@ class PartitionOps:
             "partitioner": meta.get("partitioner"),
             "host": self._host,
             "max_reply_bytes": self.max_reply_bytes,
-            "forwarding": bool(self.forwarder is not None and self.forwarder.available),
+            "forwarding": self.forwarder.available,
         }
         if hetero:
             result["node_types"] = [
@@ -367,8 +371,8 @@ class PartitionOps:
         over the socket or into shared memory); ``get_edges_calls``,
         ``get_edges_rows``, ``get_edges_bytes`` the same for ``get_edges``;
         ``sample_tree_calls``, the batches this server coordinated."""
-        trees = self.forwarder.trees if self.forwarder is not None else 0
-        return {**self._nodes.served(), **self._edges.served(), "sample_tree_calls": trees}, []
+        return {**self._nodes.served(), **self._edges.served(),
+                "sample_tree_calls": self.forwarder.trees}, []
 
     def edge_index(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """The part's edges as tensors ``row`` (source), ``col`` (destination),

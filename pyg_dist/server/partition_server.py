@@ -22,7 +22,7 @@ from pyg_dist.errors import (
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.plugins import PluginRegistry, default_registry
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE
+from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE, SAMPLE_TREE_TYPES
 from pyg_dist.rpc.server import RpcServer
 from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.server.forwarding import HopForwarder, Peers
@@ -84,11 +84,11 @@ class PartitionServer:
         self.config = config or default_config()
         self.ops = PartitionOps(self.reader, part, fs, gs, self.config.max_reply_bytes)
         self.forwarder = HopForwarder(self.ops, peers, self.config)
-        if peers is not None:
-            self.ops.forward_with(self.forwarder)
+        self.ops.forward_with(self.forwarder)
         self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}",
                               estimators={**self.ops.estimators(),
-                                          SAMPLE_TREE.name: self.forwarder.estimate},
+                                          SAMPLE_TREE.name: self.forwarder.estimate,
+                                          SAMPLE_TREE_TYPES.name: self.forwarder.estimate},
                               ops=PARTITION_OPS)
         logger.info("loaded part %d of %s (%s feature store, %s graph store)", part, root,
                     feature_store, graph_store)

@@ -251,3 +251,29 @@ def test_a_coordinator_stops_at_the_hop_whose_edges_outgrow_one_reply(cora_store
     first_hop = sampler.hop_by_hop(SEEDS, seed=3).num_sampled_edges[0]
     with pytest.raises(ForwardingError, match="first 2 hops sampled"):
         sampler.hop_by_hop(SEEDS, seed=3, max_edges=first_hop)  # hop 1 fits, hop 2 not
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"replace": True}, {"disjoint": True}, {"subgraph_type": "induced"},
+], ids=["plain", "replace", "disjoint", "induced"])
+def test_heterogeneous_tree_batches_equal_hop_by_hop_batches(served_hetero, settings):
+    stores = served_hetero.get(3)
+    on_servers = DistNeighborSampler(stores, [4, 3], seed=0, **settings)
+    from_here = DistNeighborSampler(stores, [4, 3], seed=0, server_hops=False, **settings)
+    assert on_servers.server_hops and not from_here.server_hops
+    endpoints = stores[1].router.endpoints
+    before = _trees(endpoints)
+    seeds = {"v0": torch.arange(0, 395, 7), "v1": torch.arange(3, 420, 11)}
+    for batch_seed in (5, 6, 7):  # every part coordinates one
+        a = on_servers._sample_seed_dict(seeds, seed=batch_seed)
+        b = from_here._sample_seed_dict(seeds, seed=batch_seed)
+        assert list(a.node) == list(b.node) and list(a.row) == list(b.row)
+        for name in ("node", "row", "col", "edge", "batch"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert (x is None) == (y is None), name
+            for key in (x or {}):
+                assert torch.equal(x[key], y[key]), (name, key)
+        assert a.num_sampled_nodes == b.num_sampled_nodes
+        assert a.num_sampled_edges == b.num_sampled_edges
+        assert sum(e.numel() for e in a.edge.values()) > 50
+    assert _trees(endpoints) == before + 3

@@ -70,7 +70,10 @@ def test_only_reads_are_declared_and_all_of_them_retry_safe():
     # Every op a partition server answers only reads: sending one again
     # (to the same server or a replica) cannot change what anyone sees.
     assert all(spec.retry_safe for spec in OPS.values())
-    assert [s.name for s in OPS.values() if s.worker] == ["edge_index"]
+    # Served by a worker whatever their size: a whole part's edges, and a
+    # tree that waits on the peers (never on the I/O thread).
+    assert [s.name for s in OPS.values() if s.worker] == \
+        ["sample_tree", "sample_tree_types", "edge_index"]
 
 
 def test_the_docs_list_every_declared_op():

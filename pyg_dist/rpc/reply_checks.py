@@ -1,0 +1,217 @@
+"""How the reply of each op relates to its request: tensor counts, dtypes,
+lengths that must agree, indices that must point inside what was answered.
+
+:mod:`pyg_dist.rpc.ops` names one of these per op (``OpSpec.reply_check``);
+the retry layer runs it on every reply before a caller sees it. Each
+returns ``None`` or what is wrong, in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_dist.rpc.wire_values import describe
+
+ReplyCheck = Callable[[dict[str, Any], list[Tensor], dict[str, Any], list[Tensor]],
+                      Optional[str]]
+"""``check(args, tensors, result, reply_tensors) -> None`` or what is wrong."""
+
+
+def _shape(t: Tensor) -> str:
+    return f"{t.dtype} of shape {list(t.shape)}"
+
+
+def _count(expected: int, tensors: list[Tensor]) -> Optional[str]:
+    if len(tensors) != expected:
+        return f"{len(tensors)} tensors, where {expected} were due"
+    return None
+
+
+def _rows(tensors: list[Tensor], num_rows: int) -> Optional[str]:
+    for t in tensors:
+        if t.dim() < 1 or t.shape[0] != num_rows:
+            return f"a tensor {_shape(t)}, where {num_rows} rows were asked for"
+    return None
+
+
+def _ids_of(tensors: list[Tensor]) -> int:
+    return tensors[0].numel() if tensors else 0
+
+
+def _hops(num_seeds: Sequence[int], reply: list[Tensor]) -> Optional[str]:
+    """Per entry, ``counts`` (one per seed) then neighbour and edge ids (as
+    many as the counts add up to), all 1-D int64."""
+    problem = _count(3 * len(num_seeds), reply)
+    if problem is not None:
+        return problem
+    for i, seeds in enumerate(num_seeds):
+        counts, nbrs, eids = reply[3 * i: 3 * i + 3]
+        if any(t.dim() != 1 or t.is_floating_point() for t in (counts, nbrs, eids)):
+            return (f"tensors {_shape(counts)}, {_shape(nbrs)}, {_shape(eids)}, where 1-D "
+                    f"integer ones were due")
+        if counts.numel() != seeds:
+            return f"{counts.numel()} counts for {seeds} seeds"
+        total = int(counts.sum()) if counts.numel() else 0
+        if nbrs.numel() != total or eids.numel() != total:
+            return (f"{nbrs.numel()} neighbours and {eids.numel()} edge ids, where its "
+                    f"counts add up to {total}")
+    return None
+
+
+def sample(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+            reply: list[Tensor]) -> Optional[str]:
+    return _hops([_ids_of(tensors)], reply)
+
+
+def sample_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+                  reply: list[Tensor]) -> Optional[str]:
+    return _hops(list(args["sizes"]), reply)
+
+
+def tree(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+          reply: list[Tensor]) -> Optional[str]:
+    """``node, row, col, edge, num_sampled_nodes, num_sampled_edges`` (and
+    ``batch`` when disjoint), 1-D int64 but ``row`` and ``col`` (int32,
+    indices into the nodes); the edges index into the nodes,
+    the seeds come first, and the per-hop counts add up (none for an
+    induced subgraph)."""
+    problem = _count(7 if args.get("disjoint") is True else 6, reply)
+    if problem is not None:
+        return problem
+    # row and col index into the nodes: int32 halves their bytes.
+    dtypes = [torch.int64, torch.int32, torch.int32] + [torch.int64] * (len(reply) - 3)
+    if any(t.dim() != 1 or t.dtype != d for t, d in zip(reply, dtypes)):
+        return (f"tensors {[_shape(t) for t in reply]}, where 1-D ones of "
+                f"{[str(d) for d in dtypes]} were due")
+    node, row, col, edge, per_hop_nodes, per_hop_edges = reply[:6]
+    seeds = _ids_of(tensors)
+    if row.numel() != col.numel() or row.numel() != edge.numel():
+        return f"{row.numel()} rows, {col.numel()} columns and {edge.numel()} edge ids"
+    if node.numel() < seeds or not torch.equal(node[:seeds], tensors[0].to(torch.int64)):
+        return f"{node.numel()} nodes that do not start with the {seeds} seeds"
+    if len(reply) == 7 and reply[6].numel() != node.numel():
+        return f"{reply[6].numel()} batch entries for {node.numel()} nodes"
+    for name, index in (("row", row), ("col", col)):
+        if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < node.numel():
+            return f"{name} entries outside the {node.numel()} sampled nodes"
+    if args.get("subgraph") == "induced":
+        return None if not per_hop_nodes.numel() and not per_hop_edges.numel() else \
+            "per-hop counts for an induced subgraph"
+    hops = len(args["num_neighbors"])
+    if per_hop_nodes.numel() != hops + 1 or per_hop_edges.numel() != hops \
+            or int(per_hop_nodes.sum()) != node.numel() \
+            or int(per_hop_edges.sum()) != row.numel() or int(per_hop_nodes[0]) != seeds:
+        return (f"per-hop counts {per_hop_nodes.tolist()} (nodes) and "
+                f"{per_hop_edges.tolist()} (edges) that do not add up to {node.numel()} nodes "
+                f"and {row.numel()} edges over {hops} hops from {seeds} seeds")
+    return None
+
+
+def tree_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+                reply: list[Tensor]) -> Optional[str]:
+    """Per node type (``result["node_types"]``) its nodes, per edge type (the
+    request's) ``row``, ``col`` (int32 indices into its source's and its
+    destination's nodes) and ``edge``, then the per-hop counts, flattened
+    (empty for an induced subgraph), and, when disjoint, per node type its
+    ``batch``; the seeds first in their types' nodes."""
+    node_types = result.get("node_types")
+    if not isinstance(node_types, list) or not all(isinstance(t, str) for t in node_types):
+        return f"node types {describe(node_types)}"
+    edge_types = [tuple(t) for t in args["edge_types"]]
+    num_types, num_edge_types = len(node_types), len(edge_types)
+    disjoint = args.get("disjoint") is True
+    problem = _count(num_types * (2 if disjoint else 1) + 3 * num_edge_types + 2, reply)
+    if problem is not None:
+        return problem
+    nodes = dict(zip(node_types, reply[:num_types]))
+    per_edge = reply[num_types:num_types + 3 * num_edge_types]
+    per_hop_nodes, per_hop_edges = reply[num_types + 3 * num_edge_types:][:2]
+    dtypes = [torch.int64] * num_types + [torch.int32, torch.int32, torch.int64] * \
+        num_edge_types + [torch.int64] * (len(reply) - num_types - 3 * num_edge_types)
+    if any(t.dim() != 1 or t.dtype != d for t, d in zip(reply, dtypes)):
+        return f"tensors of dtypes {[str(t.dtype) for t in reply]}, where {dtypes} were due"
+    start = 0
+    for node_type, size in zip(args["seed_types"], args["sizes"]):
+        node = nodes.get(node_type)
+        if node is None or node.numel() < size or \
+                not torch.equal(node[:size], tensors[0][start:start + size]):
+            return f"{node_type!r} nodes that do not start with its {size} seeds"
+        start += size
+    edge_counts = []
+    for i, (src, _, dst) in enumerate(edge_types):
+        row, col, edge = per_edge[3 * i:3 * i + 3]
+        if src not in nodes or dst not in nodes:
+            return f"no nodes of {src!r} or {dst!r} for edge type {edge_types[i]}"
+        if row.numel() != col.numel() or row.numel() != edge.numel():
+            return f"{row.numel()} rows, {col.numel()} columns, {edge.numel()} edge ids"
+        for name, index, node_type in (("row", row, src), ("col", col, dst)):
+            if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < \
+                    nodes[node_type].numel():
+                return f"{name} entries of {edge_types[i]} outside its {node_type!r} nodes"
+        edge_counts.append(row.numel())
+    if args.get("subgraph") == "induced":
+        return None if not per_hop_nodes.numel() and not per_hop_edges.numel() else \
+            "per-hop counts for an induced subgraph"
+    hops = len(args["num_neighbors"][0]) if args["num_neighbors"] else 0
+    if per_hop_nodes.numel() != num_types * (hops + 1) or \
+            per_hop_edges.numel() != num_edge_types * hops or \
+            per_hop_nodes.view(num_types, hops + 1).sum(1).tolist() != \
+            [nodes[t].numel() for t in node_types] or \
+            per_hop_edges.view(num_edge_types, hops).sum(1).tolist() != edge_counts:
+        return "per-hop counts that do not add up to the nodes and edges of every type"
+    if disjoint and any(b.numel() != nodes[t].numel()
+                        for t, b in zip(node_types, reply[-num_types:])):
+        return "batch entries that do not match the nodes of their type"
+    return None
+
+
+def get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+         reply: list[Tensor]) -> Optional[str]:
+    if "place" in args:  # the rows were written into the caller's outputs
+        if result.get("placed") is not True or reply:
+            return (f"{len(reply)} tensors and placed={describe(result.get('placed'))}, "
+                    f"where it wrote its rows in place")
+        return None
+    return _count(len(args["attrs"]), reply) or _rows(reply, _ids_of(tensors))
+
+
+def get_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+               reply: list[Tensor]) -> Optional[str]:
+    groups, sizes = args["groups"], args["sizes"]
+    problem = _count(sum(len(g["attrs"]) for g in groups), reply)
+    if problem is not None:
+        return problem
+    start = 0
+    for group, size in zip(groups, sizes):
+        attrs = len(group["attrs"])
+        problem = _rows(reply[start:start + attrs], size)
+        if problem is not None:
+            return problem
+        start += attrs
+    return None
+
+
+def aligned(count: int) -> ReplyCheck:
+    """``count`` 1-D tensors of one length."""
+    def check(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+              reply: list[Tensor]) -> Optional[str]:
+        problem = _count(count, reply)
+        if problem is None and any(t.dim() != 1 or t.numel() != reply[0].numel()
+                                   for t in reply):
+            problem = f"tensors {[_shape(t) for t in reply]}, where 1-D ones of one length " \
+                      f"were due"
+        return problem
+    return check
+
+
+def books(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+           reply: list[Tensor]) -> Optional[str]:
+    # The partition books, one per node type: ``meta``'s whole answer (its
+    # fields, the books against them) is read and checked in one piece by
+    # pyg_dist.store.connect, which names what a server of another version
+    # lacks.
+    return None
