@@ -77,15 +77,18 @@ def _served_rows(cfg: BenchConfig, data: Any, root: str, tag: str,
 
     partition(data, cfg.num_parts, root, partitioner=cfg.partitioner, progress=False)
     rows = []
-    with LocalCluster(root) as cluster:
+    with LocalCluster(root, forwarding=True) as cluster:
         fs, gs = connect(cluster.endpoints)
         try:
-            for k in (0, cfg.prefetch):
-                loader = DistNeighborLoader((fs, gs), num_neighbors=cfg.num_neighbors,
-                                            input_nodes=input_nodes, batch_size=cfg.batch_size,
-                                            prefetch=k, seed=cfg.seed)
-                next(iter(loader))  # warm-up: connections, threads, heap
-                rows.append(time_loader(f"pyg-dist {tag} K={k}", loader, cfg.num_batches))
+            for server_hops in (False, True):
+                for k in (0, cfg.prefetch):
+                    loader = DistNeighborLoader((fs, gs), num_neighbors=cfg.num_neighbors,
+                                                input_nodes=input_nodes,
+                                                batch_size=cfg.batch_size, prefetch=k,
+                                                seed=cfg.seed, server_hops=server_hops)
+                    next(iter(loader))  # warm-up: connections, threads, heap
+                    name = f"pyg-dist {tag} K={k}" + (" server hops" if server_hops else "")
+                    rows.append(time_loader(name, loader, cfg.num_batches))
         finally:
             fs.close()
     return rows
@@ -105,4 +108,8 @@ def _ratios(rows: list[Row], k: int) -> dict[str, float]:
                 hom.seeds_per_s / het.seeds_per_s
             out[f"hetero / homogeneous cost per sampled edge K={prefetch}"] = \
                 hom.edges_per_s / het.edges_per_s
+        tree = by.get(f"pyg-dist hetero K={prefetch} server hops")
+        if tree is not None and het.seeds_per_s:
+            out[f"hetero K={prefetch} server hops / hop by hop (seeds/s)"] = \
+                tree.seeds_per_s / het.seeds_per_s
     return out
