@@ -1,4 +1,5 @@
-"""``sample_tree``: a batch's hops carried among the servers.
+"""``sample_tree`` and ``sample_tree_types``: a batch's hops carried among
+the servers.
 
 Sampled hop by hop from the trainer, a batch of ``L`` hops costs ``L``
 round trips before its features are fetched: behind 5 ms of link delay,
@@ -10,6 +11,9 @@ request a trainer sends (same per-part seed), and relabels with the
 trainer's own code (:meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop`).
 The trainer then pays one round trip for the subgraph and one for its
 features, and the batch is bit for bit the one hop-by-hop sampling draws.
+``sample_tree_types`` does the same for a heterogeneous batch
+(:meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop_types`, one
+``sample_types`` per peer and hop).
 
 Peers: a server forwards only when it was given the cluster's server list
 (``pyg-dist serve --peers`` or ``--peers-file``, which
