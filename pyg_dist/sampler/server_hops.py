@@ -199,8 +199,8 @@ def sample_tree(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
 
 def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
     """Most bytes a ``sample_tree`` answer takes (``k`` neighbours per node
-    and hop at most; 8 bytes a node, 16 an edge), or ``None`` when unbounded (a fan-out of -1, or an
-    induced subgraph)."""
+    and hop at most; 8 bytes a node, 16 an edge), or ``None`` when unbounded
+    (a fan-out of -1, or an induced subgraph)."""
     fanouts = list(sampler.num_neighbors)
     if sampler.subgraph_type == SubgraphType.induced or any(k < 0 for k in fanouts):
         return None
