@@ -74,18 +74,27 @@ def test_bench_hetero_mode_measures_the_heterogeneous_loader(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     rows = {r["name"]: r for r in result["rows"]}
-    for name in ("pyg-local hetero NeighborLoader", "pyg-dist hetero K=0",
-                 "pyg-dist hetero K=2", "pyg-dist homogeneous K=0", "pyg-dist homogeneous K=2"):
+    loaders = [f"pyg-dist {kind} K={k}{hops}" for kind in ("hetero", "homogeneous")
+               for k in (0, 2) for hops in ("", " server hops")]
+    for name in ("pyg-local hetero NeighborLoader", *loaders):
         assert rows[name]["batches"] == 2 and rows[name]["seeds"] == 2 * 64, name
-    # The same seed gives the same batches with and without prefetch.
+    # The same seed gives the same batches with and without prefetch...
     assert rows["pyg-dist hetero K=0"]["edges"] == rows["pyg-dist hetero K=2"]["edges"] > 0
     assert rows["pyg-dist hetero K=0"]["feature_bytes"] == \
         rows["pyg-dist hetero K=2"]["feature_bytes"] > 0
+    # ... and whether the servers or the trainer sample the hops (the same
+    # warm-up before each: the same draws of the sampler's generator).
+    for name in loaders:
+        if name.endswith(" server hops"):
+            hop_by_hop = rows[name.removesuffix(" server hops")]
+            for field in ("edges", "feature_bytes"):
+                assert rows[name][field] == hop_by_hop[field] > 0, (name, field)
     assert set(result["ratios"]) == {
         f"{a} K={k}{b}" for k in (0, 2) for a, b in (
             ("pyg-dist hetero", " / pyg-local hetero (seeds/s)"),
             ("hetero / homogeneous cost per seed", ""),
-            ("hetero / homogeneous cost per sampled edge", ""))}
+            ("hetero / homogeneous cost per sampled edge", ""),
+            ("hetero", " server hops / hop by hop (seeds/s)"))}
 
 
 def test_bench_hetero_refuses_the_rows_it_does_not_measure():
