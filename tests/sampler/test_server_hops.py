@@ -20,7 +20,7 @@ from support.servers import serve_parts
 from pyg_dist.errors import ProtocolError, RemoteError, RpcError, SamplerError
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.ops import SAMPLE_TREE
+from pyg_dist.rpc.ops import SAMPLE_TREE, SAMPLE_TREE_TYPES
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.connect import connect
@@ -277,3 +277,96 @@ def test_heterogeneous_tree_batches_equal_hop_by_hop_batches(served_hetero, sett
         assert a.num_sampled_edges == b.num_sampled_edges
         assert sum(e.numel() for e in a.edge.values()) > 50
     assert _trees(endpoints) == before + 3
+
+
+def _typed_args(**changes):
+    args = {"edge_types": [["v0", "e0", "v1"]], "num_neighbors": [[2]],
+            "seed_types": ["v1"], "sizes": [4], "seed": 1}
+    return {**args, **changes}
+
+
+_BAD_TYPED = [
+    (_typed_args(edge_types=[["v0", "e0"]]), "'edge_types'"),
+    (_typed_args(edge_types=[[["v0"], "e0", "v1"]]), "'edge_types'"),  # nested deeper
+    (_typed_args(edge_types=[["v0", "e0", "v1"]] * 4097,  # the decoder's bound
+                 num_neighbors=[[2]] * 4097), "4096"),
+    (_typed_args(num_neighbors=[[2], [3]]), "one fan-out list per edge type"),
+    (_typed_args(edge_types=[["v0", "e0", "v1"], ["v1", "e0", "v2"]],
+                 num_neighbors=[[2], [2, 2]]), "same number of hops"),
+    (_typed_args(sizes=[5]), "add up to 5 seeds"),  # lying size
+    (_typed_args(sizes=[-1]), "'sizes'"),
+    (_typed_args(seed_types=["v1", "v1"], sizes=[2, 2]), "'seed_types'"),
+    (_typed_args(edge_types=[["v0", "nope", "v1"]]), "no edge type .*nope"),
+    # Fan-outs for one edge type only (the graph has six): each needs one.
+    (_typed_args(), "no fan-out for edge type"),
+]
+
+
+def test_malformed_heterogeneous_trees_are_refused_and_the_server_keeps_serving(
+        served_hetero):
+    fs, gs = served_hetero.get(2)
+    endpoints = gs.router.endpoints
+    seeds = torch.arange(4)
+    with RpcClient(endpoints) as client:
+        for args, message in _BAD_TYPED:
+            with pytest.raises(RemoteError, match=message):
+                client.call(0, "sample_tree_types", args, [seeds])
+        with pytest.raises(RemoteError, match="1-D int64"):
+            client.call(0, "sample_tree_types", _typed_args(), [seeds.float()])
+        args = _typed_args(edge_types=[list(t) for t in gs.edge_types],
+                           num_neighbors=[[3, 2]] * len(gs.edge_types))
+        with pytest.raises(RemoteError, match="nope"):  # no such node type
+            client.call(0, "sample_tree_types", {**args, "seed_types": ["nope"]}, [seeds])
+        with pytest.raises(RemoteError, match="outside"):  # ids past the type's nodes
+            client.call(0, "sample_tree_types", args, [seeds + 10**6])
+        reply = client.call(0, "sample_tree_types", args, [seeds])
+        SAMPLE_TREE_TYPES.check_reply(reply, args, [seeds], endpoints[0])
+        assert reply.result["node_types"] == list(gs.node_types)
+
+
+def test_a_lying_heterogeneous_tree_is_refused():
+    from pyg_dist.rpc.messages import Reply
+
+    args = {"edge_types": [["a", "r", "b"]], "num_neighbors": [[1]], "seed_types": ["b"],
+            "sizes": [1], "seed": 1}
+    seeds = [torch.tensor([7])]
+    a, b = torch.tensor([3]), torch.tensor([7])
+    row = col = torch.tensor([0], dtype=torch.int32)
+    good = [a, b, row, col, torch.tensor([40]), torch.tensor([0, 1, 1, 0]),
+            torch.tensor([1])]
+    SAMPLE_TREE_TYPES.check_reply(Reply({"node_types": ["a", "b"]}, list(good)), args,
+                                  seeds, "x")
+    lies = [
+        ({"node_types": ["a"]}, good),  # a type short
+        ({"node_types": "ab"}, good),
+        ({"node_types": ["a", "b"]}, [torch.tensor([3]), torch.tensor([8]), *good[2:]]),
+        ({"node_types": ["a", "b"]}, [*good[:2], torch.tensor([1], dtype=torch.int32),
+                                      *good[3:]]),  # a row past the source's nodes
+        ({"node_types": ["a", "b"]}, [*good[:5], torch.tensor([1, 1, 1, 0]), good[6]]),
+        ({"node_types": ["a", "b"]}, good[:6]),
+    ]
+    for result, tensors in lies:
+        with pytest.raises(ProtocolError, match="sample_tree_types"):
+            SAMPLE_TREE_TYPES.check_reply(Reply(result, list(tensors)), args, seeds, "x")
+
+
+def test_a_peer_that_stops_answering_fails_the_batch_within_the_deadline(cora2_root):
+    import signal
+
+    with serve_parts(cora2_root, forwarding=True) as cluster:
+        fs, gs = connect(cluster.endpoints, RpcConfig(timeout=3.0, retries=0))
+        stopped = cluster.processes[1]
+        try:
+            sampler = DistNeighborSampler((fs, gs), [5, 5], seed=0)
+            for batch_seed in (1, 2):  # both coordinate once: peers connected
+                sampler._sample(SEEDS, seed=batch_seed)
+            stopped.send_signal(signal.SIGSTOP)  # alive, connected, never reads
+            start = time.monotonic()
+            with pytest.raises(RpcError) as info:  # part 0 coordinates
+                sampler._sample(SEEDS, seed=4)
+            assert time.monotonic() - start < 3.0  # the coordinator's hop deadline
+            assert info.value.address == cluster.endpoints[0]
+            assert cluster.endpoints[1].rsplit(":", 1)[1] in str(info.value)
+        finally:
+            stopped.send_signal(signal.SIGCONT)
+            fs.close()
