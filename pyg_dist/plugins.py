@@ -16,6 +16,10 @@ Groups:
   :class:`~torch_geometric.data.GraphStore` a partition server reads from.
 * ``pyg_dist.cache_policies``: callables choosing the nodes a trainer-side
   feature cache keeps (see :mod:`pyg_dist.store.cache_policy`).
+* ``pyg_dist.commands``: ``pyg-dist`` sub-commands another distribution
+  adds (a module with ``add_parser(subparsers)`` and ``run(args)``): the
+  benchmarks package's ``bench``, so the library's wheel holds no harness and
+  never imports one by name.
 
 A third party registers a plugin in its own ``pyproject.toml``::
 
@@ -41,7 +45,8 @@ PARTITIONERS = "pyg_dist.partitioners"
 FEATURE_STORES = "pyg_dist.feature_stores"
 GRAPH_STORES = "pyg_dist.graph_stores"
 CACHE_POLICIES = "pyg_dist.cache_policies"
-GROUPS = (PARTITIONERS, FEATURE_STORES, GRAPH_STORES, CACHE_POLICIES)
+COMMANDS = "pyg_dist.commands"
+GROUPS = (PARTITIONERS, FEATURE_STORES, GRAPH_STORES, CACHE_POLICIES, COMMANDS)
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyg_dist.bench.timing import Row
+from pyg_dist_bench.timing import Row
 
 if TYPE_CHECKING:
     import torch
 
-    from pyg_dist.bench.runner import BenchConfig
+    from pyg_dist_bench.bench_config import BenchConfig
 
 BASELINE = "pyg-distributed"
 BASELINE_TUNED = "pyg-distributed +malloc tuning"

@@ -3,6 +3,12 @@
 Each sub-command lives in its own module of this package and exposes
 ``add_parser(subparsers)`` and ``run(args) -> int``. Modules import torch and
 friends inside ``run`` only, so ``pyg-dist --help`` answers instantly.
+
+Other distributions add sub-commands through the ``pyg_dist.commands``
+entry-point group, found by the plugin registry like any plugin: the
+benchmarks package (``pip install -e benchmarks/`` in a checkout) adds
+``bench``. Without it, ``pyg-dist bench`` is a stand-in that names that
+install command, so the library never imports its harness.
 """
 
 from __future__ import annotations
@@ -14,10 +20,14 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
-from pyg_dist.errors import PygDistError
+from pyg_dist.errors import PluginLoadError, PygDistError
 
 # Order shown in --help: the user's journey from raw graph to training.
-COMMANDS = ("partition", "info", "plugins", "serve", "launch", "bench", "keys")
+COMMANDS = ("partition", "info", "plugins", "serve", "launch", "keys")
+
+BENCH_INSTALL = "pip install -e benchmarks/"
+"""How the benchmarks package that adds ``pyg-dist bench`` is installed, in a
+pyg-dist checkout (it is not on any index)."""
 
 
 def _available_commands() -> list:
@@ -31,6 +41,43 @@ def _available_commands() -> list:
             if exc.name != f"pyg_dist.cli.{name}":
                 raise
     return modules
+
+
+def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
+    """Sub-commands registered by other distributions. One that fails to load
+    must not break the other commands: it becomes a stand-in that reports the
+    failure when run (``bench``: with its install command, also when absent)."""
+    from pyg_dist.plugins import COMMANDS as GROUP
+    from pyg_dist.plugins import default_registry
+
+    names = default_registry.names(GROUP)
+    for name in names:
+        try:
+            command = default_registry.get(GROUP, name)
+        except PluginLoadError as exc:
+            _add_stand_in(sub, name, exc)
+            continue
+        command.add_parser(sub)
+    if "bench" not in names:
+        _add_stand_in(sub, "bench", None)
+
+
+def _add_stand_in(sub: argparse._SubParsersAction, name: str,
+                  failure: Optional[PluginLoadError]) -> None:
+    if name == "bench":
+        why = "which is not installed" if failure is None else f"which failed to load ({failure})"
+        message = (f"pyg-dist bench comes with pyg-dist's benchmarks package (pyg_dist_bench), "
+                   f"{why}; in a pyg-dist checkout run: {BENCH_INSTALL}")
+        help_text = "benchmark pyg-dist (needs pyg-dist's benchmarks package)"
+    else:
+        message = f"{failure}; reinstall the distribution that provides it"
+        help_text = "(failed to load: run it for the reason)"
+    p = sub.add_parser(name, help=help_text, description=message)
+
+    def run(args: argparse.Namespace) -> int:
+        raise PygDistError(message)
+
+    p.set_defaults(run=run, takes_any_arguments=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,13 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     for module in _available_commands():
         module.add_parser(sub)
+    _add_plugin_commands(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``pyg-dist`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "takes_any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     if not getattr(args, "subcommand", None):

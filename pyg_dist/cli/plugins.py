@@ -12,7 +12,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Lists every plugin registered through entry points (groups "
             "pyg_dist.partitioners, pyg_dist.feature_stores, pyg_dist.graph_stores, "
-            "pyg_dist.cache_policies) with "
+            "pyg_dist.cache_policies, pyg_dist.commands) with "
             "the module it points at and the distribution that installed it. Nothing is "
             "imported: a plugin that fails to import is still listed."))
     p.set_defaults(run=run)

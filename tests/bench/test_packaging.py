@@ -1,5 +1,5 @@
 """The library's wheel holds no benchmark harness, and without the benchmarks
-package the options that need it say how to install it.
+package ``pyg-dist bench`` says how to install it.
 
 Both tests use a wheel built from this checkout (from a copy of it, so that
 setuptools' build/ and egg-info stay out of the repository). The second runs
@@ -117,15 +117,22 @@ def without_harness(wheel, tmp_path_factory) -> Path:
     return target
 
 
-@pytest.mark.parametrize("option", [["--baseline"], ["--link-delay-ms", "1"]])
-def test_harness_options_without_the_benchmarks_package_name_the_install(
-        without_harness, option):
-    done = _run_without_harness(without_harness, "-m", "pyg_dist", "bench", *option,
-                                "--num-nodes", "1000")
+@pytest.mark.parametrize("option", [[], ["--baseline"], ["--link-delay-ms", "1"],
+                                    ["--num-nodes", "1000"]])
+def test_bench_without_the_benchmarks_package_names_the_install(without_harness, option):
+    done = _run_without_harness(without_harness, "-m", "pyg_dist", "bench", *option)
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert done.stdout == ""  # stopped before any work
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"pyg-dist bench: error: {option[0]} needs pyg-dist's "
-                               f"benchmarks package (pyg_dist_bench)"), lines[0]
+    assert lines[0].startswith("pyg-dist bench: error: pyg-dist bench comes with pyg-dist's "
+                               "benchmarks package (pyg_dist_bench)"), lines[0]
     assert lines[0].endswith("in a pyg-dist checkout run: pip install -e benchmarks/")
+
+
+def test_other_commands_still_refuse_unknown_arguments_without_the_package(
+        without_harness):
+    done = _run_without_harness(without_harness, "-m", "pyg_dist", "info", "/nonexistent",
+                                "--no-such-option")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "unrecognized arguments: --no-such-option" in done.stderr

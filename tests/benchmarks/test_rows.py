@@ -1,5 +1,5 @@
-"""``pyg-dist bench --baseline`` gets its rows from the installed benchmarks
-package, through the same import the command uses, and compares with them."""
+"""``pyg-dist bench --baseline`` measures PyG's ``torch_geometric.distributed``
+as shipped and tuned, and compares pyg-dist's rows with them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import random
 import torch
 from torch_geometric.datasets import FakeDataset
 
-from pyg_dist.bench.harness import load_harness
-from pyg_dist.bench.report import ratios
-from pyg_dist.bench.runner import BenchConfig
-from pyg_dist.bench.timing import Row
+from pyg_dist_bench.bench_config import BenchConfig
+from pyg_dist_bench.report import ratios
+from pyg_dist_bench.rows import baseline_rows
+from pyg_dist_bench.timing import Row
 
 
 def test_baseline_rows_measure_pyg_distributed_as_shipped_and_tuned(tmp_path):
@@ -23,7 +23,7 @@ def test_baseline_rows_measure_pyg_distributed_as_shipped_and_tuned(tmp_path):
     # Enough seeds that each part owns two batches of them (PyG drops the last).
     seeds = torch.randperm(data.num_nodes)[:512]
 
-    rows = load_harness("--baseline").baseline_rows(cfg, data, seeds, str(tmp_path))
+    rows = baseline_rows(cfg, data, seeds, str(tmp_path))
 
     assert [r.name for r in rows] == ["pyg-distributed", "pyg-distributed +malloc tuning"]
     for row in rows:

@@ -1,15 +1,15 @@
 """``pyg-dist bench``: measure pyg-dist against PyG's loaders on this machine.
 
-The baseline and link-delay rows need the separately installed benchmarks
-package (:mod:`pyg_dist.bench.harness`); without it those options stop before
-any work and name the command that installs it.
+A sub-command of the ``pyg-dist`` console script, added through the
+``pyg_dist.commands`` entry-point group by this package (never installed with
+the library: without it, ``pyg-dist bench`` names ``pip install -e
+benchmarks/``).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from pyg_dist.bench.harness import INSTALL, load_harness
 from pyg_dist.errors import PygDistError
 
 
@@ -39,8 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "(the no-network ceiling), DistNeighborLoader with prefetch 0 and K, and one "
             "GraphSAGE epoch (compute only, loader only, both); with --baseline also "
             "PyG's deprecated torch_geometric.distributed loader. Prints a table and, "
-            "with --json, writes the figures to a file. --baseline and --link-delay-ms "
-            f"need pyg-dist's benchmarks package: {INSTALL} in a pyg-dist checkout."),
+            "with --json, writes the figures to a file."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--num-nodes", type=int, default=100_000, help="nodes of the graph")
     p.add_argument("--avg-degree", type=float, default=10.0,
@@ -88,18 +87,15 @@ def run(args: argparse.Namespace) -> int:
         The exit code (0).
 
     Raises:
-        PygDistError: for a device this machine lacks, or ``--baseline`` /
-            ``--link-delay-ms`` without the benchmarks package.
+        PygDistError: for a device this machine lacks.
     """
     if args.hetero and (args.baseline or args.link_delay_ms or args.device):
         raise PygDistError("--hetero measures the loaders only; run --baseline, "
                            "--link-delay-ms and --device without it")
-    # Before torch is even imported: a missing package is named at once.
-    if args.baseline or args.link_delay_ms:
-        load_harness("--baseline" if args.baseline else "--link-delay-ms")
-    from pyg_dist.bench.report import format_table, write_json
-    from pyg_dist.bench.runner import BenchConfig, run_bench
     from pyg_dist.malloc_tuning import tune_malloc
+    from pyg_dist_bench.bench_config import BenchConfig
+    from pyg_dist_bench.report import format_table, write_json
+    from pyg_dist_bench.runner import run_bench
 
     _check_device(args.device)
     tune_malloc()  # here and in every server: the same for every row
@@ -111,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         link_delays_ms=args.link_delay_ms, baseline=args.baseline, seed=args.seed,
         device=args.device, threads=args.threads, trainers=args.trainers)
     if args.hetero:
-        from pyg_dist.bench.hetero import run_hetero_bench
+        from pyg_dist_bench.hetero import run_hetero_bench
 
         result = run_hetero_bench(cfg)
     else:

@@ -6,10 +6,10 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from pyg_dist.bench.timing import Row
+from pyg_dist_bench.timing import Row
 
 if TYPE_CHECKING:
-    from pyg_dist.bench.runner import BenchConfig
+    from pyg_dist_bench.bench_config import BenchConfig
 
 
 def ratios(rows: list[Row], cfg: BenchConfig, baselines: Sequence[str] = ()) -> dict[str, float]:
@@ -70,7 +70,7 @@ def _short(note: str, width: int = 70) -> str:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """Renders the rows and ratios of :func:`~pyg_dist.bench.runner.run_bench`'s
+    """Renders the rows and ratios of :func:`~pyg_dist_bench.runner.run_bench`'s
     result as a plain-text table.
 
     Args:
@@ -96,7 +96,7 @@ def write_json(result: dict[str, Any], path: str) -> None:
     """Writes the result as JSON (for plotting or CI artefacts).
 
     Args:
-        result: What :func:`~pyg_dist.bench.runner.run_bench` returned.
+        result: What :func:`~pyg_dist_bench.runner.run_bench` returned.
         path: The file to write (replaced if it exists).
     """
     with open(path, "w") as f:

@@ -9,7 +9,7 @@ torch and connected), loads its share with
 :class:`~pyg_dist.loader.DistNeighborLoader` and prints one JSON line with
 what it did::
 
-    python -m pyg_dist.bench.trainer_worker CONFIG.json
+    python -m pyg_dist_bench.trainer_worker CONFIG.json
 
 ``CONFIG.json`` holds ``endpoints``, ``seeds`` (its share), ``num_neighbors``,
 ``batch_size``, ``prefetch``, ``seed``, ``threads`` and ``device``.
@@ -84,7 +84,7 @@ def run_trainers(configs: list[dict[str, Any]], workdir: str,
                 json.dump(cfg, f)
             with open(log, "w") as err:  # a file: a full stderr pipe cannot block it
                 procs.append((subprocess.Popen(
-                    [sys.executable, "-m", "pyg_dist.bench.trainer_worker", path],
+                    [sys.executable, "-m", "pyg_dist_bench.trainer_worker", path],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True),
                     log))
         for proc, log in procs:

@@ -10,8 +10,7 @@ Rows of the table (each measured over the same seeds, fan-out and batch):
 3. One GraphSAGE epoch: compute only (batches materialised beforehand),
    loader only, and both together with prefetch 0 and ``k``.
 
-Two kinds of rows need harness code that is not installed with the library
-but with the benchmarks package (:mod:`pyg_dist.bench.harness`):
+Two kinds of rows need harness code of this package:
 ``baseline`` adds PyG's deprecated ``torch_geometric.distributed`` loader on
 the same graph and number of parts, and ``link_delays_ms`` repeats the epoch
 behind a forwarding proxy holding every message D ms each way, to show how
@@ -23,68 +22,18 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Optional
 
 import torch
 
-from pyg_dist.bench.harness import Harness, load_harness
-from pyg_dist.bench.report import ratios
-from pyg_dist.bench.timing import Row, SageTrainer, time_epoch, time_loader
+from pyg_dist_bench.bench_config import BenchConfig
+from pyg_dist_bench.link_proxy import delayed_link
+from pyg_dist_bench.report import ratios
+from pyg_dist_bench.rows import baseline_rows
+from pyg_dist_bench.timing import Row, SageTrainer, time_epoch, time_loader
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class BenchConfig:
-    """What ``pyg-dist bench`` measures.
-
-    Args:
-        num_nodes: Nodes of the synthetic graph.
-        avg_degree: Edges drawn per node before symmetrising (10 gives
-            about 2M edges for 100k nodes).
-        num_features: Feature columns (float32).
-        num_classes: Label classes.
-        num_parts: Partitions, one server process each.
-        partitioner: Partitioner plugin name.
-        num_neighbors: Fan-out per hop.
-        batch_size: Seeds per batch.
-        num_batches: Batches per measured epoch.
-        prefetch: Prefetch depth ``k`` for the pipelined rows.
-        link_delays_ms: One-way delays to repeat the epoch rows with (needs
-            the benchmarks package).
-        baseline: Also run PyG's ``torch_geometric.distributed`` (needs the
-            benchmarks package).
-        seed: Seed for the graph, the seeds and the sampler.
-        trainers: Trainer processes of the multi-trainer row, each loading
-            its share of the seeds against the same servers (the layout of
-            PyG's baseline, one trainer per part); ``None`` runs
-            ``num_parts``, ``1`` skips the row.
-        threads: torch threads of the trainer in the pyg-dist rows; ``None``
-            gives it the cores divided by ``num_parts + 1`` (the servers run
-            on the same machine, and oversubscribed OpenMP threads spin
-            against each other). The ``pyg-local`` row keeps torch's default.
-        device: Where batches go and the model trains (``"cuda"`` uses the
-            loader's pinned-memory, side-stream copies with prefetch);
-            ``None`` keeps everything on the CPU.
-    """
-
-    num_nodes: int = 100_000
-    avg_degree: float = 10.0
-    num_features: int = 128
-    num_classes: int = 10
-    num_parts: int = 2
-    partitioner: str = "metis"
-    num_neighbors: list[int] = field(default_factory=lambda: [15, 10])
-    batch_size: int = 1024
-    num_batches: int = 20
-    prefetch: int = 4
-    link_delays_ms: list[float] = field(default_factory=list)
-    baseline: bool = False
-    seed: int = 0
-    trainers: Optional[int] = None
-    threads: Optional[int] = None
-    device: Optional[str] = None
 
 
 def _seeds(cfg: BenchConfig, num_nodes: int) -> torch.Tensor:
@@ -134,18 +83,10 @@ def run_bench(cfg: BenchConfig, workdir: Optional[str] = None) -> dict[str, Any]
 
     Returns:
         ``config``, ``rows`` (``Row.as_dict()`` each) and ``ratios``, JSON-safe.
-
-    Raises:
-        PygDistError: before any work, if ``baseline`` or ``link_delays_ms``
-            is asked for and the benchmarks package is not installed.
     """
     from pyg_dist.datasets import fake
     from pyg_dist.partitioning.writer import partition
 
-    # Refused before the graph is built: minutes on a big graph.
-    harness = None
-    if cfg.baseline or cfg.link_delays_ms:
-        harness = load_harness("--baseline" if cfg.baseline else "--link-delay-ms")
     with tempfile.TemporaryDirectory(prefix="pyg-dist-bench-", dir=workdir) as tmp:
         data = fake(num_nodes=cfg.num_nodes, avg_degree=cfg.avg_degree,
                     num_channels=cfg.num_features, num_classes=cfg.num_classes, seed=cfg.seed)
@@ -157,13 +98,13 @@ def run_bench(cfg: BenchConfig, workdir: Optional[str] = None) -> dict[str, Any]
         torch.set_num_threads(_trainer_threads(cfg))
         try:
             rows += _pyg_dist_rows(cfg, root, seeds, tmp)
-            if harness is not None:
-                rows += _delay_rows(cfg, root, seeds, harness)
+            if cfg.link_delays_ms:
+                rows += _delay_rows(cfg, root, seeds)
         finally:
             torch.set_num_threads(default_threads)
         baselines: list[Row] = []
-        if cfg.baseline and harness is not None:
-            baselines = harness.baseline_rows(cfg, data, seeds, tmp)
+        if cfg.baseline:
+            baselines = baseline_rows(cfg, data, seeds, tmp)
         rows += baselines
     return {"config": asdict(cfg), "rows": [r.as_dict() for r in rows],
             "ratios": ratios(rows, cfg, [r.name for r in baselines])}
@@ -212,8 +153,7 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
     return rows
 
 
-def _delay_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor,
-                harness: Harness) -> list[Row]:
+def _delay_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor) -> list[Row]:
     """Behind each link delay: the training epoch at prefetch 0 and ``k``,
     and the loader alone at prefetch 0 with every hop from the trainer and
     with server hops, the servers' own links direct (one fast network) or
@@ -226,7 +166,7 @@ def _delay_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor,
     for delay in cfg.link_delays_ms:
         for servers_apart in (False, True):
             with LocalCluster(root, forwarding=True) as cluster, \
-                    harness.delayed_link(cluster.endpoints, delay, cluster.host) as endpoints:
+                    delayed_link(cluster.endpoints, delay, cluster.host) as endpoints:
                 if servers_apart:
                     # Read on the first sample_tree: the servers then reach
                     # each other through the delayed links too.
@@ -291,7 +231,7 @@ def _multi_trainer_row(cfg: BenchConfig, endpoints: list[str], seeds: torch.Tens
     """``trainers`` processes, each loading its share of the seeds at prefetch
     ``k`` against the same servers; counted like the baseline: everything
     they loaded over the slowest one's timed loop."""
-    from pyg_dist.bench.trainer_worker import run_trainers
+    from pyg_dist_bench.trainer_worker import run_trainers
 
     name = f"pyg-dist K={cfg.prefetch} x{trainers} trainers"
     per = -(-cfg.num_batches // trainers) * cfg.batch_size

@@ -23,8 +23,8 @@ from typing import Any, Optional
 
 import torch
 
-from pyg_dist.bench.runner import BenchConfig
-from pyg_dist.bench.timing import Row, time_loader
+from pyg_dist_bench.bench_config import BenchConfig
+from pyg_dist_bench.timing import Row, time_loader
 
 _NODE_TYPES = 3
 
@@ -37,7 +37,7 @@ def run_hetero_bench(cfg: BenchConfig, workdir: Optional[str] = None) -> dict[st
         workdir: Where the temporary partitions go; removed afterwards.
 
     Returns:
-        ``config``, ``rows`` and ``ratios``, as :func:`~pyg_dist.bench.runner.run_bench`.
+        ``config``, ``rows`` and ``ratios``, as :func:`~pyg_dist_bench.runner.run_bench`.
     """
     from torch_geometric.loader import NeighborLoader
 
