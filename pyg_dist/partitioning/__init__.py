@@ -8,14 +8,14 @@ Public names::
     PartitionBook                        global node id -> part, vectorised
     HeteroPartitionBook                  (node type, id) -> part, one book per type
     PartitionReader, PartData            reading a dataset back
-    PartLoader, NodePart, EdgePart       one part, type by type
+    NodePart, EdgePart                   one part's node type / edge type (load_nodes, load_edges)
 """
 
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.partitioning.format import FORMAT_VERSION, HETERO_FORMAT_VERSION
 from pyg_dist.partitioning.graph import Partitioner, PartitionInput, symmetric_csr
 from pyg_dist.partitioning.hetero_book import HeteroPartitionBook
-from pyg_dist.partitioning.parts import EdgePart, NodePart, PartData, PartLoader
+from pyg_dist.partitioning.parts import EdgePart, NodePart, PartData
 from pyg_dist.partitioning.reader import PartitionReader
 from pyg_dist.partitioning.writer import partition
 
@@ -26,7 +26,6 @@ __all__ = [
     "HeteroPartitionBook",
     "NodePart",
     "PartData",
-    "PartLoader",
     "PartitionBook",
     "PartitionInput",
     "PartitionReader",

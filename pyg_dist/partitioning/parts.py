@@ -1,12 +1,13 @@
 """What a loaded part holds: :class:`NodePart`, :class:`EdgePart` and
-:class:`PartData`, keyed by node / edge type (``None`` when homogeneous), and
-:class:`PartLoader`, which loads one part type by type."""
+:class:`PartData`, keyed by node / edge type (``None`` when homogeneous).
+:class:`~pyg_dist.partitioning.reader.PartitionReader` loads them, a whole
+part or one type at a time."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -16,10 +17,7 @@ from pyg_dist.errors import (
     InvalidPartitionArgumentError,
     PartitionFormatError,
 )
-from pyg_dist.partitioning.format import EdgeTypeKey, NodeTypeKey, type_from_json
-
-if TYPE_CHECKING:
-    from pyg_dist.partitioning.reader import PartitionReader
+from pyg_dist.partitioning.format import EdgeTypeKey, NodeTypeKey
 
 
 @dataclass
@@ -173,49 +171,3 @@ class PartData:
     def num_edges(self) -> int:
         """Stored edges over all edge types."""
         return sum(int(e.indices.numel()) for e in self.edges.values())
-
-
-class PartLoader:
-    """One part of a dataset, loaded type by type: what a server holding
-    only some types (or loading them lazily) needs.
-
-    Args:
-        reader: The dataset.
-        part: The part.
-        mmap: Memory-map the tensors instead of reading them into RAM.
-    """
-
-    def __init__(self, reader: PartitionReader, part: int, mmap: bool = False) -> None:
-        self.reader = reader
-        self.part = part
-        self.mmap = mmap
-
-    @property
-    def node_types(self) -> list[NodeTypeKey]:
-        """The dataset's node types."""
-        return self.reader.node_types
-
-    @property
-    def edge_types(self) -> list[EdgeTypeKey]:
-        """The dataset's edge types."""
-        return self.reader.edge_types
-
-    def num_nodes(self, node_type: NodeTypeKey) -> int:
-        """Nodes of ``node_type`` this part owns (from ``meta.json``, no file read)."""
-        key = self.reader.node_type_key(node_type)
-        return next(int(t["num_nodes"]) for t in self.reader.meta["parts"][self.part]
-                    ["node_types"] if type_from_json(t["type"]) == key)
-
-    def num_edges(self, edge_type: EdgeTypeKey) -> int:
-        """Edges of ``edge_type`` this part stores (from ``meta.json``)."""
-        key = self.reader.edge_type_key(edge_type)
-        return next(int(t["num_edges"]) for t in self.reader.meta["parts"][self.part]
-                    ["edge_types"] if type_from_json(t["type"]) == key)
-
-    def load_nodes(self, node_type: NodeTypeKey, features: bool = True) -> NodePart:
-        """See :meth:`PartitionReader.load_nodes`."""
-        return self.reader.load_nodes(node_type, self.part, mmap=self.mmap, features=features)
-
-    def load_edges(self, edge_type: EdgeTypeKey, features: bool = True) -> EdgePart:
-        """See :meth:`PartitionReader.load_edges`."""
-        return self.reader.load_edges(edge_type, self.part, mmap=self.mmap, features=features)

@@ -41,7 +41,7 @@ from pyg_dist.partitioning.format import (
 )
 from pyg_dist.partitioning.hetero_book import HeteroPartitionBook
 from pyg_dist.partitioning.meta import read_meta
-from pyg_dist.partitioning.parts import EdgePart, NodePart, PartData, PartLoader
+from pyg_dist.partitioning.parts import EdgePart, NodePart, PartData
 
 logger = logging.getLogger(__name__)
 
@@ -322,14 +322,6 @@ class PartitionReader:
                                     self.num_edges_of(edge_type))
         return EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES), tensors.pop(EDGE_IDS),
                         tensors)
-
-    def part(self, part: int, mmap: bool = False) -> PartLoader:
-        """A loader of one part's files, type by type (see :class:`PartLoader`).
-
-        Raises:
-            InvalidPartitionArgumentError: if ``part`` is out of range.
-        """
-        return PartLoader(self, self._loadable(part), mmap)
 
     def load_part(self, part: int, mmap: bool = False, *, topology: bool = True,
                   features: bool = True) -> PartData:

@@ -35,9 +35,8 @@ def test_csc_lists_each_destinations_input_neighbours(tmp_path, hetero_graph):
     edge_type = ("author", "writes", "paper")
     src, dst = hetero_graph[edge_type].edge_index
     for k in range(3):
-        loader = reader.part(k)
-        edges = loader.load_edges(edge_type)
-        owned = loader.load_nodes("paper").node_ids
+        edges = reader.load_edges(edge_type, k)
+        owned = reader.load_nodes("paper", k).node_ids
         for local, node in enumerate(owned.tolist()):
             begin, end = int(edges.indptr[local]), int(edges.indptr[local + 1])
             expected = (dst == node).nonzero().view(-1)
@@ -128,11 +127,12 @@ def test_mmap_and_partial_loads(tmp_path, hetero_graph):
     a, b = reader.load_part(0), reader.load_part(0, mmap=True)
     for node_type in a.nodes:
         assert torch.equal(a.nodes[node_type].features["x"], b.nodes[node_type].features["x"])
-    topo = reader.part(1).load_edges(("paper", "cites", "paper"), features=False)
+    topo = reader.load_edges(("paper", "cites", "paper"), 1, features=False)
     assert topo.features == {} and topo.num_edges > 0
     nodes_only = reader.load_part(1, topology=False)
     assert nodes_only.edges == {} and set(nodes_only.nodes) == {"paper", "author", "inst"}
-    assert reader.part(1).num_nodes("paper") == nodes_only.nodes["paper"].node_ids.numel()
+    (paper,) = [t for t in reader.meta["parts"][1]["node_types"] if t["type"] == "paper"]
+    assert paper["num_nodes"] == nodes_only.nodes["paper"].node_ids.numel()
 
 
 def test_metis_balances_every_node_type(tmp_path):

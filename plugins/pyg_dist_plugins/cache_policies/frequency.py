@@ -70,7 +70,7 @@ def _count_visits(context: CacheContext, graph_store: Any, num_neighbors: Any,
                   input_type: Optional[str], seeds: Tensor, sizes: dict[Optional[str], int],
                   batch_size: int, epochs: int, seed: int) -> dict[Optional[str], Tensor]:
     """How often sampling from ``seeds`` reaches every node of every type."""
-    from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
+    from pyg_dist.sampler import DistNeighborSampler
 
     sampler = DistNeighborSampler((context.feature_store, graph_store),
                                   num_neighbors=num_neighbors, seed=seed)
