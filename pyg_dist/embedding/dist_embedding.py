@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
@@ -36,6 +37,10 @@ logger = logging.getLogger(__name__)
 Init = Union[str, Callable[[Tensor], Tensor]]
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 _CHUNK_BYTES = 32 << 20  # rows per request: at most this many bytes
+# Rows read with autograd but not yet in a backward (a loader's prefetched
+# batches) survive this many zero_grad calls, then are forgotten (a batch
+# never trained on must not be held for ever).
+_UNUSED_ZERO_GRADS = 8
 
 
 def router_of(stores: Any) -> Any:
@@ -106,7 +111,8 @@ class DistEmbedding:
         self.node_type = node_type
         self.num_embeddings = self.router.num_nodes_of(node_type)
         self.timeout = timeout
-        self._trace: list[tuple[Tensor, Tensor]] = []
+        self._trace: list[list[Any]] = []  # [ids, rows, zero_grads seen unused]
+        self._trace_lock = threading.Lock()  # a loader's threads read with autograd too
         self._pending: list[tuple[int, futures.Future]] = []
         self._create(init, seed)
 
@@ -174,17 +180,19 @@ class DistEmbedding:
         """The rows of ``ids`` (global ids of the node type, any order,
         repeats allowed), ``[len(ids), dim]``; with autograd on, their
         gradient is recorded for the optimiser's next step."""
-        self.flush()
         ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
         unique, inverse = torch.unique(ids, return_inverse=True)
         rows = self.read(unique)
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
-            self._trace.append((unique, rows))
+            with self._trace_lock:
+                self._trace.append([unique, rows, 0])
         return rows.index_select(0, inverse)
 
     def read(self, ids: Tensor) -> Tensor:
-        """The rows of ``ids`` as they are on the servers, without autograd."""
+        """The rows of ``ids`` as they are on the servers (this trainer's
+        steps applied), without autograd."""
+        self.flush()
         ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
         out = torch.empty(ids.numel(), self.embedding_dim, dtype=self.dtype)
         requests, places = [], []
@@ -207,7 +215,8 @@ class DistEmbedding:
     def gradient(self) -> Optional[tuple[Tensor, Tensor]]:
         """The gradient since :meth:`zero_grad`: ``(ids, grads)``, one row
         (float32) per distinct id, ids ascending; ``None`` if none."""
-        pairs = [(ids, rows.grad) for ids, rows in self._trace if rows.grad is not None]
+        with self._trace_lock:
+            pairs = [(ids, rows.grad) for ids, rows, _ in self._trace if rows.grad is not None]
         if not pairs:
             return None
         ids = torch.cat([p[0] for p in pairs])
@@ -227,11 +236,20 @@ class DistEmbedding:
             return None
         ids, grads = gradient
         return torch.sparse_coo_tensor(ids.view(1, -1), grads,
-                                       (self.num_embeddings, self.embedding_dim)).coalesce()
+                                       (self.num_embeddings, self.embedding_dim),
+                                       is_coalesced=True, check_invariants=False)
 
     def zero_grad(self) -> None:
-        """Forgets the rows read with autograd and their gradients."""
-        self._trace.clear()
+        """Forgets the gradients recorded so far. Rows read with autograd
+        that no backward reached yet (a batch prefetched before this step)
+        are kept for the next step's gradient."""
+        with self._trace_lock:
+            kept = []
+            for entry in self._trace:
+                if entry[1].grad is None and entry[2] < _UNUSED_ZERO_GRADS:
+                    entry[2] += 1
+                    kept.append(entry)
+            self._trace = kept
 
     # Pushes (pyg_dist.optim) ###############################################
 

@@ -8,10 +8,10 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
+from embedding_support import serving
 
 from pyg_dist.partitioning.writer import partition
 from pyg_dist.store.connect import connect
-from embedding_support import serving
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,7 @@ def _step(emb: DistEmbedding, opt, ids: torch.Tensor) -> None:
     opt.flush()
 
 
+@pytest.mark.slow
 def test_sigkill_loses_the_steps_since_the_checkpoint_and_sigterm_none(cora_roots, tmp_path):
     root, store = cora_roots[2], tmp_path / "emb"
     args = ["--embeddings-dir", str(store), "--checkpoint-every", "0"]
