@@ -74,6 +74,17 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def part_list(text: str) -> list[int]:
     """An argparse type: ``K`` or a comma-separated list ``K,L,...`` of
     distinct parts, each in ``[0, 2**15)``."""
@@ -165,7 +176,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="checkpoint the part's learnable embedding tables in DIR/part-K "
                         "(atomic, checksummed safetensors) and resume from there on start; "
                         "without it they live in memory only")
-    p.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--checkpoint-every", type=seconds, default=60.0, metavar="SECONDS",
                    help="with --embeddings-dir: seconds between checkpoints while tables "
                         "change, 0 for only on stop (SIGTERM) (default: 60)")
     p.add_argument("--curve-secret-key", metavar="FILE", default=None,

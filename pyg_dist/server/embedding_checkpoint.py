@@ -68,6 +68,9 @@ class EmbeddingCheckpoint:
                  every: Optional[float] = 60.0) -> None:
         self.ops = ops
         self.path = Path(directory) / f"part-{ops.part}"
+        if every is not None and not 0 <= every < float("inf"):
+            raise EmbeddingError(f"checkpoint_every must be a number of seconds >= 0, got "
+                                 f"{every!r}")
         self.every = float(every) if every else None
         self._saving = threading.Lock()
         self._stop = threading.Event()
