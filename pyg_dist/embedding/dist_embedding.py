@@ -43,11 +43,17 @@ _CHUNK_BYTES = 32 << 20  # rows per request: at most this many bytes
 _UNUSED_ZERO_GRADS = 8
 
 
-def router_of(stores: Any) -> Any:
-    """The :class:`~pyg_dist.store.routing.Router` behind ``(fs, gs)`` of
-    :func:`pyg_dist.connect`, a remote feature store or a cached one."""
+def remote_store(stores: Any) -> Any:
+    """The remote feature store of ``(fs, gs)`` of :func:`pyg_dist.connect`,
+    of that feature store alone, or of a ``CachedFeatureStore`` in front."""
     fs = stores[0] if isinstance(stores, (tuple, list)) else stores
-    fs = getattr(fs, "remote", fs)  # a CachedFeatureStore wraps the remote store
+    return getattr(fs, "remote", fs)  # a CachedFeatureStore wraps the remote store
+
+
+def router_of(stores: Any) -> Any:
+    """The :class:`~pyg_dist.store.routing.Router` behind ``stores`` (see
+    :func:`remote_store`)."""
+    fs = remote_store(stores)
     router = getattr(fs, "router", None)
     if router is None:
         raise EmbeddingError(f"DistEmbedding needs the (feature_store, graph_store) pair of "
@@ -85,6 +91,11 @@ class DistEmbedding:
             sent; optimiser arithmetic is float32).
         seed: Seeds ``"uniform"``.
         timeout: Deadline of each call; the connection's by default.
+        attr_name: Also serve the rows as this node attribute of the feature
+            store (of ``node_type``): the loaders' batches then carry them
+            (``batch.<attr_name>``, ``batch[node_type].<attr_name>``) with
+            autograd back to the table, as the remote feature store reads
+            them for the batch's nodes. ``None``: call ``emb(ids)`` yourself.
 
     Raises:
         EmbeddingError: on a bad argument, replicas of a part (refused: one
@@ -94,7 +105,8 @@ class DistEmbedding:
 
     def __init__(self, stores: Any, name: str, dim: int, init: Init = "uniform",
                  node_type: Optional[str] = None, dtype: torch.dtype = torch.float32, *,
-                 seed: int = 0, timeout: Optional[float] = None) -> None:
+                 seed: int = 0, timeout: Optional[float] = None,
+                 attr_name: Optional[str] = None) -> None:
         self.router = router_of(stores)
         if self.router.replicas and any(len(g) > 1 for g in self.router.replicas):
             raise EmbeddingError("DistEmbedding refuses replicated parts: each row must "
@@ -115,6 +127,8 @@ class DistEmbedding:
         self._trace_lock = threading.Lock()  # a loader's threads read with autograd too
         self._pending: list[tuple[int, futures.Future]] = []
         self._create(init, seed)
+        if attr_name is not None:
+            remote_store(stores).add_embedding(node_type, attr_name, self)
 
     def __repr__(self) -> str:
         return (f"DistEmbedding({self.name!r}, {self.num_embeddings}, "
