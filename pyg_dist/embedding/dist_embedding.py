@@ -124,7 +124,9 @@ class DistEmbedding:
         self.num_embeddings = self.router.num_nodes_of(node_type)
         self.timeout = timeout
         self._trace: list[list[Any]] = []  # [ids, rows, zero_grads seen unused]
-        self._trace_lock = threading.Lock()  # a loader's threads read with autograd too
+        # A loader's threads read (with autograd) while the training thread
+        # steps: the trace and the pending pushes are shared.
+        self._trace_lock = threading.Lock()
         self._pending: list[tuple[int, futures.Future]] = []
         self._create(init, seed)
         if attr_name is not None:
@@ -276,12 +278,15 @@ class DistEmbedding:
         for part, positions, owned in self.router.split(ids, self.node_type):
             request = EMB_PUSH.request(part, {"name": self.name, "optimizer": optimizer},
                                        [owned, grads.index_select(0, positions)])
-            self._pending.append((part, client.call_async(*request, timeout=deadline)))
+            future = client.call_async(*request, timeout=deadline)
+            with self._trace_lock:
+                self._pending.append((part, future))
 
     def flush(self) -> None:
         """Waits until every step sent was applied; raises the first error
         (a typed ``RpcError``: a server lost mid-step loses that step)."""
-        pending, self._pending = self._pending, []
+        with self._trace_lock:  # a loader's thread may read (and flush) meanwhile
+            pending, self._pending = self._pending, []
         if not pending:
             return
         client, deadline = self.router.client, self.router.deadline(self.timeout)
