@@ -26,7 +26,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -42,6 +42,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batches", type=int, default=20, help="timed training steps per run")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per run")
     p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument("--staleness", type=int, nargs="+", default=[0, 1],
+                   help="DistEmbedding staleness values to time (0: reads wait for every "
+                        "push; 1: a step's pushes overlap the next batch)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
@@ -72,7 +75,7 @@ def train(loader: Any, attr: str, model: Any, optimizers: list[Any], warmup: int
 
 
 def run(data: Any, root: str, args: argparse.Namespace, seeds: torch.Tensor,
-        embedding: bool) -> float:
+        staleness: Optional[int]) -> float:
     """seeds/s of one run (see the module)."""
     from torch_geometric.nn.models import GraphSAGE
 
@@ -89,9 +92,9 @@ def run(data: Any, root: str, args: argparse.Namespace, seeds: torch.Tensor,
                               out_channels=int(data.y.max()) + 1)
             optimizers: list[Any] = [torch.optim.Adam(model.parameters(), lr=0.01)]
             attr = "x"
-            if embedding:
+            if staleness is not None:
                 emb = pyg_dist.DistEmbedding((fs, gs), "bench", args.dim, init="uniform",
-                                             attr_name="emb")
+                                             attr_name="emb", staleness=staleness)
                 optimizers.append(pyg_dist.optim.SparseAdam([emb], lr=0.01))
                 attr = "emb"
             loader = pyg_dist.DistNeighborLoader(
@@ -101,8 +104,8 @@ def run(data: Any, root: str, args: argparse.Namespace, seeds: torch.Tensor,
         finally:
             fs.close()
     rate = count / seconds
-    name = f"embedding dim {args.dim} (SparseAdam)" if embedding else \
-        f"fixed x dim {args.dim} (served)"
+    name = f"fixed x dim {args.dim} (served)" if staleness is None else \
+        f"embedding dim {args.dim}, staleness {staleness}"
     print(f"{name:<34} {rate:>10,.0f} seeds/s ({count} seeds, {seconds:.2f}s)", flush=True)
     return rate
 
@@ -122,12 +125,13 @@ def main() -> None:
     bare = data.clone()
     del bare.x
     with tempfile.TemporaryDirectory(prefix="pyg-dist-bench-emb-") as tmp:
-        fixed = run(data, f"{tmp}/fixed", args, seeds, embedding=False)
-        learned = run(bare, f"{tmp}/bare", args, seeds, embedding=True)
+        fixed = run(data, f"{tmp}/fixed", args, seeds, None)
+        learned = {k: run(bare, f"{tmp}/bare-{k}", args, seeds, k) for k in args.staleness}
     print(json.dumps({"fixed_seeds_per_s": round(fixed, 1),
-                      "embedding_seeds_per_s": round(learned, 1),
-                      "ratio": round(learned / fixed, 3), "dim": args.dim,
-                      "prefetch": args.prefetch, "load_average": os.getloadavg()}))
+                      "embedding_seeds_per_s": {k: round(v, 1) for k, v in learned.items()},
+                      "ratio": {k: round(v / fixed, 3) for k, v in learned.items()},
+                      "dim": args.dim, "prefetch": args.prefetch,
+                      "load_average": os.getloadavg()}))
 
 
 if __name__ == "__main__":

@@ -96,6 +96,12 @@ class DistEmbedding:
             (``batch.<attr_name>``, ``batch[node_type].<attr_name>``) with
             autograd back to the table, as the remote feature store reads
             them for the batch's nodes. ``None``: call ``emb(ids)`` yourself.
+        staleness: Steps of this trainer a read may miss: ``0`` (default)
+            waits for every push sent before it (one trainer's steps equal
+            torch's); ``k`` lets a read go out while the pushes of the last
+            ``k`` steps are still on their way, overlapping them with the
+            next batch (rows up to ``k`` of its own steps old, as under
+            several trainers).
 
     Raises:
         EmbeddingError: on a bad argument, replicas of a part (refused: one
@@ -106,7 +112,7 @@ class DistEmbedding:
     def __init__(self, stores: Any, name: str, dim: int, init: Init = "uniform",
                  node_type: Optional[str] = None, dtype: torch.dtype = torch.float32, *,
                  seed: int = 0, timeout: Optional[float] = None,
-                 attr_name: Optional[str] = None) -> None:
+                 attr_name: Optional[str] = None, staleness: int = 0) -> None:
         self.router = router_of(stores)
         if self.router.replicas and any(len(g) > 1 for g in self.router.replicas):
             raise EmbeddingError("DistEmbedding refuses replicated parts: each row must "
@@ -119,6 +125,9 @@ class DistEmbedding:
         if not callable(init) and init not in ("zeros", "uniform"):
             raise EmbeddingError(f"init must be 'zeros', 'uniform' or a callable of global "
                                  f"ids, got {init!r}")
+        if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+            raise EmbeddingError(f"staleness must be an int >= 0, got {staleness!r}")
+        self.staleness = staleness
         self.name, self.embedding_dim, self.dtype = name, dim, dtype
         self.node_type = node_type
         self.num_embeddings = self.router.num_nodes_of(node_type)
@@ -127,7 +136,8 @@ class DistEmbedding:
         # A loader's threads read (with autograd) while the training thread
         # steps: the trace and the pending pushes are shared.
         self._trace_lock = threading.Lock()
-        self._pending: list[tuple[int, futures.Future]] = []
+        self._pending: list[tuple[int, int, futures.Future]] = []  # (push, part, future)
+        self._pushes = 0
         self._create(init, seed)
         if attr_name is not None:
             remote_store(stores).add_embedding(node_type, attr_name, self)
@@ -198,17 +208,21 @@ class DistEmbedding:
         gradient is recorded for the optimiser's next step."""
         ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
         unique, inverse = torch.unique(ids, return_inverse=True)
+        if unique.numel() == ids.numel():
+            # Distinct ids (a batch's n_id): the rows themselves are the leaf,
+            # in the caller's order, with no gather (nor its backward).
+            unique, inverse = ids, None
         rows = self.read(unique)
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
             with self._trace_lock:
                 self._trace.append([unique, rows, 0])
-        return rows.index_select(0, inverse)
+        return rows if inverse is None else rows.index_select(0, inverse)
 
     def read(self, ids: Tensor) -> Tensor:
         """The rows of ``ids`` as they are on the servers (this trainer's
-        steps applied), without autograd."""
-        self.flush()
+        steps applied, but for the last ``staleness``), without autograd."""
+        self.flush(self.staleness)
         ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
         out = torch.empty(ids.numel(), self.embedding_dim, dtype=self.dtype)
         requests, places = [], []
@@ -217,7 +231,11 @@ class DistEmbedding:
                                   owned.split(self.rows_per_request)):
                 requests.append(EMB_READ.request(part, {"name": self.name}, [chunk]))
                 places.append(pos)
-        for pos, reply in zip(places, self.router.call_all(requests, self.timeout)):
+        # Stated reply sizes let same-host servers answer through shared memory.
+        row_bytes = self.embedding_dim * out.element_size()
+        replies = self.router.call_all(requests, self.timeout,
+                                       reply_bytes=[p.numel() * row_bytes for p in places])
+        for pos, reply in zip(places, replies):
             rows = reply.tensors[0]
             if rows.dtype != self.dtype:
                 reply.release()
@@ -230,16 +248,16 @@ class DistEmbedding:
 
     def gradient(self) -> Optional[tuple[Tensor, Tensor]]:
         """The gradient since :meth:`zero_grad`: ``(ids, grads)``, one row
-        (float32) per distinct id, ids ascending; ``None`` if none."""
+        (float32) per distinct id; ``None`` if none."""
         with self._trace_lock:
             pairs = [(ids, rows.grad) for ids, rows, _ in self._trace if rows.grad is not None]
         if not pairs:
             return None
+        if len(pairs) == 1:  # a leaf's ids are distinct: no copy, no sum
+            return pairs[0][0], pairs[0][1].to(torch.float32)
         ids = torch.cat([p[0] for p in pairs])
         grads = torch.cat([p[1] for p in pairs]).to(torch.float32)
         unique, inverse = torch.unique(ids, return_inverse=True)
-        if unique.numel() == ids.numel() and len(pairs) == 1:
-            return unique, grads  # already one sorted row per id
         summed = torch.zeros(unique.numel(), self.embedding_dim, dtype=torch.float32)
         return unique, summed.index_add_(0, inverse, grads)
 
@@ -251,7 +269,8 @@ class DistEmbedding:
         if gradient is None:
             return None
         ids, grads = gradient
-        return torch.sparse_coo_tensor(ids.view(1, -1), grads,
+        order = ids.argsort()
+        return torch.sparse_coo_tensor(ids[order].view(1, -1), grads[order],
                                        (self.num_embeddings, self.embedding_dim),
                                        is_coalesced=True, check_invariants=False)
 
@@ -273,25 +292,29 @@ class DistEmbedding:
         """Sends one optimiser step of ``(ids, grads)`` (ids unique) to the
         owning servers, one request each, without waiting: the next read
         (or :meth:`flush`) waits for them and raises their errors."""
-        self.flush()
+        self.flush(self.staleness)
         client, deadline = self.router.client, self.router.deadline(self.timeout)
+        self._pushes += 1
         for part, positions, owned in self.router.split(ids, self.node_type):
             request = EMB_PUSH.request(part, {"name": self.name, "optimizer": optimizer},
                                        [owned, grads.index_select(0, positions)])
             future = client.call_async(*request, timeout=deadline)
             with self._trace_lock:
-                self._pending.append((part, future))
+                self._pending.append((self._pushes, part, future))
 
-    def flush(self) -> None:
-        """Waits until every step sent was applied; raises the first error
-        (a typed ``RpcError``: a server lost mid-step loses that step)."""
+    def flush(self, keep: int = 0) -> None:
+        """Waits until every step sent was applied (but those of the last
+        ``keep`` steps); raises the first error (a typed ``RpcError``: a
+        server lost mid-step loses that step)."""
         with self._trace_lock:  # a loader's thread may read (and flush) meanwhile
-            pending, self._pending = self._pending, []
+            newest = self._pushes - keep
+            pending = [p for p in self._pending if p[0] <= newest]
+            self._pending = [p for p in self._pending if p[0] > newest]
         if not pending:
             return
         client, deadline = self.router.client, self.router.deadline(self.timeout)
         failure: Optional[BaseException] = None
-        for part, future in pending:
+        for _, part, future in pending:
             try:
                 client.result(future, part, EMB_PUSH.name, deadline)
             except Exception as exc:  # wait for every part: the others' steps count

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from pyg_dist.errors import EmbeddingError, ProtocolError
 from pyg_dist.rpc import ops
+from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.embedding_updates import (
     STATE_KEYS,
@@ -255,13 +256,20 @@ class EmbeddingOps:
         self._check_reply(answer, "emb_read", "ask for fewer ids per request")
         return answer
 
-    def read(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """The rows of the ids (owned, repeats allowed), in their order."""
+    @uses_context
+    def read(self, args: dict[str, Any], tensors: list[Tensor],
+             ctx: Optional[CallContext] = None) -> Result:
+        """The rows of the ids (owned, repeats allowed), in their order,
+        written into the outputs the call context allocates (memory a
+        same-host client lent, when it did)."""
         table = self._table(args)
         rows = self._rows_of(table, tensors, unique=False)
         self.read_bytes(args, tensors)
+        shape = (rows.numel(), table.dim)
+        out = ctx.alloc([(table.weight.dtype, shape)])[0] if ctx is not None else \
+            torch.empty(shape, dtype=table.weight.dtype)
         with table.lock:  # never half of a push
-            out = table.weight.index_select(0, rows)
+            torch.index_select(table.weight, 0, rows, out=out)
         return {"dim": table.dim, "updates": table.updates}, [out]
 
     def write(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
