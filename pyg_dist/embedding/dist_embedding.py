@@ -202,28 +202,43 @@ class DistEmbedding:
 
     # Reading and autograd ##################################################
 
-    def __call__(self, ids: Tensor) -> Tensor:
+    def __call__(self, ids: Tensor, distinct: bool = False) -> Tensor:
         """The rows of ``ids`` (global ids of the node type, any order,
         repeats allowed), ``[len(ids), dim]``; with autograd on, their
-        gradient is recorded for the optimiser's next step."""
+        gradient is recorded for the optimiser's next step.
+
+        Args:
+            ids: The global ids.
+            distinct: The caller vouches that no id repeats (a batch's
+                ``n_id``: the feature store says so), which spares a sort;
+                a push with a repeated id would be refused whole.
+        """
         ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
-        unique, inverse = torch.unique(ids, return_inverse=True)
-        if unique.numel() == ids.numel():
-            # Distinct ids (a batch's n_id): the rows themselves are the leaf,
-            # in the caller's order, with no gather (nor its backward).
-            unique, inverse = ids, None
-        rows = self.read(unique)
+        inverse = None
+        if not distinct:
+            unique, inverse = torch.unique(ids, return_inverse=True)
+            if unique.numel() != ids.numel():
+                ids = unique
+            else:
+                inverse = None
+        # Distinct ids: the rows themselves are the leaf, in the caller's
+        # order, with no gather (nor its backward).
+        rows = self._read(ids)
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
             with self._trace_lock:
-                self._trace.append([unique, rows, 0])
+                self._trace.append([ids, rows, 0])
         return rows if inverse is None else rows.index_select(0, inverse)
 
     def read(self, ids: Tensor) -> Tensor:
         """The rows of ``ids`` as they are on the servers (this trainer's
         steps applied, but for the last ``staleness``), without autograd."""
+        return self._read(self.router.check_ids(torch.as_tensor(ids), "embedding ids",
+                                                self.node_type))
+
+    def _read(self, ids: Tensor) -> Tensor:
+        """:meth:`read` of checked ids."""
         self.flush(self.staleness)
-        ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
         out = torch.empty(ids.numel(), self.embedding_dim, dtype=self.dtype)
         requests, places = [], []
         for part, positions, owned in self.router.split(ids, self.node_type):

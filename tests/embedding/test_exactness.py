@@ -10,6 +10,7 @@ import torch
 
 import pyg_dist
 from pyg_dist.embedding import DistEmbedding
+from pyg_dist.errors import EmbeddingError, RemoteError
 
 DIM = 8
 
@@ -115,5 +116,42 @@ def test_a_second_trainer_shares_the_table_and_a_clash_is_refused(served):
     pyg_dist.optim.SGD([first], lr=1.0)
     second = DistEmbedding((fs, gs), "shared", DIM, init="zeros")  # found, not made again
     assert torch.equal(second.read(torch.arange(10)), _init(torch.arange(10)))
-    with pytest.raises(pyg_dist.errors.EmbeddingError, match="exists on part"):
+    with pytest.raises(EmbeddingError, match="exists on part"):
         DistEmbedding((fs, gs), "shared", DIM + 1)
+
+
+def test_with_staleness_every_step_still_lands(served):
+    # Reads may miss the last two steps' pushes, but none is lost: after a
+    # flush the table is torch's (SGD's steps commute: the order of the
+    # reads does not matter for a linear loss).
+    fs, gs = served[2]
+    emb = DistEmbedding((fs, gs), "stale", DIM, init=_init, staleness=2)
+    opt = pyg_dist.optim.SGD([emb], lr=0.1)
+    expected = _init(torch.arange(fs.num_nodes))
+    for ids in _batches(fs.num_nodes, steps=5, size=50):
+        opt.zero_grad()
+        emb(ids).sum().backward()
+        opt.step()
+        expected.index_add_(0, ids, torch.full((ids.numel(), DIM), -0.1))
+    opt.flush()
+    torch.testing.assert_close(emb.read(torch.arange(fs.num_nodes)), expected, rtol=0,
+                               atol=1e-6)
+    with pytest.raises(EmbeddingError, match="staleness"):
+        DistEmbedding((fs, gs), "stale", DIM, staleness=-1)
+
+
+def test_ids_vouched_distinct_that_repeat_are_refused_by_their_server(served):
+    fs, gs = served[2]
+    emb = DistEmbedding((fs, gs), "vouched", DIM, init=_init)
+    opt = pyg_dist.optim.SGD([emb], lr=0.1)
+    emb(torch.tensor([4, 4, 9]), distinct=True).sum().backward()
+    opt.step()
+    with pytest.raises(RemoteError, match="names an id twice"):
+        opt.flush()
+    # Each server takes or refuses its own push whole: the owner of 4 refused
+    # it (nothing applied there), the other applied its rows.
+    rows = emb.read(torch.tensor([4, 9]))
+    assert torch.equal(rows[0], _init(torch.tensor([4]))[0])
+    owner = fs.router.book_of(None).part_of(torch.tensor([4, 9])).tolist()
+    assert owner[0] != owner[1]
+    torch.testing.assert_close(rows[1], _init(torch.tensor([9]))[0] - 0.1)
