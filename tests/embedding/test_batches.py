@@ -92,3 +92,19 @@ def test_an_attribute_name_the_servers_hold_is_refused(stores):
     fs, gs = stores
     with pytest.raises(StoreError, match="already has an attribute 'x'"):
         DistEmbedding((fs, gs), "clash", DIM, attr_name="x")
+
+
+def test_a_heterogeneous_batch_carries_the_rows_of_its_node_type(served_hetero):
+    fs0, _ = served_hetero.get(2)
+    fs, gs = connect(fs0.router.endpoints)
+    with fs:
+        emb = DistEmbedding((fs, gs), "v1-emb", DIM, init=_init, node_type="v1",
+                            attr_name="emb")
+        loader = DistNeighborLoader((fs, gs), num_neighbors=[3, 3], batch_size=16,
+                                    input_nodes=("v0", None))
+        batch = next(iter(loader))
+        assert "emb" not in batch["v0"] and batch["v1"].n_id.numel() > 0
+        assert torch.equal(batch["v1"].emb.detach(), _init(batch["v1"].n_id))
+        batch["v1"].emb.sum().backward()
+        pyg_dist.optim.SGD([emb], lr=1.0).step()
+        torch.testing.assert_close(emb.read(batch["v1"].n_id), _init(batch["v1"].n_id) - 1)
