@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from embedding_support import serving
 
 import pyg_dist
 from pyg_dist.embedding import DistEmbedding
 from pyg_dist.errors import StoreError
 from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
+from pyg_dist.partitioning.writer import partition
 from pyg_dist.store.cached_feature_store import CachedFeatureStore
 from pyg_dist.store.connect import connect
 
@@ -94,17 +96,24 @@ def test_an_attribute_name_the_servers_hold_is_refused(stores):
         DistEmbedding((fs, gs), "clash", DIM, attr_name="x")
 
 
-def test_a_heterogeneous_batch_carries_the_rows_of_its_node_type(served_hetero):
-    fs0, _ = served_hetero.get(2)
-    fs, gs = connect(fs0.router.endpoints)
-    with fs:
-        emb = DistEmbedding((fs, gs), "v1-emb", DIM, init=_init, node_type="v1",
-                            attr_name="emb")
-        loader = DistNeighborLoader((fs, gs), num_neighbors=[3, 3], batch_size=16,
-                                    input_nodes=("v0", None))
-        batch = next(iter(loader))
-        assert "emb" not in batch["v0"] and batch["v1"].n_id.numel() > 0
-        assert torch.equal(batch["v1"].emb.detach(), _init(batch["v1"].n_id))
-        batch["v1"].emb.sum().backward()
-        pyg_dist.optim.SGD([emb], lr=1.0).step()
-        torch.testing.assert_close(emb.read(batch["v1"].n_id), _init(batch["v1"].n_id) - 1)
+def test_a_heterogeneous_batch_carries_the_rows_of_its_node_type(hetero_data, tmp_path):
+    root = str(tmp_path / "hetero")
+    partition(hetero_data, 2, root)
+    with serving(root, 2) as servers:
+        fs, gs = connect([s.endpoint for s in servers])
+        with fs:
+            _hetero_batch(fs, gs)
+
+
+def _hetero_batch(fs, gs) -> None:
+    """One batch from v0 seeds: its v1 nodes carry their rows; a step moves them."""
+    emb = DistEmbedding((fs, gs), "v1-emb", DIM, init=_init, node_type="v1",
+                        attr_name="emb")
+    loader = DistNeighborLoader((fs, gs), num_neighbors=[3, 3], batch_size=16,
+                                input_nodes=("v0", None))
+    batch = next(iter(loader))
+    assert "emb" not in batch["v0"] and batch["v1"].n_id.numel() > 0
+    assert torch.equal(batch["v1"].emb.detach(), _init(batch["v1"].n_id))
+    batch["v1"].emb.sum().backward()
+    pyg_dist.optim.SGD([emb], lr=1.0).step()
+    torch.testing.assert_close(emb.read(batch["v1"].n_id), _init(batch["v1"].n_id) - 1)
