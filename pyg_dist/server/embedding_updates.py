@@ -134,21 +134,21 @@ def apply_update(weight: Tensor, state: dict[str, Tensor], rows: Tensor, grads: 
 
 def _adam_delta(state: dict[str, Tensor], rows: Tensor, grads: Tensor,
                 opt: Optimizer) -> Tensor:
-    # torch.optim._functional.sparse_adam, operation for operation.
+    # torch.optim._functional.sparse_adam, value for value (its ``update +
+    # old`` is the new moment, computed here in place on the update: the
+    # same float operations with fewer temporaries).
     beta1, beta2 = opt.betas
     exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
     old_avg = exp_avg.index_select(0, rows)
-    avg_update = grads.sub(old_avg).mul_(1 - beta1)
-    exp_avg.index_copy_(0, rows, old_avg.add(avg_update))
+    avg = grads.sub(old_avg).mul_(1 - beta1).add_(old_avg)
+    exp_avg.index_copy_(0, rows, avg)
     old_sq = exp_avg_sq.index_select(0, rows)
-    sq_update = grads.pow(2).sub_(old_sq).mul_(1 - beta2)
-    exp_avg_sq.index_copy_(0, rows, old_sq.add(sq_update))
-    numer = avg_update.add_(old_avg)
-    denom = sq_update.add_(old_sq).sqrt_().add_(opt.eps)
+    sq = grads.pow(2).sub_(old_sq).mul_(1 - beta2).add_(old_sq)
+    exp_avg_sq.index_copy_(0, rows, sq)
     bias_correction1 = 1 - beta1 ** opt.step
     bias_correction2 = 1 - beta2 ** opt.step
     step_size = opt.lr * math.sqrt(bias_correction2) / bias_correction1
-    return numer.div_(denom).mul_(-step_size)
+    return avg.div_(sq.sqrt_().add_(opt.eps)).mul_(-step_size)
 
 
 def _adagrad_delta(state: dict[str, Tensor], rows: Tensor, grads: Tensor,
