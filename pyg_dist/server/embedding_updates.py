@@ -122,13 +122,15 @@ def apply_update(weight: Tensor, state: dict[str, Tensor], rows: Tensor, grads: 
     The arithmetic is float32 whatever the table's dtype; a bfloat16 table
     stores the result rounded.
     """
-    old = weight.index_select(0, rows).to(torch.float32)
+    # A fresh gather (float32 of a float32 table is the same fresh tensor),
+    # so the step is added in place.
+    new = weight.index_select(0, rows).to(torch.float32)
     if opt.kind == "sgd":
-        new = old.add(grads, alpha=-opt.lr)
+        new.add_(grads, alpha=-opt.lr)
     elif opt.kind == "adam":
-        new = old.add(_adam_delta(state, rows, grads, opt))
+        new.add_(_adam_delta(state, rows, grads, opt))
     else:
-        new = old.add(_adagrad_delta(state, rows, grads, opt))
+        new.add_(_adagrad_delta(state, rows, grads, opt))
     weight.index_copy_(0, rows, new.to(weight.dtype))
 
 
