@@ -138,9 +138,18 @@ class DistEmbedding:
         self._trace_lock = threading.Lock()
         self._pending: list[tuple[int, int, futures.Future]] = []  # (push, part, future)
         self._pushes = 0
+        self._pid = os.getpid()  # reads with autograd belong to this process
         self._create(init, seed)
         if attr_name is not None:
             remote_store(stores).add_embedding(node_type, attr_name, self)
+
+    def __getstate__(self) -> Any:
+        # A copy in another process (a DataLoader worker) would record
+        # gradients its trainer never sees: refuse, saying what to do.
+        raise EmbeddingError(f"DistEmbedding {self.name!r} cannot be copied to another "
+                             f"process (a DataLoader worker builds batches whose gradients "
+                             f"would never reach the optimiser); build batches in the "
+                             f"training process (num_workers=0; prefetch=K uses threads)")
 
     def __repr__(self) -> str:
         return (f"DistEmbedding({self.name!r}, {self.num_embeddings}, "
@@ -213,6 +222,11 @@ class DistEmbedding:
                 ``n_id``: the feature store says so), which spares a sort;
                 a push with a repeated id would be refused whole.
         """
+        if os.getpid() != self._pid and torch.is_grad_enabled():
+            raise EmbeddingError(f"DistEmbedding {self.name!r} was read with autograd in a "
+                                 f"forked process (a DataLoader worker): its gradient would "
+                                 f"never reach the optimiser; build batches in the training "
+                                 f"process (num_workers=0; prefetch=K uses threads)")
         ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
         inverse = None
         if not distinct:

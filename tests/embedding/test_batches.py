@@ -12,7 +12,7 @@ from embedding_support import serving
 
 import pyg_dist
 from pyg_dist.embedding import DistEmbedding
-from pyg_dist.errors import StoreError
+from pyg_dist.errors import EmbeddingError, StoreError
 from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 from pyg_dist.partitioning.writer import partition
 from pyg_dist.store.cached_feature_store import CachedFeatureStore
@@ -117,3 +117,20 @@ def _hetero_batch(fs, gs) -> None:
     batch["v1"].emb.sum().backward()
     pyg_dist.optim.SGD([emb], lr=1.0).step()
     torch.testing.assert_close(emb.read(batch["v1"].n_id), _init(batch["v1"].n_id) - 1)
+
+
+def test_an_embedding_refuses_to_be_copied_to_another_process(stores):
+    import pickle
+
+    fs, gs = stores
+    emb = DistEmbedding((fs, gs), "unpicklable", DIM, attr_name="emb")
+    with pytest.raises(EmbeddingError, match="cannot be copied to another process"):
+        pickle.dumps(emb)
+
+
+def test_a_loader_worker_process_cannot_read_an_embedding_with_autograd(stores):
+    fs, gs = stores
+    DistEmbedding((fs, gs), "in-workers", DIM, init=_init, attr_name="emb")
+    loader = DistNeighborLoader((fs, gs), num_neighbors=[2], batch_size=16, num_workers=1)
+    with pytest.raises(Exception, match="forked process"):
+        next(iter(loader))
