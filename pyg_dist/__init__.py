@@ -11,6 +11,8 @@ the CLI starts fast; ``pyg_dist.X`` and ``from pyg_dist import X`` both work.
 
 from __future__ import annotations
 
+import importlib
+
 from pyg_dist.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
@@ -32,10 +34,20 @@ _EXPORTS = {
     "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
     "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",
     "DistLinkNeighborLoader": "pyg_dist.loader.dist_link_neighbor_loader",
+    "DistEmbedding": "pyg_dist.embedding.dist_embedding",
     "PluginRegistry": "pyg_dist.plugins",
     "default_registry": "pyg_dist.plugins",
 }
 
+# Sub-packages used as ``pyg_dist.optim.SparseAdam`` after ``import pyg_dist``.
+_SUBPACKAGES = ("optim",)
+
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ("__version__",))
+_exported, __dir__ = lazy_exports(__name__, _EXPORTS, ("__version__", *_SUBPACKAGES))
+
+
+def __getattr__(name: str) -> object:
+    if name in _SUBPACKAGES:  # imported on first use, as the names are
+        return importlib.import_module(f"{__name__}.{name}")
+    return _exported(name)

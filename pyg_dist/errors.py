@@ -38,8 +38,10 @@ The tree::
     │   ├── CacheError                   a feature cache cannot be built as asked
     │   ├── ServerListError              a server list (argument, PYG_DIST_SERVERS,
     │   │                                PYG_DIST_SERVERS_FILE) is missing or bad
-    │   └── ForwardingError              a server cannot sample a batch's hops
-    │                                    with its peers (sample_tree)
+    │   ├── ForwardingError              a server cannot sample a batch's hops
+    │   │                                with its peers (sample_tree)
+    │   └── EmbeddingError               a learnable embedding table cannot be
+    │                                    created, read or updated as asked
     ├── SamplerError                     bad sampler configuration or input
     └── LoaderError                      bad loader configuration, pipeline failure
 
@@ -289,6 +291,13 @@ class ForwardingError(StoreError):
     trainer (and says so once in the log)."""
 
 
+class EmbeddingError(StoreError):
+    """A learnable embedding table (:class:`pyg_dist.DistEmbedding`) cannot be
+    created, read or updated as asked: a table of that name with another
+    shape, a read-only server, replicas of a part, a push with non-finite or
+    misshapen gradients, a checkpoint that does not verify."""
+
+
 class SamplerError(PygDistError, ValueError):
     """The sampler was configured or called with invalid arguments."""
 
@@ -308,8 +317,8 @@ WIRE_TYPES: dict[str, type[PygDistError]] = {
         PartitionFormatError, ChecksumMismatchError, DatasetResolveError, UnknownTypeError,
         GraphKindMismatchError, RpcError, TransportError, ServerUnavailableError,
         SharedMemoryError, RpcTimeoutError, ProtocolError, ServerBusyError, RemoteError,
-        StoreError, CacheError, ServerListError, ForwardingError, SamplerError,
-        LoaderError)
+        StoreError, CacheError, ServerListError, ForwardingError, EmbeddingError,
+        SamplerError, LoaderError)
 }
 
 # The ``Remote<Name>`` twin of each class: a RemoteError that is also an

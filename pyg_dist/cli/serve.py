@@ -74,6 +74,17 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def part_list(text: str) -> list[int]:
     """An argparse type: ``K`` or a comma-separated list ``K,L,...`` of
     distinct parts, each in ``[0, 2**15)``."""
@@ -158,6 +169,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "once every server reported ready")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the sha256 check of the partition files while loading")
+    p.add_argument("--read-only", action="store_true",
+                   help="refuse every write: learnable embedding tables (pyg_dist."
+                        "DistEmbedding) are served as loaded, never created or updated")
+    p.add_argument("--embeddings-dir", metavar="DIR", default=None,
+                   help="checkpoint the part's learnable embedding tables in DIR/part-K "
+                        "(atomic, checksummed safetensors) and resume from there on start; "
+                        "without it they live in memory only")
+    p.add_argument("--checkpoint-every", type=seconds, default=60.0, metavar="SECONDS",
+                   help="with --embeddings-dir: seconds between checkpoints while tables "
+                        "change, 0 for only on stop (SIGTERM) (default: 60)")
     p.add_argument("--curve-secret-key", metavar="FILE", default=None,
                    help="serve with CURVE encryption using this '.key_secret' file "
                         "(made by 'pyg-dist keys')")
@@ -207,7 +228,9 @@ def run(args: argparse.Namespace) -> int:
     tune_malloc()  # before the server starts its threads
     group = ServerGroup(args.root, args.part, bind=args.bind,
                         feature_store=args.feature_store, graph_store=args.graph_store,
-                        config=config, verify=not args.no_verify, peers=_peers(args))
+                        config=config, verify=not args.no_verify, peers=_peers(args),
+                        read_only=args.read_only, embeddings_dir=args.embeddings_dir,
+                        checkpoint_every=args.checkpoint_every)
     # The ready line is the contract with launchers (LocalCluster, tests):
     # exactly "ready <endpoint> [<endpoint>...]", flushed at once.
     status = 0

@@ -204,12 +204,34 @@ EDGE_IDS = OpSpec("edge_ids", "the part's global edge ids of one edge type, page
                   optional=("edge_type", "start", "count"), reply=("total",),
                   reply_check=checks.aligned(1))
 
+# Learnable embeddings (pyg_dist.server.embeddings): the only ops that write,
+# so none is sent again after a lost answer (a late duplicate of a push would
+# apply it twice), and those that change rows run in a worker.
+EMB_CREATE = OpSpec("emb_create", "creates (or finds) a learnable embedding table over the "
+                    "part's nodes of one node type",
+                    required=("name", "dim", "dtype", "init"),
+                    optional=("group", "seed", "bound"),
+                    reply=("created", "ready", "rows"), retry_safe=False)
+EMB_READ = OpSpec("emb_read", "rows of an embedding table for owned ids",
+                  required=("name",), tensors=(1, 1), reply=("dim",),
+                  reply_check=checks.rows_of_ids)
+EMB_WRITE = OpSpec("emb_write", "sets rows of an embedding table (first values, load)",
+                   required=("name",), optional=("ready",), tensors=(2, 2),
+                   reply=("rows",), retry_safe=False, worker=True)
+EMB_PUSH = OpSpec("emb_push", "one sparse optimiser step on rows of an embedding table",
+                  required=("name", "optimizer"), tensors=(2, 2), reply=("rows",),
+                  retry_safe=False, worker=True)
+EMB_CHECKPOINT = OpSpec("emb_checkpoint", "writes the part's embedding tables to its "
+                        "checkpoint directory now", reply=("tables",), retry_safe=False,
+                        worker=True)
+
 RPC_OPS: Mapping[str, OpSpec] = {s.name: s for s in (PING, RELEASE)}
 """The ops every :class:`~pyg_dist.rpc.server.RpcServer` answers itself."""
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
     META, SAMPLE, SAMPLE_TYPES, SAMPLE_TREE, SAMPLE_TREE_TYPES, GET, GET_TYPES, SIZES,
-    EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS)}
+    EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS, EMB_CREATE, EMB_READ, EMB_WRITE,
+    EMB_PUSH, EMB_CHECKPOINT)}
 """The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`)."""
 
 OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}

@@ -215,3 +215,12 @@ def books(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
     # pyg_dist.store.connect, which names what a server of another version
     # lacks.
     return None
+
+
+def rows_of_ids(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+                reply: list[Tensor]) -> Optional[str]:
+    """One 2-D tensor: a row of ``result["dim"]`` values per requested id."""
+    problem = _count(1, reply) or _rows(reply, _ids_of(tensors))
+    if problem is None and (reply[0].dim() != 2 or reply[0].shape[1] != result["dim"]):
+        problem = f"a tensor {_shape(reply[0])}, where rows of {describe(result['dim'])} were due"
+    return problem

@@ -35,6 +35,7 @@ from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.shm import host_id
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.edge_features import EdgeFeatureOps
+from pyg_dist.server.embeddings import EmbeddingOps
 from pyg_dist.server.forwarding import HopForwarder
 from pyg_dist.server.node_features import NodeFeatureOps
 from pyg_dist.server.requests import (
@@ -108,6 +109,8 @@ class PartitionOps:
         self._nodes = NodeFeatureOps(reader, feature_store, self._type_nodes, self._index,
                                      self._ids, self._check_reply)
         self._edges = EdgeFeatureOps(reader, part, list(self._csc), self._check_reply)
+        # Learnable embedding tables (pyg_dist.server.embeddings).
+        self.embeddings = EmbeddingOps(part, self._index, self._check_reply)
         self._attributes = SampleAttributes(
             reader, part, {t: (c.row, c.edge_ids, c.deg) for t, c in self._csc.items()})
         files = json.dumps(reader.meta["files"], sort_keys=True).encode()
@@ -144,7 +147,7 @@ class PartitionOps:
                 ops.SAMPLE_TREE_TYPES.name: self.sample_tree_types,
                 ops.EDGE_INDEX.name: self.edge_index, ops.DEGREE.name: self.degree,
                 ops.STATS.name: self.stats, **self._nodes.handlers(),
-                **self._edges.handlers()}
+                **self._edges.handlers(), **self.embeddings.handlers()}
 
     def estimators(self) -> dict[str, Estimator]:
         """Operation name -> size of the answer it would allocate, for
@@ -153,7 +156,7 @@ class PartitionOps:
         return {ops.SAMPLE.name: self.sample_bytes,
                 ops.SAMPLE_TYPES.name: self.sample_types_bytes,
                 ops.EDGE_INDEX.name: self.edge_index_bytes, **self._nodes.estimators(),
-                **self._edges.estimators()}
+                **self._edges.estimators(), **self.embeddings.estimators()}
 
     # Validation ############################################################
 

@@ -25,6 +25,7 @@ from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE, SAMPLE_TREE_TYPES
 from pyg_dist.rpc.server import RpcServer
 from pyg_dist.rpc.wire_values import error_text
+from pyg_dist.server.embedding_checkpoint import EmbeddingCheckpoint
 from pyg_dist.server.forwarding import HopForwarder, Peers
 from pyg_dist.server.ops import PartitionOps
 
@@ -53,6 +54,14 @@ class PartitionServer:
             it), or a callable returning it on first use: with it the server
             carries a batch's hops among its peers (``sample_tree``,
             :mod:`pyg_dist.server.forwarding`). ``None``: it does not.
+        read_only: Refuse every write (the embedding ops ``emb_create`` of a
+            new table, ``emb_write``, ``emb_push``, ``emb_checkpoint``).
+        embeddings_dir: Where the part's learnable embedding tables are
+            checkpointed (``DIR/part-K/``) and loaded from on start;
+            ``None``: they live in memory only.
+        checkpoint_every: Seconds between checkpoints while tables change
+            (with ``embeddings_dir``); ``0`` or ``None``: only on stop and
+            when asked (``emb_checkpoint``).
         store_options: Extra keyword options for both store factories.
 
     Raises:
@@ -66,7 +75,9 @@ class PartitionServer:
                  graph_store: str = "memory", config: Optional[RpcConfig] = None,
                  registry: Optional[PluginRegistry] = None, verify: bool = True,
                  reader: Optional[PartitionReader] = None, peers: Peers = None,
-                 **store_options: Any) -> None:
+                 read_only: bool = False,
+                 embeddings_dir: Optional[Union[str, os.PathLike]] = None,
+                 checkpoint_every: Optional[float] = 60.0, **store_options: Any) -> None:
         if reader is None:
             if isinstance(part, bool) or not isinstance(part, int) or part < 0:
                 raise InvalidPartitionArgumentError(
@@ -85,6 +96,13 @@ class PartitionServer:
         self.ops = PartitionOps(self.reader, part, fs, gs, self.config.max_reply_bytes)
         self.forwarder = HopForwarder(self.ops, peers, self.config)
         self.ops.forward_with(self.forwarder)
+        self.ops.embeddings.read_only = read_only
+        self.checkpoint: Optional[EmbeddingCheckpoint] = None
+        if embeddings_dir is not None:
+            self.checkpoint = EmbeddingCheckpoint(self.ops.embeddings, embeddings_dir,
+                                                  checkpoint_every)
+            self.checkpoint.load()  # before serving: a restart resumes from it
+            self.ops.embeddings.checkpointer = self.checkpoint.save
         self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}",
                               estimators={**self.ops.estimators(),
                                           SAMPLE_TREE.name: self.forwarder.estimate,
@@ -110,13 +128,20 @@ class PartitionServer:
 
     def start(self) -> str:
         """Starts serving in background threads; returns the endpoint."""
-        return self._rpc.start()
+        endpoint = self._rpc.start()
+        if self.checkpoint is not None and not self.ops.embeddings.read_only:
+            self.checkpoint.start()
+        return endpoint
 
     def stop(self) -> None:
         """Stops serving and releases the sockets and client segments. Safe
-        to call twice."""
+        to call twice. With an embeddings directory, the tables are written
+        there after the last request was served (a clean stop loses no
+        update)."""
         self._rpc.stop()
         self.forwarder.close()
+        if self.checkpoint is not None and not self.ops.embeddings.read_only:
+            self.checkpoint.stop()
 
     def serve_forever(self, on_ready: Optional[Callable[[str], None]] = None) -> None:
         """Serves until SIGTERM or SIGINT (or :meth:`stop` from another

@@ -117,6 +117,27 @@ class RemoteFeatureStore(FeatureStore):
         # Set by connect(): edge attributes by global edge id (``get_edges``).
         self.edge_features: Any = None
         self._local: Optional[list[int]] = None  # local_parts(), once asked
+        # Learnable embeddings served as node attributes (add_embedding):
+        # ``{(group, name): embedding}``, asked for their rows with autograd.
+        self.embeddings: dict[tuple[Optional[str], str], Any] = {}
+
+    def add_embedding(self, node_type: Optional[str], name: str, embedding: Any) -> None:
+        """Serves ``embedding(ids)`` (a :class:`pyg_dist.DistEmbedding`) as
+        the node attribute ``name`` of ``node_type``: batches carry its rows
+        like any feature, with autograd back to the table. Not in
+        :attr:`features`, so a ``CachedFeatureStore`` never caches it (its
+        rows change every step).
+
+        Raises:
+            StoreError: if the servers hold a feature of that name, or
+                another embedding is served under it.
+        """
+        key = (node_type, name)
+        self.router.book_of(node_type)  # an unknown node type says so
+        if key in self.features or self.embeddings.get(key, embedding) is not embedding:
+            raise StoreError(f"node type {node_type!r} already has an attribute {name!r}; "
+                             f"serve the embedding under another name")
+        self.embeddings[key] = embedding
 
     def local_parts(self) -> list[int]:
         """The parts whose servers run on this host (as their ``meta`` said)."""
@@ -152,8 +173,10 @@ class RemoteFeatureStore(FeatureStore):
     # PyG FeatureStore interface ############################################
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
-        """Every feature the servers hold, without an index."""
-        return [self._tensor_attr_cls.cast(group, name) for group, name in self.features]
+        """Every feature the servers hold (and every embedding served as an
+        attribute), without an index."""
+        return [self._tensor_attr_cls.cast(group, name)
+                for group, name in [*self.features, *self.embeddings]]
 
     def _put_tensor(self, tensor: FeatureTensorType, attr: TensorAttr) -> bool:
         raise StoreError("RemoteFeatureStore is read-only: features live on the partition "
@@ -174,17 +197,38 @@ class RemoteFeatureStore(FeatureStore):
                 self.edge_features.check_ids(edge_type, _edge_index(attr.index)).numel()
             return (num, *info.shape)
         info = self.features.get((attr.group_name, attr.attr_name))
-        if info is None:
+        embedding = self.embeddings.get((attr.group_name, attr.attr_name))
+        if info is None and embedding is None:
             return None
         ids, _ = self._to_ids(attr.index, attr.group_name)
-        return (ids.numel(), *info.shape)
+        shape = info.shape if info is not None else (embedding.embedding_dim,)
+        return (ids.numel(), *shape)
 
     def _get_tensor(self, attr: TensorAttr) -> Optional[FeatureTensorType]:
         return self._multi_get_tensor([attr])[0]
 
     def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[Optional[FeatureTensorType]]:
         """Fetches all ``attrs``, node and edge attributes, with one request
-        per server, index and type, all in flight at once (one round trip)."""
+        per server, index and type, all in flight at once (one round trip);
+        embeddings served as attributes read their rows with autograd."""
+        served = [i for i, a in enumerate(attrs)
+                  if not self.embeddings or (a.group_name, a.attr_name) not in self.embeddings]
+        if len(served) == len(attrs):
+            return self._fetch_features(attrs)
+        out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
+        for i, tensor in zip(served, self._fetch_features([attrs[i] for i in served])):
+            out[i] = tensor
+        for i, attr in enumerate(attrs):
+            if out[i] is None:
+                ids, scalar = self._to_ids(attr.index, attr.group_name)
+                rows = self.embeddings[(attr.group_name, attr.attr_name)](ids)
+                out[i] = rows[0] if scalar else rows
+        return out
+
+    def _fetch_features(self, attrs: list[TensorAttr]) -> list[Optional[FeatureTensorType]]:
+        """The served features (and edge attributes) of ``attrs``."""
+        if not attrs:
+            return []
         plan: dict[tuple[Any, Any], list[int]] = {}
         prepared: list[tuple[Tensor, bool]] = []
         for i, attr in enumerate(attrs):

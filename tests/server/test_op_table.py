@@ -66,14 +66,17 @@ def test_the_trainer_cannot_build_a_call_its_op_does_not_declare():
         declared(0, "drop")
 
 
-def test_only_reads_are_declared_and_all_of_them_retry_safe():
-    # Every op a partition server answers only reads: sending one again
-    # (to the same server or a replica) cannot change what anyone sees.
-    assert all(spec.retry_safe for spec in OPS.values())
-    # Served by a worker whatever their size: a whole part's edges, and a
-    # tree that waits on the peers (never on the I/O thread).
+def test_only_reads_are_retry_safe_and_the_embedding_writes_are_not():
+    # Every op but the embedding writes only reads: sending one again (to
+    # the same server or a replica) cannot change what anyone sees. A write
+    # sent again after a lost answer could apply twice, so it never is.
+    writes = {"emb_create", "emb_write", "emb_push", "emb_checkpoint"}
+    assert {name for name, spec in OPS.items() if not spec.retry_safe} == writes
+    # Served by a worker whatever their size: a whole part's edges, a tree
+    # that waits on the peers (never on the I/O thread), and the writes.
     assert [s.name for s in OPS.values() if s.worker] == \
-        ["sample_tree", "sample_tree_types", "edge_index"]
+        ["sample_tree", "sample_tree_types", "edge_index", "emb_write", "emb_push",
+         "emb_checkpoint"]
 
 
 def test_the_docs_list_every_declared_op():

@@ -1,0 +1,164 @@
+"""Sparse optimiser steps applied by a partition server to embedding rows.
+
+An ``emb_push`` request names its optimiser in a small map (``kind``,
+``lr`` and the kind's hyper-parameters, and for Adam and Adagrad the
+trainer's step count); :func:`parse_optimizer` checks it (every value
+crossed a socket) and :func:`apply_update` applies one step to the rows a
+push names, with the per-row state kept beside the table.
+
+The arithmetic follows torch's own sparse paths operation by operation
+(``torch.optim.SGD``, ``SparseAdam``, ``Adagrad`` on a sparse gradient), so
+that one trainer's steps on a :class:`pyg_dist.DistEmbedding` equal those of
+``torch.nn.Embedding(sparse=True)`` with the matching torch optimiser.
+Adam's bias correction uses the trainer's step count, as torch's does (one
+count per parameter, not per row).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError
+from pyg_dist.rpc.wire_values import describe
+
+KINDS = ("sgd", "adam", "adagrad")
+"""The optimisers a server applies."""
+
+STATE_KEYS = {"sgd": (), "adam": ("exp_avg", "exp_avg_sq"), "adagrad": ("sum",)}
+"""Per kind, the per-row state tensors kept beside a table (float32, one row
+per table row)."""
+
+_MAX_STEP = 1 << 62
+_MAX_LR = 1e6
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """One push's optimiser, checked.
+
+    Args:
+        kind: One of :data:`KINDS`.
+        lr: Learning rate.
+        step: The trainer's step count, from 1 (Adam's bias correction,
+            Adagrad's decay).
+        betas: Adam's ``(beta1, beta2)``.
+        eps: Adam's and Adagrad's epsilon.
+        lr_decay: Adagrad's learning-rate decay.
+        initial_accumulator_value: Adagrad's first value of its sums.
+    """
+
+    kind: str
+    lr: float
+    step: int = 1
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    lr_decay: float = 0.0
+    initial_accumulator_value: float = 0.0
+
+
+def _number(spec: dict[str, Any], key: str, default: float, low: float, high: float,
+            low_open: bool = False) -> float:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not low <= value <= high \
+            or (low_open and value == low):
+        bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+        raise ProtocolError(f"optimizer {key!r} must be a finite number in {bound}, got "
+                            f"{describe(value)}")
+    return float(value)
+
+
+def parse_optimizer(spec: Any) -> Optimizer:
+    """``emb_push``'s ``optimizer`` argument, checked.
+
+    Raises:
+        ProtocolError: on an unknown kind or key, or a value out of range.
+    """
+    if not isinstance(spec, dict) or len(spec) > 8:
+        raise ProtocolError(f"argument 'optimizer' must be a map of at most 8 entries, got "
+                            f"{describe(spec)}")
+    kind = spec.get("kind")
+    if kind not in KINDS:
+        raise ProtocolError(f"optimizer 'kind' must be one of {list(KINDS)}, got "
+                            f"{describe(kind)}")
+    allowed = {"kind", "lr", "step", "betas", "eps", "lr_decay", "initial_accumulator_value"}
+    unknown = [k for k in spec if k not in allowed]
+    if unknown:
+        raise ProtocolError(f"optimizer has unknown keys {describe(unknown)}; it takes "
+                            f"{sorted(allowed)}")
+    lr = _number(spec, "lr", 0.0, 0.0, _MAX_LR, low_open=True)
+    step = spec.get("step", 1)
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= _MAX_STEP:
+        raise ProtocolError(f"optimizer 'step' must be an int in [1, 2**62], got "
+                            f"{describe(step)}")
+    betas = spec.get("betas", [0.9, 0.999])
+    if not isinstance(betas, list) or len(betas) != 2:
+        raise ProtocolError(f"optimizer 'betas' must be a list of two numbers, got "
+                            f"{describe(betas)}")
+    b1 = _number({"b": betas[0]}, "b", 0.0, 0.0, 1.0 - 1e-12)
+    b2 = _number({"b": betas[1]}, "b", 0.0, 0.0, 1.0 - 1e-12)
+    return Optimizer(kind, lr, step, (b1, b2), _number(spec, "eps", 1e-8, 0.0, 1.0, True),
+                     _number(spec, "lr_decay", 0.0, 0.0, _MAX_LR),
+                     _number(spec, "initial_accumulator_value", 0.0, 0.0, _MAX_LR))
+
+
+def new_state(opt: Optimizer, rows: int, dim: int) -> dict[str, Tensor]:
+    """The per-row state of a table that ``opt`` starts updating."""
+    fill = opt.initial_accumulator_value if opt.kind == "adagrad" else 0.0
+    return {key: torch.full((rows, dim), fill, dtype=torch.float32)
+            for key in STATE_KEYS[opt.kind]}
+
+
+def apply_update(weight: Tensor, state: dict[str, Tensor], rows: Tensor, grads: Tensor,
+                 opt: Optimizer) -> None:
+    """One step of ``opt`` on ``weight[rows]`` (rows unique, grads float32
+    ``[len(rows), dim]``, finite), in place, with ``state`` of the same rows.
+
+    The arithmetic is float32 whatever the table's dtype; a bfloat16 table
+    stores the result rounded.
+    """
+    # A fresh gather (float32 of a float32 table is the same fresh tensor),
+    # so the step is added in place.
+    new = weight.index_select(0, rows).to(torch.float32)
+    if opt.kind == "sgd":
+        new.add_(grads, alpha=-opt.lr)
+    elif opt.kind == "adam":
+        new.add_(_adam_delta(state, rows, grads, opt))
+    else:
+        new.add_(_adagrad_delta(state, rows, grads, opt))
+    weight.index_copy_(0, rows, new.to(weight.dtype))
+
+
+def _adam_delta(state: dict[str, Tensor], rows: Tensor, grads: Tensor,
+                opt: Optimizer) -> Tensor:
+    # torch.optim._functional.sparse_adam, value for value (its ``update +
+    # old`` is the new moment, computed here in place on the update: the
+    # same float operations with fewer temporaries).
+    beta1, beta2 = opt.betas
+    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+    old_avg = exp_avg.index_select(0, rows)
+    avg = grads.sub(old_avg).mul_(1 - beta1).add_(old_avg)
+    exp_avg.index_copy_(0, rows, avg)
+    old_sq = exp_avg_sq.index_select(0, rows)
+    sq = grads.pow(2).sub_(old_sq).mul_(1 - beta2).add_(old_sq)
+    exp_avg_sq.index_copy_(0, rows, sq)
+    bias_correction1 = 1 - beta1 ** opt.step
+    bias_correction2 = 1 - beta2 ** opt.step
+    step_size = opt.lr * math.sqrt(bias_correction2) / bias_correction1
+    return avg.div_(sq.sqrt_().add_(opt.eps)).mul_(-step_size)
+
+
+def _adagrad_delta(state: dict[str, Tensor], rows: Tensor, grads: Tensor,
+                   opt: Optimizer) -> Tensor:
+    # torch.optim.adagrad's sparse path.
+    clr = opt.lr / (1 + (opt.step - 1) * opt.lr_decay)
+    sums = state["sum"]
+    new_sum = sums.index_select(0, rows).add_(grads.pow(2))
+    sums.index_copy_(0, rows, new_sum)
+    std = new_sum.sqrt().add_(opt.eps)
+    return (grads / std).mul_(-clr)
