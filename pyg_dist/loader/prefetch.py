@@ -55,14 +55,19 @@ class _CudaMover:
     def to_device(self, batch: Any) -> tuple[Any, Any]:
         """Runs on a worker: pin, enqueue the copy, return (batch, event).
 
-        Features fetched under :func:`pinned_outputs` are pinned already;
-        ``pin_memory()`` copies only what is not (ids, edge index).
+        Features fetched under :func:`pinned_outputs` are pinned already
+        (page-locked shared memory the servers wrote them into);
+        ``pin_memory()`` copies only what is not (ids, edge index). The host
+        batch is held until its copy is done: dropped, an output segment
+        goes back to its pool at once, and the next batch's rows would be
+        written into memory the copy may still be reading.
         """
-        batch = batch.pin_memory()
+        host = batch.pin_memory()
         with torch.cuda.stream(self.stream):
-            batch = batch.to(self.device, non_blocking=True)
+            batch = host.to(self.device, non_blocking=True)
             event = torch.cuda.Event()
             event.record(self.stream)
+        event.synchronize()  # this worker's copy only; then `host` may go
         return batch, event
 
     def hand_over(self, batch: Any, event: Any) -> Any:

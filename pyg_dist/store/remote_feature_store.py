@@ -203,9 +203,10 @@ class RemoteFeatureStore(FeatureStore):
             # Attributes sharing one index object travel in one request.
             plan.setdefault(key, []).append(i)
         pin = outputs_pinned()
-        # Homogeneous graphs only: a heterogeneous batch's node types share
-        # one get_types call per server, which writes no rows in place.
-        pool = None if pin or self.router.is_hetero else self._output_pool()
+        # Same-host servers write the rows into the outputs (page-locked
+        # ones when the batch goes to a GPU), every node type of a
+        # heterogeneous batch too.
+        pool = self._output_pool()
         requests = []
         for key, members in plan.items():
             group, ids = key[1], prepared[key][0]
@@ -220,7 +221,8 @@ class RemoteFeatureStore(FeatureStore):
                 requests.append(row_request(GET.name, {"attrs": names, "group": group}, names,
                                             infos, ids.numel(), shares, self._reply_limits,
                                             pin, pool))
-        fetch_rows(self.router, requests, reply_limits=self._reply_limits)
+        self.router.count_copied_rows(
+            fetch_rows(self.router, requests, reply_limits=self._reply_limits))
         out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
         for (key, members), request in zip(plan.items(), requests):
             scalar = prepared[key][1]

@@ -143,6 +143,7 @@ class Router:
         self._lock = threading.Lock()
         self._closed = False
         self._outputs: Any = None  # this process's OutputPool, once asked for
+        self._copied_rows = 0
 
     @property
     def num_parts(self) -> int:
@@ -201,6 +202,18 @@ class Router:
             if self._outputs is None:
                 self._outputs = OutputPool(limit, parts)
             return self._outputs or None
+
+    @property
+    def copied_rows(self) -> int:
+        """Feature rows this process copied out of servers' replies into a
+        batch (rows a same-host server wrote in place are not copied)."""
+        return self._copied_rows
+
+    def count_copied_rows(self, rows: int) -> None:
+        """Adds ``rows`` to :attr:`copied_rows` (thread-safe)."""
+        if rows:
+            with self._lock:
+                self._copied_rows += int(rows)
 
     def _start_over_after_fork(self) -> None:
         if self._pid != os.getpid():
