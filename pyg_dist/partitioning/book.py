@@ -18,10 +18,12 @@ from pyg_dist.errors import InvalidPartitionArgumentError
 
 MAX_PARTS = int(torch.iinfo(torch.int16).max) + 1
 # Up to this many parts, split() groups ids with one mask per part; beyond,
-# with one stable radix sort of their part ids. Measured on one core, 145k ids
-# (ms): 2 parts 0.28 masks / 0.74 sort, 4 parts 0.45 / 0.57, 8 parts
-# 0.71 / 0.53, 16 parts 2.91 / 0.53.
-_MASK_SPLIT_MAX_PARTS = 4
+# with one stable radix sort of their part ids (a counting pass and a
+# scatter) and one bincount. Measured on one core, 145k ids (ms, masks /
+# sort): 2 parts 0.28 / 0.74, 4 parts 0.45 / 0.57, 8 parts 0.71 / 0.53,
+# 16 parts 2.91 / 0.53; inside the loader (4 parts, 600k nodes, load ~10)
+# both took 1.0-1.2 ms a batch.
+_MASK_SPLIT_MAX_PARTS = 2
 
 
 def book_dtype(num_parts: int) -> torch.dtype:
