@@ -88,3 +88,19 @@ def test_heterogeneous_rows_in_place_copy_nothing_and_equal_the_copy_path(hetero
     assert copies == sum(batch[t].num_nodes for batch in copied for t in batch.node_types)
     for t in placed[0].node_types:
         assert torch.equal(placed[0][t].x, data[t].x[placed[0][t].n_id]), t
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only fallback")
+def test_without_cuda_a_page_locked_lease_falls_back_and_keeps_the_segment():
+    from pyg_dist.rpc.shm.outputs import OutputPool
+
+    pool = OutputPool(16 << 20, [0])
+    try:
+        assert pool.lease([(torch.float32, (1024, 64))], page_locked=True) is None
+        assert pool.page_locked_segments == 0 and pool.free_segments == 1
+        # Not asked again, and the segment serves a plain lease.
+        assert pool.lease([(torch.float32, (1024, 64))], page_locked=True) is None
+        lease = pool.lease([(torch.float32, (1024, 64))])
+        assert lease is not None and pool.free_segments == 0
+    finally:
+        pool.close()
