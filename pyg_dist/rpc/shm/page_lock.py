@@ -18,6 +18,7 @@ which is why the pool registers a segment once and keeps it.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from torch import Tensor
 
@@ -48,11 +49,20 @@ def page_lock(memory: Tensor) -> bool:
                     memory.numel() * memory.element_size(), exc)
         return False
     if int(status) != 0:
+        _clear_error(torch)
         logger.info("cudaHostRegister of %d bytes failed (error %d); batches are copied "
                     "into pinned memory instead", memory.numel() * memory.element_size(),
                     int(status))
         return False
     return True
+
+
+def _clear_error(torch: Any) -> None:
+    """Resets CUDA's last error after a refused call, which torch's next
+    kernel-launch check would otherwise raise as its own."""
+    clear = getattr(torch.cuda.cudart(), "cudaGetLastError", None)
+    if clear is not None:
+        clear()
 
 
 def page_unlock(pointer: int) -> None:
@@ -66,4 +76,5 @@ def page_unlock(pointer: int) -> None:
         logger.debug("cudaHostUnregister failed: %s", exc)
         return
     if int(status) != 0:
+        _clear_error(torch)
         logger.debug("cudaHostUnregister failed (error %d)", int(status))
