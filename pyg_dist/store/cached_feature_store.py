@@ -332,9 +332,13 @@ class CachedFeatureStore(FeatureStore):
                 tensor = torch.empty((lookup.ids.numel(), *rows.shape[1:]), dtype=rows.dtype,
                                      device=self.device,
                                      pin_memory=outputs_pinned() and self.device.type == "cpu")
-                # Row copies as wide words (copy_rows), not a masked assignment.
-                copy_rows(tensor, lookup.hit_pos, rows.index_select(0, lookup.hit_slots))
-                if lookup.any_miss:
+                if not lookup.any_miss:
+                    # Every id a hit, in order: one gather straight into the
+                    # output (a whole table cached costs one copy, not two).
+                    torch.index_select(rows, 0, lookup.hit_slots, out=tensor)
+                else:
+                    # Row copies as wide words (copy_rows), not a masked assignment.
+                    copy_rows(tensor, lookup.hit_pos, rows.index_select(0, lookup.hit_slots))
                     copy_rows(tensor, lookup.miss_pos, by_name[name].to(self.device))
             else:
                 tensor = by_name[name]

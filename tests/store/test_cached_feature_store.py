@@ -180,3 +180,21 @@ def test_link_batches_with_the_cache_equal_batches_without(cora2):
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_label_index, b.edge_label_index)
         assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
     assert cached.cache_stats()["hits"] > 0
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_a_whole_table_cached_gives_the_uncached_batches_and_asks_no_rows(cora2, prefetch):
+    # Every id a hit: the rows are gathered straight into the output.
+    fs, gs = cora2
+    cached = CachedFeatureStore(fs, 1.0, lambda context, budget: torch.arange(budget),
+                                whole_attrs=["y"])
+    plain = epoch((fs, gs), prefetch)
+    before = served_get_bytes(fs)
+    with_cache = epoch((cached, gs), prefetch)
+    for a, b in zip(plain, with_cache):
+        for name in ("x", "y", "train_mask"):
+            assert a[name].dtype == b[name].dtype
+            assert torch.equal(a[name], b[name]), name
+    stats = cached.cache_stats()
+    assert stats["misses"] == 0 and stats["hits"] == sum(b.num_nodes for b in with_cache)
+    assert served_get_bytes(fs) == before  # every feature cached: no row asked for
