@@ -126,7 +126,8 @@ class PartitionBook:
         except (IndexError, RuntimeError):
             raise self._out_of_range(ids) from None
         if self._num_parts == 1:
-            return [(0, torch.arange(ids.numel()), ids)] if ids.numel() else []
+            # A copy, as every other share is: callers may write into it.
+            return [(0, torch.arange(ids.numel()), ids.clone())] if ids.numel() else []
         if self._num_parts <= _MASK_SPLIT_MAX_PARTS:
             groups = [(part, _nonzero(parts == part)) for part in range(self._num_parts)]
             return [(part, positions, ids.index_select(0, positions))
