@@ -10,7 +10,8 @@ features and labels) of:
 
 * PyG's ``NeighborLoader`` on the unpartitioned graph, in this process;
 * ``DistNeighborLoader`` over the servers, synchronous (``prefetch=0``) and
-  with ``--prefetch`` batches in flight;
+  with ``--prefetch`` batches in flight (hop by hop, or with
+  ``--server-hops`` the servers sampling among themselves);
 
 with the same seed nodes, fan-out and batch size, in the same run. Prints one
 line per loader and the ratios. Figures, not assertions: nothing here fails
@@ -41,6 +42,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batches", type=int, default=30, help="timed batches per loader")
     p.add_argument("--warmup", type=int, default=2, help="untimed batches per loader")
     p.add_argument("--prefetch", type=int, default=4)
+    p.add_argument("--server-hops", action="store_true",
+                   help="the servers sample a batch's hops among themselves (sample_tree); "
+                        "by default every hop goes back to the trainer")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
@@ -95,11 +99,12 @@ def main() -> None:
         start = time.perf_counter()
         partition(data, args.parts, f"{tmp}/parts", partitioner=args.partitioner)
         print(f"partitioned in {time.perf_counter() - start:.1f}s", flush=True)
-        with LocalCluster(f"{tmp}/parts") as cluster:
+        with LocalCluster(f"{tmp}/parts", forwarding=args.server_hops) as cluster:
             fs, gs = connect(cluster.endpoints)
             try:
                 for k in sorted({0, args.prefetch}):
-                    loader = DistNeighborLoader((fs, gs), prefetch=k, seed=args.seed, **kwargs)
+                    loader = DistNeighborLoader((fs, gs), prefetch=k, seed=args.seed,
+                                                server_hops=args.server_hops, **kwargs)
                     rates[k] = report(f"DistNeighborLoader prefetch={k}",
                                       *time_loader(loader, args.warmup, args.batches))
             finally:

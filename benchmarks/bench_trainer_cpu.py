@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_trainer_cpu.py --profile 20    # + cProfile of the trainer
     .venv/bin/python benchmarks/bench_trainer_cpu.py --tcp           # shared memory off
     .venv/bin/python benchmarks/bench_trainer_cpu.py --server-hops   # servers sample the hops
+    .venv/bin/python benchmarks/bench_trainer_cpu.py --breakdown     # + main thread by function
 
 On two cores the loader is CPU-bound, so the CPU time each process spends
 per batch decides its throughput (``docs/performance.md``). This builds a
@@ -48,6 +49,9 @@ def parse_args() -> argparse.Namespace:
                    help="also print the trainer's core-ms per batch by thread")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="also profile N batches with cProfile and print the top functions")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also print the trainer main thread's CPU time per batch in the "
+                        "loader's main steps (time.thread_time of each call, the last round)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads of the trainer (default: cores / (parts + 1), as "
                         "pyg-dist bench)")
@@ -80,6 +84,58 @@ def thread_names() -> dict[int, str]:
     import threading
 
     return {t.native_id: t.name for t in threading.enumerate() if t.native_id}
+
+
+# What --breakdown times on the main thread: (module, attribute path); a
+# function imported by name is patched where the caller looks it up.
+BREAKDOWN = [
+    ("pyg_dist.loader.dist_neighbor_loader", "DistNeighborLoader._produce"),
+    ("pyg_dist.sampler.dist_neighbor_sampler", "DistNeighborSampler.sample_from_nodes"),
+    ("pyg_dist.loader.dist_neighbor_loader", "data_batch"),
+    ("pyg_dist.store.remote_feature_store", "RemoteFeatureStore._multi_get_tensor"),
+    ("pyg_dist.partitioning.book", "PartitionBook.split"),
+    ("pyg_dist.store.routing", "Router.check_ids"),
+    ("pyg_dist.store.remote_feature_store", "row_request"),
+    ("pyg_dist.store.remote_feature_store", "fetch_rows"),
+    ("pyg_dist.store.routing", "Router.call_all"),
+]
+
+
+def install_breakdown() -> dict[str, list[int]]:
+    """Wraps the BREAKDOWN functions: ``{name: [calls, ns]}`` of the main
+    thread's CPU time in them (nested calls count in both)."""
+    import importlib
+    import threading
+
+    totals: dict[str, list[int]] = {}
+    for module, path in BREAKDOWN:
+        owner: Any = importlib.import_module(module)
+        *outer, name = path.split(".")
+        for part in outer:
+            owner = getattr(owner, part)
+        totals[path] = [0, 0]
+        setattr(owner, name, _timed(getattr(owner, name), totals[path],
+                                    threading.main_thread()))
+    return totals
+
+
+def _timed(function: Any, counter: list[int], main_thread: Any) -> Any:
+    """``function``, adding its calls and CPU ns on ``main_thread`` to ``counter``."""
+    import functools
+    import threading
+
+    @functools.wraps(function)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not main_thread:
+            return function(*args, **kwargs)
+        start = time.thread_time_ns()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            counter[0] += 1
+            counter[1] += time.thread_time_ns() - start
+
+    return wrapped
 
 
 def run_round(loader: Any, batches: int, hold: int, procs: list[Any],
@@ -115,6 +171,7 @@ def main() -> None:
     from pyg_dist.store.connect import connect
 
     root = dataset(args)
+    totals = install_breakdown() if args.breakdown else None
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // (args.parts + 1)))
     gen = torch.Generator().manual_seed(args.seed)
     seeds = torch.randperm(args.num_nodes, generator=gen)
@@ -132,12 +189,17 @@ def main() -> None:
                   f"{torch.get_num_threads()} trainer threads, "
                   f"{'TCP' if args.tcp else 'shared memory'}; per batch:", flush=True)
             for r in range(args.rounds):
+                for counter in (totals or {}).values():
+                    counter[:] = [0, 0]
                 figures = run_round(loader, args.batches, args.hold, procs,
                                     args.threads_detail)
                 servers = " ".join(f"{f:6.1f}" for f in figures[1:-1])
                 print(f"round {r}: trainer {figures[0]:6.1f} core-ms  servers {servers} "
                       f"core-ms  wall {figures[-1]:6.1f} ms  load {os.getloadavg()[0]:.1f}",
                       flush=True)
+            for path, (calls, ns) in (totals or {}).items():
+                print(f"  main thread, {path}: {ns / 1e6 / args.batches:.3f} ms per batch "
+                      f"({calls / args.batches:.1f} calls)")
             if args.profile:
                 profiler = cProfile.Profile()
                 profiler.enable()

@@ -27,6 +27,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections import deque
@@ -55,15 +56,22 @@ class _CudaMover:
     def to_device(self, batch: Any) -> tuple[Any, Any]:
         """Runs on a worker: pin, enqueue the copy, return (batch, event).
 
-        Features fetched under :func:`pinned_outputs` are pinned already;
-        ``pin_memory()`` copies only what is not (ids, edge index).
+        Features fetched under :func:`pinned_outputs` are pinned already
+        (page-locked shared memory the servers wrote them into);
+        only what is not is copied into pinned memory (ids, edge index;
+        rows of a GPU feature cache are on the device already). The host
+        batch is held until its copy is done: dropped, an output segment
+        goes back to its pool at once, and the next batch's rows would be
+        written into memory the copy may still be reading.
         """
-        batch = batch.pin_memory()
+        host = batch.apply(_pinned)
         with torch.cuda.stream(self.stream):
-            batch = batch.to(self.device, non_blocking=True)
+            # PyG's to() works in place: a shallow copy keeps the host tensors.
+            moved = copy.copy(host).to(self.device, non_blocking=True)
             event = torch.cuda.Event()
             event.record(self.stream)
-        return batch, event
+        event.synchronize()  # this worker's copy only; then `host` may go
+        return moved, event
 
     def hand_over(self, batch: Any, event: Any) -> Any:
         """Runs on the consumer: order its stream after the copy."""
@@ -78,6 +86,14 @@ class _CudaMover:
             return t
 
         return batch.apply(_record)
+
+
+def _pinned(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in page-locked memory: as it is if it is there already (or
+    on a device: a GPU feature cache's rows), else pinned (a copy)."""
+    if tensor.device.type != "cpu" or tensor.is_pinned():
+        return tensor
+    return tensor.pin_memory()
 
 
 class PrefetchPipeline(Generic[T, R]):

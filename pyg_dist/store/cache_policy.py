@@ -19,10 +19,11 @@ the calls of one cache build.
 ones it does not know with a ``TypeError`` (Python does that for a plain
 function) that the cache turns into a :class:`~pyg_dist.errors.CacheError`.
 
-The bundled policies (``plugins/pyg_dist_plugins/cache_policies``): ``degree``
-(in-degree from the servers), ``frequency`` (visit counts of a sampling pass
-over the training seeds) and ``halo`` (nodes adjacent to the part served on
-the trainer's host).
+The bundled policies (``plugins/pyg_dist_plugins/cache_policies``):
+``degree`` (out-degree, which predicts how often sampling reaches a node,
+counted from the servers' edges), ``frequency`` (visit counts of a sampling
+pass over the training seeds) and ``halo`` (nodes adjacent to the part
+served on the trainer's host).
 """
 
 from __future__ import annotations

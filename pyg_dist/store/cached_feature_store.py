@@ -316,8 +316,12 @@ class CachedFeatureStore(FeatureStore):
                 tc.stats["misses"] += misses
                 tc.stats["bytes_saved"] += hits * tc.row_bytes
                 tc.stats["bytes_fetched"] += misses * tc.row_bytes
+        # Mostly hits: gather every id's slot at once (a miss reads row 0,
+        # overwritten by its fetched row), one pass instead of a gather and
+        # a scatter of the hits.
+        gather_all = slot.clamp(min=0) if 2 * hit_pos.numel() >= ids.numel() else None
         return _Lookup(tc, ids, scalar, names, slot.index_select(0, hit_pos), hit_pos,
-                       miss_pos, bool(miss_ids.numel()), ask)
+                       miss_pos, bool(miss_ids.numel()), ask, gather_all)
 
     def _assemble(self, lookup: _Lookup, fetched: list[Tensor]) -> list[Tensor]:
         """The rows of every name of a lookup, hits and fetched misses merged."""
@@ -332,8 +336,13 @@ class CachedFeatureStore(FeatureStore):
                 tensor = torch.empty((lookup.ids.numel(), *rows.shape[1:]), dtype=rows.dtype,
                                      device=self.device,
                                      pin_memory=outputs_pinned() and self.device.type == "cpu")
-                # Row copies as wide words (copy_rows), not a masked assignment.
-                copy_rows(tensor, lookup.hit_pos, rows.index_select(0, lookup.hit_slots))
+                if lookup.gather_all is not None and rows.size(0):
+                    # One gather straight into the output (a whole table
+                    # cached costs one copy per row, not two).
+                    torch.index_select(rows, 0, lookup.gather_all, out=tensor)
+                else:
+                    # Row copies as wide words (copy_rows), not a masked assignment.
+                    copy_rows(tensor, lookup.hit_pos, rows.index_select(0, lookup.hit_slots))
                 if lookup.any_miss:
                     copy_rows(tensor, lookup.miss_pos, by_name[name].to(self.device))
             else:
@@ -381,6 +390,7 @@ class _Lookup:
     miss_pos: Tensor
     any_miss: bool
     ask: list[TensorAttr]
+    gather_all: Optional[Tensor] = None  # every id's slot (misses: 0), when mostly hits
     first: int = 0
 
 

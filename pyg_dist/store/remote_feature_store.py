@@ -230,40 +230,46 @@ class RemoteFeatureStore(FeatureStore):
         if not attrs:
             return []
         plan: dict[tuple[Any, Any], list[int]] = {}
-        prepared: list[tuple[Tensor, bool]] = []
+        prepared: dict[tuple[Any, Any], tuple[Tensor, bool]] = {}
         for i, attr in enumerate(attrs):
+            key = (id(attr.index), attr.group_name)
             if is_edge_group(attr.group_name):
                 # Checked once, by the fetcher's row_request below.
                 fetcher, edge_type = self._edge_fetcher(), edge_group_type(attr.group_name)
-                index = torch.arange(fetcher.num_edges.get(edge_type, 0)) \
-                    if attr.index is None else _edge_index(attr.index)
-                prepared.append((index, False))
+                if key not in prepared:
+                    prepared[key] = (torch.arange(fetcher.num_edges.get(edge_type, 0))
+                                     if attr.index is None else _edge_index(attr.index), False)
             else:
                 self._check_node_attr(attr)
-                prepared.append(self._to_ids(attr.index, attr.group_name))
+                if key not in prepared:
+                    # A tensor's range is checked by the split below (one pass).
+                    prepared[key] = self._to_ids(attr.index, attr.group_name, in_range=False)
             # Attributes sharing one index object travel in one request.
-            plan.setdefault((id(attr.index), attr.group_name), []).append(i)
+            plan.setdefault(key, []).append(i)
         pin = outputs_pinned()
-        # Homogeneous graphs only: a heterogeneous batch's node types share
-        # one get_types call per server, which writes no rows in place.
-        pool = None if pin or self.router.is_hetero else self._output_pool()
+        # Same-host servers write the rows into the outputs (page-locked
+        # ones when the batch goes to a GPU), every node type of a
+        # heterogeneous batch too.
+        pool = self._output_pool()
         requests = []
-        for (_, group), members in plan.items():
-            ids = prepared[members[0]][0]
+        for key, members in plan.items():
+            group, ids = key[1], prepared[key][0]
             names = [attrs[i].attr_name for i in members]
             if is_edge_group(group):
                 requests.append(self._edge_fetcher().row_request(
                     edge_group_type(group), ids, names, pin=pin))
             else:
                 infos = [self.features[(group, name)] for name in names]
-                shares = self.router.split(ids, group) if ids.numel() else []
+                shares = self.router.split_checked(ids, "TensorAttr.index", group) \
+                    if ids.numel() else []
                 requests.append(row_request(GET.name, {"attrs": names, "group": group}, names,
                                             infos, ids.numel(), shares, self._reply_limits,
                                             pin, pool))
-        fetch_rows(self.router, requests, reply_limits=self._reply_limits)
+        self.router.count_copied_rows(
+            fetch_rows(self.router, requests, reply_limits=self._reply_limits))
         out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
-        for members, request in zip(plan.values(), requests):
-            scalar = prepared[members[0]][1]
+        for (key, members), request in zip(plan.items(), requests):
+            scalar = prepared[key][1]
             for i, tensor in zip(members, request.outs):
                 out[i] = tensor[0] if scalar else tensor
         return out
@@ -303,9 +309,11 @@ class RemoteFeatureStore(FeatureStore):
 
     # Internals #############################################################
 
-    def _to_ids(self, index: Any, node_type: Optional[str] = None) -> tuple[Tensor, bool]:
+    def _to_ids(self, index: Any, node_type: Optional[str] = None,
+                in_range: bool = True) -> tuple[Tensor, bool]:
         """Global int64 ids of a ``TensorAttr.index`` of ``node_type``, and
-        whether it was scalar."""
+        whether it was scalar; ``in_range=False`` leaves a tensor's range to
+        the caller (:meth:`~pyg_dist.store.routing.Router.split_checked`)."""
         n = self.router.num_nodes_of(node_type)
         if index is None:
             return torch.arange(n), False
@@ -324,6 +332,8 @@ class RemoteFeatureStore(FeatureStore):
                 raise StoreError(f"a boolean TensorAttr.index must have one entry per node "
                                  f"({n}), got {index.numel()}")
             return index.nonzero().view(-1), False
+        if not in_range:
+            return self.router.as_ids(index.view(-1).cpu(), "TensorAttr.index"), False
         return self.router.check_ids(index.view(-1).cpu(), "TensorAttr.index", node_type), False
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -272,6 +272,11 @@ class RemoteGraphStore(GraphStore):
     def _fetch_edges(self, parts: Any, row: Tensor, col: Tensor,
                      edge_type: Optional[EdgeType] = None) -> None:
         """Puts the edges of ``parts`` into ``row`` / ``col`` at their edge ids."""
+        for part, reply in self._edge_pages(parts, edge_type):
+            self._take_edges(part, reply, row, col)
+
+    def _edge_pages(self, parts: Any, edge_type: Optional[EdgeType]) -> Iterator[tuple[int, Any]]:
+        """``(part, edge_index reply)`` of every page of the edges of ``parts``."""
         # Every part's edges in pages that fit its server's reply limit
         # (24 bytes an edge), all parts' next pages in flight at once.
         pages = {part: 0 for part in parts}
@@ -287,7 +292,8 @@ class RemoteGraphStore(GraphStore):
             replies = self.router.call_all(requests)
             following = {}
             for (part, _, args, _), reply in zip(requests, replies):
-                taken = self._take_edges(part, reply, row, col)
+                yield part, reply
+                taken = reply.tensors[2].numel()
                 total = reply.result.get("total")
                 if "count" in args and isinstance(total, int) \
                         and args["start"] + taken < total and taken:
@@ -328,6 +334,28 @@ class RemoteGraphStore(GraphStore):
         if bool((degree < 0).any()):
             raise StoreError("the servers together report degrees for fewer nodes than the "
                              "graph has; a partition is missing or stale")
+        return degree
+
+    def out_degree(self, edge_type: Any = None) -> Tensor:
+        """Every source node's out-degree over ``edge_type`` (int64,
+        ``[num_nodes of its source type]``): how many edges leave it, which
+        is how often it can be drawn as a neighbour (PyG's direction: a
+        node's neighbours are the sources of its in-edges).
+
+        The servers store edges by destination, so this reads every part's
+        edges once, page by page (24 bytes an edge on the wire; only the
+        counts are kept).
+        """
+        edge_type = self.edge_type_key(edge_type)
+        num_src = self._size(edge_type)[0]
+        degree = torch.zeros(num_src, dtype=torch.long)
+        for part, reply in self._edge_pages(range(self.router.num_parts), edge_type):
+            src = reply.tensors[0].to(torch.long)
+            if src.numel() and (int(src.min()) < 0 or int(src.max()) >= num_src):
+                raise StoreError(f"server {self.router.endpoints[part]} sent source ids "
+                                 f"outside [0, {num_src}); its partition belongs to another "
+                                 f"graph")
+            degree += torch.bincount(src, minlength=num_src)
         return degree
 
     def _take_edges(self, part: int, reply: Any, row: Tensor, col: Tensor) -> int:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import StoreError
+from pyg_dist.errors import InvalidPartitionArgumentError, StoreError
 from pyg_dist.partitioning.type_keys import node_type_key
 from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.ops import PartRequest, declared
@@ -143,6 +143,7 @@ class Router:
         self._lock = threading.Lock()
         self._closed = False
         self._outputs: Any = None  # this process's OutputPool, once asked for
+        self._copied_rows = 0
 
     @property
     def num_parts(self) -> int:
@@ -202,6 +203,18 @@ class Router:
                 self._outputs = OutputPool(limit, parts)
             return self._outputs or None
 
+    @property
+    def copied_rows(self) -> int:
+        """Feature rows this process copied out of servers' replies into a
+        batch (rows a same-host server wrote in place are not copied)."""
+        return self._copied_rows
+
+    def count_copied_rows(self, rows: int) -> None:
+        """Adds ``rows`` to :attr:`copied_rows` (thread-safe)."""
+        if rows:
+            with self._lock:
+                self._copied_rows += int(rows)
+
     def _start_over_after_fork(self) -> None:
         if self._pid != os.getpid():
             # After a fork the parent's client (and its I/O thread) is not
@@ -254,10 +267,7 @@ class Router:
             UnknownTypeError, GraphKindMismatchError: see :meth:`book_of`.
         """
         num_nodes = self.num_nodes_of(node_type)
-        if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
-            raise StoreError(f"{what} must be a 1-D integer tensor of global node ids, "
-                             f"got dtype {ids.dtype} and shape {tuple(ids.shape)}")
-        ids = ids.to(torch.long)
+        ids = self.as_ids(ids, what)
         if ids.numel():
             low, high = (int(v) for v in torch.aminmax(ids))
             if low < 0 or high >= num_nodes:
@@ -267,6 +277,18 @@ class Router:
                                  f"partitioned graph")
         return ids
 
+    @staticmethod
+    def as_ids(ids: Tensor, what: str) -> Tensor:
+        """``ids`` as int64 after the checks that need no pass over them.
+
+        Raises:
+            StoreError: if ``ids`` is not a 1-D integer tensor.
+        """
+        if ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+            raise StoreError(f"{what} must be a 1-D integer tensor of global node ids, "
+                             f"got dtype {ids.dtype} and shape {tuple(ids.shape)}")
+        return ids.to(torch.long)
+
     def split(self, ids: Tensor, node_type: Optional[str] = None
               ) -> list[tuple[int, Tensor, Tensor]]:
         """Groups ids (of ``node_type``) by owner:
@@ -275,6 +297,22 @@ class Router:
         Only parts owning at least one of the ids appear, ascending.
         """
         return self.book_of(node_type).split(ids)
+
+    def split_checked(self, ids: Tensor, what: str, node_type: Optional[str] = None
+                      ) -> list[tuple[int, Tensor, Tensor]]:
+        """:meth:`check_ids` and :meth:`split` in one pass over the ids: the
+        book's lookup of their parts is their range check.
+
+        Raises:
+            StoreError: as :meth:`check_ids`.
+        """
+        book = self.book_of(node_type)
+        ids = self.as_ids(ids, what)
+        try:
+            return book.split(ids)
+        except InvalidPartitionArgumentError:
+            self.check_ids(ids, what, node_type)  # raises the error that names them
+            raise
 
     def call_all(self, requests: Sequence[PartRequest], timeout: Optional[float] = None,
                  reply_bytes: Optional[Sequence[Optional[int]]] = None,

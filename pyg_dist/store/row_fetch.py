@@ -104,15 +104,19 @@ def row_request(op: str, args: dict[str, Any], names: Sequence[str],
         num_ids: Rows asked for.
         shares: ``(part, positions, ids[positions])`` per owning server.
         reply_limits: Each part's ``max_reply_bytes`` (``None``: no limit).
-        pin: Allocate the outputs in page-locked memory.
+        pin: The outputs go to a CUDA device: page-locked memory (a
+            page-locked segment of ``pool``, else pinned tensors).
         pool: An :class:`~pyg_dist.rpc.shm.outputs.OutputPool` (``op``
             ``"get"`` only).
     """
     row_bytes = sum(math.prod(info.shape) * info.dtype.itemsize for info in infos)
     placement = None
-    if pool is not None and not pin and num_ids * row_bytes >= MIN_BYTES and \
+    if pool is not None and num_ids * row_bytes >= MIN_BYTES and \
             any(pool.places(part) for part, _, _ in shares):
-        placement = pool.lease([(info.dtype, (num_ids, *info.shape)) for info in infos])
+        # Bound for a GPU (pin): the segment is page-locked, so the servers
+        # write into memory the copy to the device reads as it is.
+        placement = pool.lease([(info.dtype, (num_ids, *info.shape)) for info in infos],
+                               page_locked=pin)
     if placement is not None:
         outs = placement.tensors
     else:
@@ -162,6 +166,10 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
         reply_limits: Each part's ``max_reply_bytes``; merged calls stay
             within it (``None``: no limit known).
 
+    Returns:
+        How many rows the trainer copied out of replies (those no server
+        wrote in place): ``0`` when every owner of a row wrote it in place.
+
     Raises:
         StoreError: on an answer of the wrong shape, dtype or tensor count.
     """
@@ -171,7 +179,7 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
         for part, positions, part_ids in request.shares:
             pieces.append((part, positions, request, part_ids, positions.numel() * row_bytes))
     if not pieces:
-        return
+        return 0
     calls, sizes, targets, placed = [], [], [], []
     for group in _merged(pieces, reply_limits or []):
         part = group[0][0]
@@ -195,9 +203,10 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
     calls = [_call(group) for group in placed] + calls
     sizes = [None] * len(placed) + sizes
     try:
-        _fetch(router, calls, sizes, placed + targets, timeout, firsts)
+        copied = _fetch(router, calls, sizes, placed + targets, timeout, firsts)
         for group in placed:  # every server asked answered: the segment's file goes
             group[0][2].placement.settle()
+        return copied
     except BaseException:
         for group in placed:  # a late attempt may still write into it
             group[0][2].placement.lost(group[0][0])
@@ -228,23 +237,26 @@ def _placed_first(group: list[tuple]) -> FirstAttempt:
 
 def _fetch(router: Any, calls: list[tuple], sizes: list[Optional[int]],
            targets: list[list[tuple]], timeout: Optional[float],
-           firsts: Optional[list[Optional[FirstAttempt]]] = None) -> None:
+           firsts: Optional[list[Optional[FirstAttempt]]] = None) -> int:
     """Makes ``calls`` at once and copies their rows out (a placed call's
-    server wrote them in place: nothing to copy)."""
+    server wrote them in place: nothing to copy); returns the rows copied."""
     if not calls:
-        return
+        return 0
     kwargs: dict[str, Any] = {"reply_bytes": sizes}
     if timeout is not None:
         kwargs["timeout"] = timeout
     if firsts is not None:
         kwargs["first"] = firsts
     replies = router.call_all(calls, **kwargs)
+    copied = 0
     try:
         for group, reply in zip(targets, replies):
             if reply.result.get("placed") is True:  # checked against GET
                 group[0][2].placement.placed(group[0][0])
                 continue
             _take_group(router.endpoints[group[0][0]], group, reply)
+            copied += sum(piece[1].numel() for piece in group)
+        return copied
     finally:
         for reply in replies:  # rows copied out: lent memory may be reused
             reply.release()
@@ -253,12 +265,15 @@ def _fetch(router: Any, calls: list[tuple], sizes: list[Optional[int]],
 def _merged(pieces: list[tuple], reply_limits: Sequence[Optional[int]]) -> list[list[tuple]]:
     """The pieces as calls: every ``get`` piece of one part joins that part's
     open ``get_types`` call while the answer stays within its reply limit;
-    other pieces are calls of their own."""
+    other pieces, and those its server writes in place (a heterogeneous
+    batch's node types then cost one ``get`` each, and no copy), are calls
+    of their own."""
     calls: list[list[tuple]] = []
     open_call: dict[int, list[tuple]] = {}
     for piece in pieces:
         part, request = piece[0], piece[2]
-        if request.op != "get":
+        placed = request.placement is not None and request.placement.pool.places(part)
+        if request.op != "get" or placed:
             calls.append([piece])
             continue
         limit = reply_limits[part] if part < len(reply_limits) else None

@@ -64,9 +64,10 @@ def test_lookup_rejects_out_of_range_ids():
         book.part_of(torch.tensor([0.5]))
 
 
-@pytest.mark.parametrize("num_parts", [2, 16, 17, 300])
+@pytest.mark.parametrize("num_parts", [1, 2, 3, 4, 16, 300])
 def test_split_by_masks_and_by_sort_agree_with_brute_force(num_parts):
-    # Up to 16 parts split() uses one mask per part, beyond that a stable sort.
+    # Up to 2 parts split() uses one mask per part, beyond that one stable
+    # sort (uint8 part ids; int16 beyond 256 parts).
     gen = torch.Generator().manual_seed(num_parts)
     book = PartitionBook(torch.randint(0, num_parts, (1000,), generator=gen), num_parts)
     ids = torch.randint(0, 1000, (5000,), generator=gen)
@@ -78,3 +79,12 @@ def test_split_by_masks_and_by_sort_agree_with_brute_force(num_parts):
     assert [g[0] for g in groups] == sorted(expected)
     for part, positions, part_ids in groups:
         assert list(zip(positions.tolist(), part_ids.tolist())) == expected[part]
+
+
+@pytest.mark.parametrize("num_parts", [2, 8, 300])
+def test_split_refuses_out_of_range_ids_whatever_the_grouping(num_parts):
+    # The range check is the parts lookup itself (no separate min/max pass).
+    book = PartitionBook(torch.arange(10) % num_parts, num_parts)
+    for bad in ([10], [-1], [3, 2**40]):
+        with pytest.raises(InvalidPartitionArgumentError, match=r"\[0, 10\)"):
+            book.split(torch.tensor(bad))

@@ -180,3 +180,27 @@ def test_link_batches_with_the_cache_equal_batches_without(cora2):
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_label_index, b.edge_label_index)
         assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
     assert cached.cache_stats()["hits"] > 0
+
+
+@pytest.mark.parametrize("capacity", [1.0, 0.8])
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_mostly_hits_give_the_uncached_batches(cora2, capacity, prefetch):
+    # Mostly hits: every id's row is gathered straight into the output, and
+    # the misses' fetched rows overwrite theirs.
+    fs, gs = cora2
+    cached = CachedFeatureStore(fs, capacity, lambda context, budget: torch.arange(budget),
+                                whole_attrs=["y"])
+    plain = epoch((fs, gs), prefetch)
+    before = served_get_bytes(fs)
+    with_cache = epoch((cached, gs), prefetch)
+    for a, b in zip(plain, with_cache):
+        for name in ("x", "y", "train_mask"):
+            assert a[name].dtype == b[name].dtype
+            assert torch.equal(a[name], b[name]), name
+    stats = cached.cache_stats()
+    assert stats["hits"] + stats["misses"] == sum(b.num_nodes for b in with_cache)
+    assert stats["hits"] > 2 * stats["misses"]
+    if capacity == 1.0:  # every feature cached: no row asked for
+        assert stats["misses"] == 0 and served_get_bytes(fs) == before
+    else:
+        assert stats["misses"] > 0

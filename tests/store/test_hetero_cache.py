@@ -113,8 +113,8 @@ def test_policies_choose_per_node_type(hetero_data, hetero2):
     for t in TYPES:
         degree = torch.zeros(hetero_data[t].num_nodes, dtype=torch.long)
         for edge_type in hetero_data.edge_types:
-            if edge_type[-1] == t:
-                degree += torch.bincount(hetero_data[edge_type].edge_index[1],
+            if edge_type[0] == t:  # out-degree: edges leaving the node
+                degree += torch.bincount(hetero_data[edge_type].edge_index[0],
                                          minlength=degree.numel())
         chosen = set((cached._slot[t] >= 0).nonzero().view(-1).tolist())
         assert chosen == set((degree > 0).nonzero().view(-1).tolist()), t

@@ -1,11 +1,16 @@
-"""``degree``: cache the nodes with the most in-edges.
+"""``degree``: cache the nodes with the most out-edges.
 
-A node's in-degree is what the partition servers store for it (one
-``degree`` call per server, 16 bytes a node). On an undirected graph it is
-also how many neighbourhoods a node belongs to, so it predicts how often
-sampling reaches the node (PaGraph's and Quiver's policy). Costs nothing
-beyond that call. On a heterogeneous graph a node type's score is its
-in-degree summed over the edge types into it (one call per edge type).
+Under PyG's edge direction (``edge_index[0]`` the source, ``[1]`` the
+destination), sampling a node's neighbours draws among the sources of its
+in-edges, so a node is reached by sampling in proportion to how many edges
+leave it: its out-degree is what predicts sampling. On an undirected graph
+in- and out-degree agree (PaGraph's and Quiver's policy); on a directed one
+whose in-hubs and out-hubs differ, ranking by in-degree caches nodes that
+sampling rarely asks for. The servers store edges by destination, so the
+out-degrees are counted from every part's edges, read once page by page
+(:meth:`~pyg_dist.store.remote_graph_store.RemoteGraphStore.out_degree`).
+On a heterogeneous graph a node type's score is its out-degree summed over
+the edge types leaving it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pyg_dist.store.cache_policy import CacheContext, top_by_score
 
 
 def degree_policy(context: CacheContext, budget: int) -> Tensor:
-    """The ``budget`` nodes of highest in-degree, highest first.
+    """The ``budget`` nodes of highest out-degree, highest first.
 
     Args:
         context: Needs the graph store.
@@ -25,9 +30,9 @@ def degree_policy(context: CacheContext, budget: int) -> Tensor:
     """
     graph_store = context.require_graph_store("degree")
     if context.group is None:
-        return top_by_score(graph_store.in_degree(), budget)
+        return top_by_score(graph_store.out_degree(), budget)
     score = torch.zeros(context.num_nodes, dtype=torch.long)
     for edge_type in graph_store.edge_types:
-        if edge_type[-1] == context.group:
-            score += graph_store.in_degree(edge_type)
+        if edge_type[0] == context.group:
+            score += graph_store.out_degree(edge_type)
     return top_by_score(score, budget)

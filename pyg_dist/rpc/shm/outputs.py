@@ -26,6 +26,14 @@ does anyway) and the trainer copies nothing.
   grows (within ``limit_bytes``) while the user holds many; beyond that the
   caller falls back to ordinary tensors.
 
+A batch bound for a CUDA device asks for a page-locked lease: its segment
+is registered with CUDA once (:mod:`pyg_dist.rpc.shm.page_lock`) and stays
+registered while the pool keeps it, so the servers' rows are written straight
+into memory the copy to the device reads, and nothing on the trainer copies or
+pins them again. A segment is unregistered when it is given up while no view
+of it is alive; one still viewed when the pool closes stays registered until
+the process exits (unregistering memory a copy may still read is undefined).
+
 A segment some server may still write into (its call failed or timed out)
 is never reused. Servers validate everything (:meth:`CallContext.placed
 <pyg_dist.rpc.context.CallContext.placed>`): the segment's token, that each
@@ -53,6 +61,7 @@ from pyg_dist.rpc.shm.files import (
     view,
 )
 from pyg_dist.rpc.shm.lending import reuse_or_reserve
+from pyg_dist.rpc.shm.page_lock import page_lock, page_unlock
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +155,9 @@ class OutputPool:
         self._mapped: dict[Segment, set[int]] = {}
         self._dropped: dict[int, list[list[str]]] = {}
         self._refusals: dict[int, int] = {}
+        # Segments registered with CUDA -> the pointer they were registered at.
+        self._locked: dict[Segment, int] = {}
+        self._lock_failed = False
         self._held = 0
         self._closed = False
         self._pid = os.getpid()
@@ -165,16 +177,34 @@ class OutputPool:
         """Whether requests to ``part`` may write into the pool's segments."""
         return part in self.parts and not self._closed
 
-    def lease(self, specs: Sequence[tuple[torch.dtype, Sequence[int]]]
-              ) -> Optional[OutputLease]:
+    @property
+    def page_locked_segments(self) -> int:
+        """Segments registered with CUDA (page-locked) now."""
+        with self._lock:
+            return len(self._locked)
+
+    def lease(self, specs: Sequence[tuple[torch.dtype, Sequence[int]]],
+              page_locked: bool = False) -> Optional[OutputLease]:
         """Outputs of ``(dtype, shape)`` (same first dimension) in one
-        segment, or ``None`` (the pool is full, closed or failed: allocate
-        them as usual)."""
-        if not self.parts or self._closed or os.getpid() != self._pid:
+        segment, or ``None`` (the pool is full, closed or failed, or
+        ``page_locked`` was asked and CUDA cannot lock the segment: allocate
+        them as usual).
+
+        Args:
+            specs: ``(dtype, shape)`` of each output.
+            page_locked: The outputs go to a CUDA device: the segment is
+                registered with CUDA (once; it stays registered for reuse).
+        """
+        if not self.parts or self._closed or os.getpid() != self._pid or \
+                (page_locked and self._lock_failed):
             return None
         _, total = layout([math.prod(shape) * dtype.itemsize for dtype, shape in specs])
         segment = self._acquire(max(total, 1))
         if segment is None:
+            return None
+        if page_locked and not self._page_lock(segment):
+            with self._lock:
+                self._free.append(segment)
             return None
         try:
             return OutputLease(self, segment, specs)
@@ -204,6 +234,20 @@ class OutputPool:
             self._all.add(segment)
             self._mapped[segment] = set()
         return segment
+
+    def _page_lock(self, segment: Segment) -> bool:
+        """Registers ``segment`` with CUDA unless it is already; after one
+        refusal the pool stops asking (batches are copied into pinned memory)."""
+        with self._lock:
+            if segment in self._locked:
+                return True
+        payload = segment.payload
+        if not page_lock(payload):
+            self._lock_failed = True
+            return False
+        with self._lock:
+            self._locked[segment] = payload.data_ptr()
+        return True
 
     def _spec(self, segment: Segment, part: int) -> dict[str, Any]:
         spec: dict[str, Any] = {"name": segment.name, "token": segment.token.hex()}
@@ -253,14 +297,20 @@ class OutputPool:
         may still map (for its ``release`` op). Outputs still held stay
         valid: the memory lives until their last view is gone."""
         with self._lock:
+            idle = set(self._free)
             for segment in list(self._all):
-                self._forget(segment)
+                self._forget(segment, in_use=segment not in idle)
             self._free = []
             self._closed = True
             dropped, self._dropped = self._dropped, {}
         return dropped
 
-    def _forget(self, segment: Segment) -> None:
+    def _forget(self, segment: Segment, in_use: bool = False) -> None:
+        """Gives ``segment`` up (under the lock); ``in_use``: views of it may
+        still be alive, so it stays page-locked (see the module docstring)."""
+        pointer = self._locked.pop(segment, None)
+        if pointer is not None and not in_use:
+            page_unlock(pointer)
         self._all.discard(segment)
         self._held -= segment.size
         for part in self._mapped.pop(segment, set()) | (set() if segment.announced

@@ -1,0 +1,37 @@
+"""benchmarks/bench_gpu_products.py runs end to end at a tiny scale on the
+CPU and prints every row the issue's table asks for, as JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(300)
+def test_tiny_products_run_prints_every_row(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_gpu_products.py"), "--scale", "0.002",
+         "--device", "cpu", "--fanouts", "5,3", "--batches", "2", "--warmup", "1",
+         "--batch-size", "128", "--prefetch", "2", "--hidden", "16",
+         "--cache-capacity", "1.0", "--cache", str(tmp_path)],
+        capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    kinds = {(r["row"], r.get("sampling"), r.get("cache")) for r in rows}
+    for cache in ("uncached", "all"):
+        for sampling in ("server_hops", "hop_by_hop"):
+            for row in ("train", "loader"):
+                assert (row, sampling, cache) in kinds
+    assert ("compute", None, None) in kinds
+    for r in rows:
+        if r["row"] in ("train", "loader"):
+            assert r["seeds_per_s"] > 0 and r["sampled_nodes_per_s"] > r["seeds_per_s"]
+            assert r["vs_compute"] > 0 and r["fanout"] == [5, 3]

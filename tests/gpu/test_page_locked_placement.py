@@ -1,0 +1,107 @@
+"""Same-host servers write a GPU-bound batch's rows into page-locked shared
+memory: no row copied on the trainer, no second pinning pass, batches bit
+for bit the CPU ones; the GPU feature cache on the real path.
+
+These need a CUDA GPU and are skipped without one. Real server processes on
+loopback, real segments in /dev/shm registered with CUDA.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from support.servers import serve_parts
+from support.shm_files import needs_shm
+
+from pyg_dist.datasets import fake
+from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
+from pyg_dist.partitioning.writer import partition
+from pyg_dist.rpc.shm.outputs import OutputPool
+from pyg_dist.rpc.shm.page_lock import page_lock, page_unlock
+from pyg_dist.store.cached_feature_store import CachedFeatureStore
+from pyg_dist.store.connect import connect
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              needs_shm]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """4,000 nodes with 64 features in 2 parts (batches well above the
+    shared-memory threshold)."""
+    data = fake(num_nodes=4000, avg_degree=8, num_channels=64, num_classes=4, seed=1)
+    root = tmp_path_factory.mktemp("gpu-placed") / "fake2"
+    partition(data, 2, str(root), progress=False)
+    with serve_parts(root) as cluster:
+        yield data, cluster.endpoints
+
+
+def _epoch(stores, prefetch, device=None):
+    loader = DistNeighborLoader(stores, num_neighbors=[10, 5], input_nodes=torch.arange(2048),
+                                batch_size=256, prefetch=prefetch, seed=3, device=device)
+    return list(loader)
+
+
+def _same(cpu_batches, gpu_batches):
+    assert len(cpu_batches) == len(gpu_batches) > 0
+    for cpu, gpu in zip(cpu_batches, gpu_batches):
+        for key in ("x", "y", "edge_index", "n_id", "e_id"):
+            assert gpu[key].is_cuda, key
+            assert torch.equal(gpu[key].cpu(), cpu[key]), key
+
+
+def test_page_lock_makes_a_tensor_pinned_and_unlock_undoes_it():
+    memory = torch.empty(1 << 20, dtype=torch.uint8)
+    assert not memory.is_pinned()
+    assert page_lock(memory)
+    assert memory.is_pinned()
+    page_unlock(memory.data_ptr())
+    assert not memory.is_pinned()
+
+
+def test_a_page_locked_lease_is_registered_once_and_kept_for_reuse():
+    pool = OutputPool(64 << 20, [0])
+    try:
+        lease = pool.lease([(torch.float32, (4096, 64))], page_locked=True)
+        assert lease is not None and lease.tensors[0].is_pinned()
+        assert pool.page_locked_segments == 1
+        del lease
+        gc.collect()
+        again = pool.lease([(torch.float32, (4096, 64))], page_locked=True)
+        assert again.tensors[0].is_pinned() and pool.page_locked_segments == 1
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("prefetch", [1, 4])
+def test_gpu_batches_are_written_in_place_and_equal_the_cpu_batches(served, prefetch):
+    _, endpoints = served
+    fs, gs = connect(endpoints)
+    try:
+        reference = _epoch((fs, gs), 0)
+        before = fs.router.copied_rows
+        batches = _epoch((fs, gs), prefetch, device="cuda")
+        _same(reference, batches)
+        assert fs.router.copied_rows == before  # no row copied by the trainer
+        assert fs.router._outputs.page_locked_segments >= 1
+    finally:
+        fs.close()
+
+
+@pytest.mark.parametrize("capacity", [0.3, 1.0])
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_the_gpu_cache_gathers_hits_on_the_device_and_equals_uncached(served, capacity,
+                                                                      prefetch):
+    _, endpoints = served
+    fs, gs = connect(endpoints)
+    try:
+        reference = _epoch((fs, gs), 0)
+        cached = CachedFeatureStore(fs, capacity, "degree", graph_store=gs, device="cuda")
+        assert cached._types[None].rows["x"].is_cuda
+        _same(reference, _epoch((cached, gs), prefetch, device="cuda"))
+        stats = cached.cache_stats()
+        assert stats["hits"] > 0 and (stats["misses"] == 0) == (capacity == 1.0)
+    finally:
+        fs.close()
