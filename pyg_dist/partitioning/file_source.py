@@ -209,9 +209,14 @@ class FileGraph:
 
         first = 0
         for edge_file in self.edge_files:
-            with pq.ParquetFile(edge_file.path) as reader:
+            # pre_buffer (pyarrow's default) reads whole row groups ahead, and
+            # reader threads each grow an allocator arena: both cost RSS
+            # beyond the chunk.
+            with pq.ParquetFile(edge_file.path, pre_buffer=False,
+                                buffer_size=1 << 20) as reader:
                 for batch in reader.iter_batches(batch_size=max(1, chunk_edges),
-                                                 columns=list(EDGE_COLUMNS)):
+                                                 columns=list(EDGE_COLUMNS),
+                                                 use_threads=False):
                     src = self._column(batch, "src", edge_file.path, first)
                     dst = self._column(batch, "dst", edge_file.path, first)
                     yield first, src, dst

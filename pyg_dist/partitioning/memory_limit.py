@@ -103,8 +103,9 @@ class MemoryBudget:
 
     @property
     def working(self) -> int:
-        """Bytes left for chunk buffers and their temporaries."""
-        return self.limit - self.baseline - self.state
+        """Bytes left for chunk buffers and their temporaries, less a
+        sixteenth of the limit for the allocator's fragmentation."""
+        return self.limit - self.baseline - self.state - self.limit // 16
 
     def check(self) -> None:
         """Raises if the limit leaves less than :data:`MIN_WORKING_BYTES`.
@@ -113,7 +114,7 @@ class MemoryBudget:
             PartitionMemoryError: naming the limit needed.
         """
         if self.working < MIN_WORKING_BYTES:
-            need = self.baseline + self.state + MIN_WORKING_BYTES
+            need = (self.baseline + self.state + MIN_WORKING_BYTES) * 16 // 15
             raise memory_error(
                 f"a memory limit of {format_size(self.limit)} is too small: the process "
                 f"holds {format_size(self.baseline)} and the per-node state needs "

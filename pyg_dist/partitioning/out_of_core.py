@@ -51,6 +51,7 @@ from pyg_dist.partitioning.file_names import (
 )
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph
 from pyg_dist.partitioning.memory_limit import (
+    MIN_WORKING_BYTES,
     MemoryBudget,
     current_rss,
     default_limit,
@@ -71,6 +72,10 @@ logger = logging.getLogger(__name__)
 SHUFFLE_BYTES_PER_EDGE = 128
 """Bytes per edge of a chunk in flight: pyarrow's columns, their int64
 copies, the owner and sort order, the spilled triples."""
+ROW_GROUP_BYTES_PER_ROW = 128
+"""What pyarrow holds per row of the row group it decodes (buffers, pages,
+allocator arenas; measured with pre_buffer off and one thread), whatever the
+batch size."""
 MAX_PARTS = 1 << 15
 
 
@@ -122,7 +127,6 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     limit = default_limit() if memory_limit is None else int(memory_limit)
     budget = _budget(limit, graph, num_parts, max_part_nodes=-(-graph.num_nodes // num_parts),
                      cap=chunk_edges)
-    _check_row_groups(graph, budget)
     registry = registry or default_registry
     plugin = _build_partitioner(registry, partitioner, options)
     edges_per_chunk = budget.chunk_rows(SHUFFLE_BYTES_PER_EDGE)
@@ -147,25 +151,22 @@ def _budget(limit: int, graph: FileGraph, num_parts: int, max_part_nodes: int,
             cap: Optional[int]) -> MemoryBudget:
     """The working memory once the process and the per-node state are counted:
     the book (1-2 bytes a node), the halo bitmap (1), the assignment while a
-    plugin returns it (8), and per part its owned ids, counts and indptr."""
+    plugin returns it (8), per part its owned ids, counts and indptr, and what
+    pyarrow holds to decode one row group (:data:`ROW_GROUP_BYTES_PER_ROW`)."""
     per_node = _book_dtype(num_parts).itemsize + 1 + 8
-    budget = MemoryBudget(limit=limit, baseline=current_rss(),
-                          state=graph.num_nodes * per_node + 24 * (max_part_nodes + 1),
-                          max_rows=cap)
-    budget.check()
-    return budget
-
-
-def _check_row_groups(graph: FileGraph, budget: MemoryBudget) -> None:
-    """pyarrow decodes a whole row group at once: refuse ones that would not fit."""
-    need = graph.max_row_group * SHUFFLE_BYTES_PER_EDGE
-    if need > budget.working:
+    row_group = graph.max_row_group * ROW_GROUP_BYTES_PER_ROW
+    state = graph.num_nodes * per_node + 24 * (max_part_nodes + 1) + row_group
+    budget = MemoryBudget(limit=limit, baseline=current_rss(), state=state, max_rows=cap)
+    if budget.working < MIN_WORKING_BYTES and row_group > budget.working:
+        fits = max(1024, (budget.working + row_group) // (2 * ROW_GROUP_BYTES_PER_ROW))
         raise memory_error(
             f"the parquet edge files have row groups of {graph.max_row_group} rows, which "
-            f"take about {format_size(need)} to read, more than the "
-            f"{format_size(budget.working)} the limit leaves; rewrite them with smaller row "
-            f"groups (pyarrow.parquet.write_table(..., row_group_size=1_000_000)) or raise "
-            f"--memory-limit", budget.limit - budget.working + need)
+            f"take about {format_size(row_group)} to read: too much for a limit of "
+            f"{format_size(limit)}; rewrite them with smaller row groups "
+            f"(pyarrow.parquet.write_table(..., row_group_size={fits})) or raise "
+            f"--memory-limit", (budget.baseline + state + MIN_WORKING_BYTES) * 16 // 15)
+    budget.check()
+    return budget
 
 
 def _book_dtype(num_parts: int) -> np.dtype:
