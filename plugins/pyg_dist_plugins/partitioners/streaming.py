@@ -20,7 +20,7 @@ nodes of a chunk.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 import numpy as np
@@ -45,7 +45,7 @@ class StreamingPartitioner:
     """
 
     def __init__(self, slack: float = 0.05, balance_train: bool = True, seed: int = 0,
-                 chunk_edges: int = 1 << 20) -> None:
+                 passes: int = 3, chunk_edges: int = 1 << 20) -> None:
         if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not (
                 0 <= slack <= 10):
             raise InvalidPartitionArgumentError(
@@ -53,16 +53,18 @@ class StreamingPartitioner:
         if not isinstance(balance_train, bool):
             raise InvalidPartitionArgumentError(
                 f"streaming: balance_train must be true or false, got {balance_train!r}")
-        for name, value, least in (("seed", seed, 0), ("chunk_edges", chunk_edges, 1)):
+        for name, value, least in (("seed", seed, 0), ("passes", passes, 1),
+                                   ("chunk_edges", chunk_edges, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InvalidPartitionArgumentError(
                     f"streaming: {name} must be an int >= {least}, got {value!r}")
         self.slack, self.balance_train, self.seed = float(slack), balance_train, seed
-        self.chunk_edges = chunk_edges
+        self.chunk_edges, self.passes = chunk_edges, passes
 
     def options(self) -> dict[str, Any]:
         """The options recorded in ``meta.json``."""
-        return {"slack": self.slack, "balance_train": self.balance_train, "seed": self.seed}
+        return {"slack": self.slack, "balance_train": self.balance_train, "seed": self.seed,
+                "passes": self.passes}
 
     def assign(self, graph: Any, num_parts: int) -> np.ndarray:
         """One part per node of an in-memory ``PartitionInput``."""
@@ -74,7 +76,7 @@ class StreamingPartitioner:
                 yield (edge_index[0, s:s + self.chunk_edges].astype(np.int64),
                        edge_index[1, s:s + self.chunk_edges].astype(np.int64))
 
-        return self._run(int(graph.num_nodes), chunks(), mask, num_parts)
+        return self._run(int(graph.num_nodes), chunks, mask, num_parts)
 
     def assign_stream(self, stream: Any, num_parts: int) -> np.ndarray:
         """One part per node of a graph read from files, chunk by chunk."""
@@ -84,19 +86,26 @@ class StreamingPartitioner:
             for s in range(0, stream.num_nodes, 1 << 22):
                 mask[s:s + (1 << 22)] = stream.train_mask(s, min(s + (1 << 22),
                                                                   stream.num_nodes))
-        return self._run(int(stream.num_nodes), stream.chunks(), mask, num_parts)
+        return self._run(int(stream.num_nodes), stream.chunks, mask, num_parts)
 
-    def _run(self, num_nodes: int, chunks: Iterator[tuple[np.ndarray, np.ndarray]],
+    def _run(self, num_nodes: int, chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
              train: Optional[np.ndarray], num_parts: int) -> np.ndarray:
         state = _State(num_nodes, num_parts, self.slack,
                        train if self.balance_train else None)
-        for src, dst in chunks:
-            self._place_chunk(state, src, dst)
+        for src, dst in chunks():
+            self._visit_chunk(state, src, dst, first_pass=True)
         state.place_rest()
+        # Restreaming (Nishimura & Ugander, KDD 2013): later passes see every
+        # node placed and move one when a part holds more of its neighbours.
+        for _ in range(self.passes - 1):
+            for src, dst in chunks():
+                self._visit_chunk(state, src, dst, first_pass=False)
         return state.part
 
-    def _place_chunk(self, state: _State, src: np.ndarray, dst: np.ndarray) -> None:
-        """Places the chunk's unplaced nodes, a batch at a time."""
+    def _visit_chunk(self, state: _State, src: np.ndarray, dst: np.ndarray,
+                     first_pass: bool) -> None:
+        """Places (first pass) or reconsiders (later passes) the chunk's
+        nodes, a batch at a time."""
         u = np.concatenate([src, dst])
         v = np.concatenate([dst, src])
         keep = u != v
@@ -104,16 +113,16 @@ class StreamingPartitioner:
         order = np.argsort(u, kind="stable")
         u, v = u[order], v[order]
         del order, keep
-        new = np.unique(u[state.part[u] == _UNSET])
-        if not new.size:
+        nodes = np.unique(u[state.part[u] == _UNSET] if first_pass else u)
+        if not nodes.size:
             return
         # The seed orders the batches: a splitmix of the id.
-        new = new[np.argsort(_mix(new, self.seed), kind="stable")]
-        for s in range(0, new.size, _BATCH):
-            nodes = new[s:s + _BATCH]
-            lo = np.searchsorted(u, nodes, side="left")
-            hi = np.searchsorted(u, nodes, side="right")
-            state.place(nodes, lo, hi, v)
+        nodes = nodes[np.argsort(_mix(nodes, self.seed), kind="stable")]
+        for s in range(0, nodes.size, _BATCH):
+            batch = nodes[s:s + _BATCH]
+            lo = np.searchsorted(u, batch, side="left")
+            hi = np.searchsorted(u, batch, side="right")
+            state.place(batch, lo, hi, v, move=not first_pass)
 
 
 def _mix(ids: np.ndarray, seed: int) -> np.ndarray:
@@ -140,8 +149,15 @@ class _State:
         self.train_size = np.zeros(num_parts, dtype=np.float64)
         self.train_cap = max(1.0, math.ceil((1 + slack) * total_train / num_parts))
 
-    def place(self, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray, v: np.ndarray) -> None:
-        """Places a batch of nodes whose neighbours are ``v[lo[i]:hi[i]]``."""
+    def place(self, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray, v: np.ndarray,
+              move: bool = False) -> None:
+        """Places a batch of nodes whose neighbours are ``v[lo[i]:hi[i]]``;
+        with ``move``, the nodes are placed already and leave their part
+        only for a strictly better one."""
+        if move:
+            current = self.part[nodes].astype(np.int64)
+            is_train = self.train[nodes] if self.train is not None else None
+            self._uncount(current, is_train)
         lengths = hi - lo
         row = np.repeat(np.arange(nodes.size), lengths)
         starts = np.repeat(lo - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
@@ -160,7 +176,19 @@ class _State:
         score += (1.0 - self.size / self.cap) * 1e-6
         score[:, self.size >= self.cap] = -np.inf
         chosen = np.argmax(score, axis=1)
+        if move:
+            rows = np.arange(nodes.size)
+            # Stay unless the best part is better by a whole neighbour's share.
+            stay = score[rows, chosen] <= score[rows, current] + 0.5 * (
+                1.0 - self.size[chosen] / self.cap)
+            chosen[stay] = current[stay]
         self._commit(nodes, chosen, is_train)
+
+    def _uncount(self, parts: np.ndarray, is_train: Optional[np.ndarray]) -> None:
+        """Takes placed nodes out of the loads before they are reconsidered."""
+        self.size -= np.bincount(parts, minlength=self.k)
+        if is_train is not None:
+            self.train_size -= np.bincount(parts[is_train], minlength=self.k)
 
     def _commit(self, nodes: np.ndarray, chosen: np.ndarray,
                 is_train: Optional[np.ndarray]) -> None:
