@@ -106,20 +106,22 @@ class StreamingPartitioner:
                      first_pass: bool) -> None:
         """Places (first pass) or reconsiders (later passes) the chunk's
         nodes, a batch at a time."""
+        # Both directions, grouped by node; about 64 bytes an edge at the peak
+        # (self loops are dropped per batch, in place()).
         u = np.concatenate([src, dst])
-        v = np.concatenate([dst, src])
-        keep = u != v
-        u, v = u[keep], v[keep]
         order = np.argsort(u, kind="stable")
-        u, v = u[order], v[order]
-        del order, keep
+        u = u[order]
+        v = np.concatenate([dst, src])[order]
+        del order
         nodes = np.unique(u[state.part[u] == _UNSET] if first_pass else u)
         if not nodes.size:
             return
         # The seed orders the batches: a splitmix of the id.
         nodes = nodes[np.argsort(_mix(nodes, self.seed), kind="stable")]
-        for s in range(0, nodes.size, _BATCH):
-            batch = nodes[s:s + _BATCH]
+        # Later passes move few nodes: bigger batches cost little quality.
+        step = _BATCH if first_pass else 2 * _BATCH
+        for s in range(0, nodes.size, step):
+            batch = nodes[s:s + step]
             lo = np.searchsorted(u, batch, side="left")
             hi = np.searchsorted(u, batch, side="right")
             state.place(batch, lo, hi, v, move=not first_pass)
@@ -163,7 +165,7 @@ class _State:
         starts = np.repeat(lo - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
         neighbours = v[np.arange(row.size) + starts] if row.size else row
         parts = self.part[neighbours].astype(np.int64)
-        placed = parts != _UNSET
+        placed = (parts != _UNSET) & (neighbours != nodes[row])
         counts = np.bincount(row[placed] * self.k + parts[placed],
                              minlength=nodes.size * self.k).reshape(nodes.size, self.k)
         score = counts * np.maximum(0.0, 1.0 - self.size / self.cap)
@@ -175,6 +177,9 @@ class _State:
         # part: a small bonus for room, far below one neighbour's worth.
         score += (1.0 - self.size / self.cap) * 1e-6
         score[:, self.size >= self.cap] = -np.inf
+        if is_train is not None:
+            full = np.flatnonzero(self.train_size >= self.train_cap)
+            score[np.ix_(np.flatnonzero(is_train), full)] = -np.inf
         chosen = np.argmax(score, axis=1)
         if move:
             rows = np.arange(nodes.size)
@@ -194,18 +199,26 @@ class _State:
                 is_train: Optional[np.ndarray]) -> None:
         """Records the choices; nodes that would overflow a part's capacity
         (the batch decided at once) go to the least loaded parts instead."""
-        added = np.bincount(chosen, minlength=self.k)
-        over = np.flatnonzero(self.size + added > self.cap)
-        for k in over:
-            mine = np.flatnonzero(chosen == k)
-            room = max(0, int(self.cap - self.size[k]))
-            for i in mine[room:]:
-                load = self.size + np.bincount(chosen, minlength=self.k)
-                chosen[i] = int(np.argmin(load))
+        self._spread(chosen, np.ones(chosen.size, dtype=bool), self.size, self.cap)
+        if is_train is not None:
+            self._spread(chosen, is_train, self.train_size, self.train_cap)
         self.part[nodes] = chosen
         self.size += np.bincount(chosen, minlength=self.k)
         if is_train is not None:
             self.train_size += np.bincount(chosen[is_train], minlength=self.k)
+
+    def _spread(self, chosen: np.ndarray, among: np.ndarray, size: np.ndarray,
+                cap: float) -> None:
+        """Moves the ``among`` nodes past a part's room in ``size`` / ``cap``
+        to the least loaded parts (in place)."""
+        load = size + np.bincount(chosen[among], minlength=self.k)
+        for k in np.flatnonzero(load > cap):
+            mine = np.flatnonzero(among & (chosen == k))
+            for i in mine[max(0, int(cap - size[k])):]:
+                load[k] -= 1
+                target = int(np.argmin(load))
+                chosen[i] = target
+                load[target] += 1
 
     def place_rest(self) -> None:
         """Nodes never seen in an edge: dealt to the least loaded parts."""
