@@ -133,3 +133,25 @@ def memory_error(message: str, need: int) -> PartitionMemoryError:
     exc = PartitionMemoryError(message)
     exc.need = need
     return exc
+
+
+def release_freed_memory() -> None:
+    """Hands memory freed by a pass back to the kernel (pyarrow's pool, whose
+    mimalloc arenas keep what parquet decoding used, and glibc's
+    ``malloc_trim``), so that the next pass starts from the footprint
+    measured at the start."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    pyarrow = sys.modules.get("pyarrow")
+    if pyarrow is not None:
+        pyarrow.default_memory_pool().release_unused()
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    except OSError:
+        pass

@@ -57,6 +57,7 @@ from pyg_dist.partitioning.memory_limit import (
     default_limit,
     format_size,
     memory_error,
+    release_freed_memory,
 )
 from pyg_dist.partitioning.node_slices import (
     NODE_WINDOW_OVERHEAD,
@@ -125,8 +126,12 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     _check_num_parts(num_parts, graph.num_nodes)
     check_root(root, overwrite)
     limit = default_limit() if memory_limit is None else int(memory_limit)
-    budget = _budget(limit, graph, num_parts, max_part_nodes=-(-graph.num_nodes // num_parts),
-                     cap=chunk_edges)
+    # The footprint is measured once, before any pass: memory a pass frees
+    # may stay with the process (the allocator keeps it), but the next pass
+    # reuses it.
+    baseline = current_rss()
+    budget = _budget(limit, baseline, graph, num_parts,
+                     max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
     registry = registry or default_registry
     plugin = _build_partitioner(registry, partitioner, options)
     edges_per_chunk = budget.chunk_rows(SHUFFLE_BYTES_PER_EDGE)
@@ -134,8 +139,9 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
                 "%d edges)", graph.num_nodes, graph.num_edges, graph.root,
                 format_size(limit), format_size(budget.working), edges_per_chunk)
     node_part = _assign(plugin, graph, num_parts, edges_per_chunk, limit)
+    release_freed_memory()
     counts = np.bincount(node_part, minlength=num_parts)
-    budget = _budget(limit, graph, num_parts, max_part_nodes=int(counts.max()),
+    budget = _budget(limit, baseline, graph, num_parts, max_part_nodes=int(counts.max()),
                      cap=chunk_edges)
     with staged(root) as tmp:
         meta = _write(tmp, graph, node_part, num_parts, budget, progress)
@@ -147,8 +153,8 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     return meta
 
 
-def _budget(limit: int, graph: FileGraph, num_parts: int, max_part_nodes: int,
-            cap: Optional[int]) -> MemoryBudget:
+def _budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
+            max_part_nodes: int, cap: Optional[int]) -> MemoryBudget:
     """The working memory once the process and the per-node state are counted:
     the book (1-2 bytes a node), the halo bitmap (1), the assignment while a
     plugin returns it (8), per part its owned ids, counts and indptr, and what
@@ -156,8 +162,8 @@ def _budget(limit: int, graph: FileGraph, num_parts: int, max_part_nodes: int,
     per_node = _book_dtype(num_parts).itemsize + 1 + 8
     row_group = graph.max_row_group * ROW_GROUP_BYTES_PER_ROW
     state = graph.num_nodes * per_node + 24 * (max_part_nodes + 1) + row_group
-    budget = MemoryBudget(limit=limit, baseline=current_rss(), state=state, max_rows=cap)
-    if budget.working < MIN_WORKING_BYTES and row_group > budget.working:
+    budget = MemoryBudget(limit=limit, baseline=baseline, state=state, max_rows=cap)
+    if budget.working < MIN_WORKING_BYTES <= budget.working + row_group:
         fits = max(1024, (budget.working + row_group) // (2 * ROW_GROUP_BYTES_PER_ROW))
         raise memory_error(
             f"the parquet edge files have row groups of {graph.max_row_group} rows, which "
@@ -275,17 +281,20 @@ def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
     with tqdm(total=graph.num_nodes, desc="nodes", unit="node", disable=not progress) as bar:
         train = write_node_files(tmp, graph, node_part, num_parts,
                                  budget.chunk_rows(row_bytes), bar)
+    release_freed_memory()
     spill_dir = tmp / ".spill"
     spill_dir.mkdir()
     shuffle = EdgeShuffle(spill_dir, node_part, num_parts)
     with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
               disable=not progress) as bar:
         shuffle.spill(graph, budget.chunk_rows(SHUFFLE_BYTES_PER_EDGE), bar)
+    release_freed_memory()
     halo = np.zeros(graph.num_nodes, dtype=np.bool_)
     stats: list[PartStats] = []
     parts = []
     with tqdm(total=graph.num_edges, desc="csc", unit="edge", disable=not progress) as bar:
         for k in range(num_parts):
+            release_freed_memory()
             owned = np.flatnonzero(node_part == k)
             part_stats = shuffle.write_part(tmp, k, owned, halo,
                                             budget.chunk_rows(SORT_BYTES_PER_EDGE), bar)
