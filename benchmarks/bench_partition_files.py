@@ -9,7 +9,7 @@ out-degrees (Zipf sources) and locality (70% of edges stay inside blocks of
 bounded memory to ``DIR/edges/*.parquet`` and ``DIR/nodes/{x,y,train_mask}.npy``.
 Each partitioner then runs in its own process,
 ``python -m pyg_dist partition --from DIR ROOT --memory-limit LIMIT``, and
-the row reports its wall time, its peak RSS (``ru_maxrss`` of that child),
+the row reports its wall time, its peak RSS (``VmHWM`` of that child),
 bytes written, the edge cut (from ``meta.json``) and edges/s, with the load
 average beside them.
 
@@ -81,10 +81,12 @@ def generate(out: Path, num_nodes: int, num_edges: int, features: int, seed: int
     return num_edges * 16 + num_nodes * features * 4
 
 
-# The CLI, then the child's own peak RSS (ru_maxrss, KiB on Linux) on stderr.
-_CHILD = ("import resource, sys\nfrom pyg_dist.cli import main\nrc = main(sys.argv[1:])\n"
-          "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
-          "file=sys.stderr)\nsys.exit(rc)")
+# The CLI, then the child's own peak RSS on stderr: VmHWM, the high-water mark
+# of its address space. (ru_maxrss would do no good: Linux carries it over
+# exec from the forking parent, whose generation arrays would count.)
+_CHILD = ("import sys\nfrom pyg_dist.cli import main\nrc = main(sys.argv[1:])\n"
+          "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+          "print('PEAK_KB', hwm.split()[1], file=sys.stderr)\nsys.exit(rc)")
 
 
 def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str) -> dict:

@@ -227,12 +227,15 @@ def test_an_ogb_directory_converts_into_files_and_partitions(tmp_path):
     assert sum(p["stats"]["num_train_nodes"] for p in meta["parts"]) == 3
 
 
+# The child's peak RSS is VmHWM, the high-water mark of its own address space:
+# ru_maxrss would carry over exec the RSS of the forking parent (pytest).
 _CHILD = textwrap.dedent("""
-    import json, resource, sys
+    import json, sys
     from pyg_dist.partitioning.out_of_core import partition_files
     meta = partition_files(sys.argv[1], 4, sys.argv[2], sys.argv[3],
                            memory_limit=int(sys.argv[4]))
-    print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    print(json.dumps({"peak": int(hwm.split()[1]) * 1024,
                       "torch": "torch" in sys.modules, "edges": meta["num_edges"]}))
 """)
 
