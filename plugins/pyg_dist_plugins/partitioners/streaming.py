@@ -106,25 +106,31 @@ class StreamingPartitioner:
                      first_pass: bool) -> None:
         """Places (first pass) or reconsiders (later passes) the chunk's
         nodes, a batch at a time."""
-        # Both directions, grouped by node; about 64 bytes an edge at the peak
-        # (self loops are dropped per batch, in place()).
+        # Both directions, grouped by node (segments of the sorted sources
+        # give every node's neighbours without a search); about 64 bytes an
+        # edge at the peak. Self loops are dropped per batch, in place().
         u = np.concatenate([src, dst])
-        order = np.argsort(u, kind="stable")
+        order = np.argsort(u)
         u = u[order]
         v = np.concatenate([dst, src])[order]
         del order
-        nodes = np.unique(u[state.part[u] == _UNSET] if first_pass else u)
+        lo = np.flatnonzero(np.concatenate([[True], u[1:] != u[:-1]])) if u.size else u
+        hi = np.append(lo[1:], u.size)
+        nodes = u[lo]
+        del u
+        if first_pass:
+            keep = state.part[nodes] == _UNSET
+            nodes, lo, hi = nodes[keep], lo[keep], hi[keep]
         if not nodes.size:
             return
         # The seed orders the batches: a splitmix of the id.
-        nodes = nodes[np.argsort(_mix(nodes, self.seed), kind="stable")]
+        order = np.argsort(_mix(nodes, self.seed), kind="stable")
+        nodes, lo, hi = nodes[order], lo[order], hi[order]
         # Later passes move few nodes: bigger batches cost little quality.
         step = _BATCH if first_pass else 2 * _BATCH
         for s in range(0, nodes.size, step):
-            batch = nodes[s:s + step]
-            lo = np.searchsorted(u, batch, side="left")
-            hi = np.searchsorted(u, batch, side="right")
-            state.place(batch, lo, hi, v, move=not first_pass)
+            state.place(nodes[s:s + step], lo[s:s + step], hi[s:s + step], v,
+                        move=not first_pass)
 
 
 def _mix(ids: np.ndarray, seed: int) -> np.ndarray:
