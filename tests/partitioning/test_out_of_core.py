@@ -58,8 +58,9 @@ def test_streamed_safetensors_are_byte_identical_to_save_file(tmp_path):
     with SafetensorsFile(tmp_path / "mine", {k: (v.dtype, v.shape)
                                              for k, v in tensors.items()}) as out:
         for name, value in reversed(tensors.items()):  # any order, in pieces
-            out.write_rows(name, 0, value[:3])
-            out.write_rows(name, 3, value[3:])
+            cut = min(3, len(value))
+            out.write_rows(name, 0, value[:cut])
+            out.write_rows(name, cut, value[cut:])
     assert (tmp_path / "mine").read_bytes() == (tmp_path / "ref").read_bytes()
 
 

@@ -126,8 +126,9 @@ class StreamingPartitioner:
         # The seed orders the batches: a splitmix of the id.
         order = np.argsort(_mix(nodes, self.seed), kind="stable")
         nodes, lo, hi = nodes[order], lo[order], hi[order]
-        # Later passes move few nodes: bigger batches cost little quality.
-        step = _BATCH if first_pass else 2 * _BATCH
+        # Nodes of one batch decide together, blind to each other's moves:
+        # a batch must stay a small share of the graph.
+        step = int(min(_BATCH, max(32, state.part.size // 256)))
         for s in range(0, nodes.size, step):
             state.place(nodes[s:s + step], lo[s:s + step], hi[s:s + step], v,
                         move=not first_pass)
