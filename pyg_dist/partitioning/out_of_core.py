@@ -248,9 +248,10 @@ def _assign_in_memory(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges
     from pyg_dist.partitioning.graph import PartitionInput
 
     edge_index = torch.empty(2, graph.num_edges, dtype=torch.int64)
+    view = edge_index.numpy()  # pyarrow's arrays are read-only: copy through numpy
     for first, src, dst in graph.edge_chunks(chunk_edges):
-        edge_index[0, first:first + src.size] = torch.from_numpy(src)
-        edge_index[1, first:first + src.size] = torch.from_numpy(dst)
+        view[0, first:first + src.size] = src
+        view[1, first:first + src.size] = dst
     mask = graph.node_arrays.get("train_mask")
     train_mask = None if mask is None else torch.from_numpy(
         mask.read_rows(0, graph.num_nodes).copy())
