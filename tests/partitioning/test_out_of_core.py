@@ -279,3 +279,22 @@ def test_peak_rss_stays_under_a_limit_ten_times_smaller_than_the_graph(tmp_path,
     assert not result["torch"]
     reader = PartitionReader(tmp_path / "out", verify=True)
     assert reader.num_edges == result["edges"]
+
+
+def test_edges_alone_with_a_node_count_and_root_rules(tmp_path):
+    from pyg_dist.partitioning.file_source import FileGraph
+
+    source = tmp_path / "files"
+    _write_edges(source, pa.table({"src": [0, 1, 2, 9], "dst": [1, 2, 0, 3]}))
+    graph = FileGraph.open(source, num_nodes=12)
+    meta = partition_files(graph, 3, tmp_path / "out", "streaming")
+    assert (meta["num_nodes"], meta["num_edges"]) == (12, 4)
+    assert sum(p["stats"]["num_nodes"] for p in meta["parts"]) == 12
+    part = PartitionReader(tmp_path / "out").load_part(0)
+    assert part is not None
+    with pytest.raises(InvalidPartitionArgumentError, match="not empty"):
+        partition_files(graph, 3, tmp_path / "out", "hash")
+    partition_files(graph, 3, tmp_path / "out", "hash", overwrite=True)
+    with pytest.raises(InvalidPartitionArgumentError, match="num_parts"):
+        partition_files(graph, 13, tmp_path / "other", "hash")
+    assert not (tmp_path / "other").exists()
