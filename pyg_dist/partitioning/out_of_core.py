@@ -73,6 +73,10 @@ logger = logging.getLogger(__name__)
 SHUFFLE_BYTES_PER_EDGE = 128
 """Bytes per edge of a chunk in flight: pyarrow's columns, their int64
 copies, the owner and sort order, the spilled triples."""
+ASSIGN_BYTES_PER_EDGE = 192
+"""Bytes per edge of a chunk a streaming partitioner may hold (its
+``EdgeStream`` is sized by it): the chunk itself (16), both directions, their
+sort order and gathered copies (about 96), and room for its own."""
 ROW_GROUP_BYTES_PER_ROW = 128
 """What pyarrow holds per row of the row group it decodes (buffers, pages,
 allocator arenas; measured with pre_buffer off and one thread), whatever the
@@ -126,9 +130,11 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     _check_num_parts(num_parts, graph.num_nodes)
     check_root(root, overwrite)
     limit = default_limit() if memory_limit is None else int(memory_limit)
-    # The footprint is measured once, before any pass: memory a pass frees
-    # may stay with the process (the allocator keeps it), but the next pass
-    # reuses it.
+    # The footprint is measured once, before any pass (and once pyarrow has
+    # decoded something): memory a pass frees may stay with the process (the
+    # allocator keeps it), but the next pass reuses it.
+    graph.warm_up()
+    release_freed_memory()
     baseline = current_rss()
     budget = _budget(limit, baseline, graph, num_parts,
                      max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
@@ -138,7 +144,8 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     logger.info("partitioning %d nodes, %d edges from %s under %s (%s working, chunks of "
                 "%d edges)", graph.num_nodes, graph.num_edges, graph.root,
                 format_size(limit), format_size(budget.working), edges_per_chunk)
-    node_part = _assign(plugin, graph, num_parts, edges_per_chunk, limit)
+    node_part = _assign(plugin, graph, num_parts, budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
+                        limit)
     release_freed_memory()
     counts = np.bincount(node_part, minlength=num_parts)
     budget = _budget(limit, baseline, graph, num_parts, max_part_nodes=int(counts.max()),
