@@ -130,16 +130,17 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     _check_num_parts(num_parts, graph.num_nodes)
     check_root(root, overwrite)
     limit = default_limit() if memory_limit is None else int(memory_limit)
-    # The footprint is measured once, before any pass (and once pyarrow has
-    # decoded something): memory a pass frees may stay with the process (the
-    # allocator keeps it), but the next pass reuses it.
+    registry = registry or default_registry
+    plugin = _build_partitioner(registry, partitioner, options)
+    # The footprint is measured once, before any pass, with the plugin loaded
+    # (random and metis import torch) and once pyarrow has decoded something:
+    # memory a pass frees may stay with the process (the allocator keeps it),
+    # but the next pass reuses it.
     graph.warm_up()
     release_freed_memory()
     baseline = current_rss()
     budget = _budget(limit, baseline, graph, num_parts,
                      max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
-    registry = registry or default_registry
-    plugin = _build_partitioner(registry, partitioner, options)
     edges_per_chunk = budget.chunk_rows(SHUFFLE_BYTES_PER_EDGE)
     logger.info("partitioning %d nodes, %d edges from %s under %s (%s working, chunks of "
                 "%d edges)", graph.num_nodes, graph.num_edges, graph.root,

@@ -264,6 +264,7 @@ def _big_graph(directory: Path, num_nodes: int, features: int, num_edges: int) -
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_peak_rss_stays_under_a_limit_ten_times_smaller_than_the_graph(tmp_path):
     # 192 MiB: the process alone holds 120-130 MB once pyarrow has decoded a
     # batch (pyarrow 25); the graph is 1.92 GB.
