@@ -16,6 +16,8 @@ The tree::
     │   ├── PartitionFormatError         missing/unknown file, other format version
     │   ├── ChecksumMismatchError        a file's sha256 differs from meta.json
     │   ├── DatasetResolveError          "module:callable" did not resolve
+    │   ├── PartitionMemoryError         partitioning would not fit the memory
+    │   │                                limit; carries the bytes it needs
     │   └── UnknownTypeError             a node / edge type the graph lacks;
     │                                    (also InvalidPartitionArgumentError)
     ├── GraphKindMismatchError           a homogeneous call on a heterogeneous
@@ -130,6 +132,14 @@ class ChecksumMismatchError(PartitionFormatError):
             f"checksum mismatch for {path}: meta.json records sha256 "
             f"{expected[:16]}..., the file has {actual[:16]}...; the file was "
             f"modified or corrupted: partition the dataset again")
+
+
+class PartitionMemoryError(PartitionError):
+    """Partitioning would not fit the memory limit (``--memory-limit``); the
+    message names the memory it would need. ``need`` holds it in bytes
+    (``None`` when unknown)."""
+
+    need: Optional[int] = None
 
 
 class DatasetResolveError(PartitionError, ValueError):
@@ -314,7 +324,8 @@ WIRE_TYPES: dict[str, type[PygDistError]] = {
     cls.__name__: cls for cls in (
         PygDistError, PluginError, PluginNotFoundError, PluginLoadError,
         DuplicatePluginError, PartitionError, InvalidPartitionArgumentError,
-        PartitionFormatError, ChecksumMismatchError, DatasetResolveError, UnknownTypeError,
+        PartitionFormatError, ChecksumMismatchError, PartitionMemoryError, DatasetResolveError,
+        UnknownTypeError,
         GraphKindMismatchError, RpcError, TransportError, ServerUnavailableError,
         SharedMemoryError, RpcTimeoutError, ProtocolError, ServerBusyError, RemoteError,
         StoreError, CacheError, ServerListError, ForwardingError, EmbeddingError,

@@ -19,18 +19,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "pyg_dist.datasets:imdb; the current directory is searched first, so "
             "mygraph:load finds ./mygraph.py), assigns every node "
             "to a part with a partitioner plugin, and writes ROOT atomically: on any error "
-            "nothing is left behind. 'pyg-dist plugins' lists the partitioners."))
-    p.add_argument("dataset", metavar="DATASET",
-                   help="module:callable returning a Data or HeteroData")
-    p.add_argument("root", metavar="ROOT", help="the dataset directory to create")
+            "nothing is left behind. 'pyg-dist plugins' lists the partitioners. With --from "
+            "DIR (and no DATASET) the graph is read from files instead (DIR/edges/*.parquet "
+            "with int columns src, dst; DIR/nodes/NAME.npy, one array per node attribute) "
+            "in passes over chunks, so that the process stays under --memory-limit whatever "
+            "the graph's size; the same dataset format comes out."))
+    p.add_argument("dataset", metavar="DATASET", nargs="?",
+                   help="module:callable returning a Data or HeteroData (not with --from)")
+    p.add_argument("root", metavar="ROOT", nargs="?",
+                   help="the dataset directory to create")
     p.add_argument("-n", "--num-parts", type=int, required=True, help="number of parts")
-    p.add_argument("-p", "--partitioner", default="metis",
-                   help="partitioner plugin name (default: metis)")
+    p.add_argument("-p", "--partitioner",
+                   help="partitioner plugin name (default: metis; streaming with --from)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                    help="partitioner option, repeatable; VALUE is read as JSON when it "
                         "parses (true, 3, \"x\") and as a string otherwise, e.g. "
                         "-o balance_train=true")
-    p.add_argument("--name", help="graph name recorded in meta.json (default: DATASET)")
+    p.add_argument("--from", dest="from_dir", metavar="DIR",
+                   help="read the graph from files in DIR instead of DATASET")
+    p.add_argument("--memory-limit", metavar="SIZE",
+                   help="with --from: peak memory of the process, e.g. 1536M or 4G "
+                        "(default: half the available memory)")
+    p.add_argument("--num-nodes", type=int, metavar="N",
+                   help="with --from: the node count when DIR/nodes holds no array")
+    p.add_argument("--name", help="graph name recorded in meta.json (default: DATASET or DIR)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty ROOT")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(run=run)
@@ -57,16 +69,48 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Loads the dataset, partitions it and prints the summary."""
+    """Loads the dataset (or opens the files), partitions it and prints the summary."""
     options = parse_options(args.option)
     from pyg_dist.cli.info import format_summary
+
+    if args.from_dir is not None:
+        return _run_from_files(args, options)
+    if args.dataset is None or args.root is None:
+        raise InvalidPartitionArgumentError(
+            "give DATASET and ROOT, or --from DIR and ROOT")
+    if args.memory_limit is not None or args.num_nodes is not None:
+        raise InvalidPartitionArgumentError(
+            "--memory-limit and --num-nodes apply to --from DIR only")
     from pyg_dist.datasets import load_dataset
     from pyg_dist.partitioning import partition
 
     data = load_dataset(args.dataset, search_cwd=True)
-    reader = partition(data, args.num_parts, args.root, args.partitioner,
+    reader = partition(data, args.num_parts, args.root, args.partitioner or "metis",
                        overwrite=args.overwrite, progress=not args.no_progress,
                        graph_name=args.name or args.dataset, **options)
     print(f"wrote {args.root}")
     print(format_summary(reader.meta))
+    return 0
+
+
+def _run_from_files(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """``--from DIR ROOT``: the out-of-core path (imports no torch unless the
+    partitioner needs it)."""
+    from pyg_dist.cli.info import format_summary
+    from pyg_dist.partitioning.file_source import FileGraph
+    from pyg_dist.partitioning.memory_limit import parse_size
+    from pyg_dist.partitioning.out_of_core import partition_files
+
+    if args.root is not None or args.dataset is None:
+        raise InvalidPartitionArgumentError(
+            "with --from DIR give ROOT only (no DATASET): pyg-dist partition --from DIR ROOT")
+    root = args.dataset
+    limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
+    graph = FileGraph.open(args.from_dir, num_nodes=args.num_nodes)
+    meta = partition_files(graph, args.num_parts, root, args.partitioner or "streaming",
+                           memory_limit=limit, overwrite=args.overwrite,
+                           progress=not args.no_progress,
+                           graph_name=args.name or args.from_dir, **options)
+    print(f"wrote {root}")
+    print(format_summary(meta))
     return 0

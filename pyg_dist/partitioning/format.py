@@ -27,7 +27,6 @@ listed per type, so a reader never guesses a file name.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import os
@@ -39,27 +38,27 @@ from typing import Any, Optional, Union
 import torch
 
 from pyg_dist.errors import PartitionFormatError
+from pyg_dist.partitioning.file_names import (  # noqa: F401  (re-exported)
+    BOOK_FILE,
+    BOOK_KEY,
+    EDGE_IDS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    FORMAT_VERSIONS,
+    HETERO_FORMAT_VERSION,
+    INDICES,
+    INDPTR,
+    META_FILE,
+    NODE_IDS,
+    RESERVED_EDGE_NAMES,
+    RESERVED_NODE_NAMES,
+    part_dir,
+    sha256_file,
+)
 
-FORMAT_NAME = "pyg-dist-partition"
-FORMAT_VERSION = 1
-"""Version of a homogeneous dataset (unchanged since the first release)."""
-HETERO_FORMAT_VERSION = 2
-"""Version of a heterogeneous dataset: per-type books, node and edge files."""
-FORMAT_VERSIONS = (FORMAT_VERSION, HETERO_FORMAT_VERSION)
 MAX_TYPE_NAME_BYTES = 64
 """Longest node type or relation name (UTF-8 bytes): three of them and the
 prefixes make an edge file name, which must stay under 255 bytes."""
-META_FILE = "meta.json"
-BOOK_FILE = "book.safetensors"
-
-# Reserved tensor names inside the node / edge files.
-NODE_IDS = "node_ids"
-INDPTR = "indptr"
-INDICES = "indices"
-EDGE_IDS = "edge_ids"
-BOOK_KEY = "node_part"
-RESERVED_NODE_NAMES = frozenset({NODE_IDS})
-RESERVED_EDGE_NAMES = frozenset({INDPTR, INDICES, EDGE_IDS})
 
 NodeTypeKey = Optional[str]
 EdgeTypeKey = Optional[tuple[str, str, str]]
@@ -79,10 +78,6 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_HEADER_TENSORS = 4096
 MAX_TENSOR_NDIM = 8
 
-
-def part_dir(part: int) -> str:
-    """The directory of part ``part`` relative to ROOT."""
-    return f"part-{part}"
 
 
 def type_name_problem(name: Any) -> Optional[str]:
@@ -174,14 +169,6 @@ def safe_path(root: Path, name: str) -> Path:
             f"inside the dataset directory; the dataset is corrupt or crafted")
     return root.joinpath(*pure.parts)
 
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    """The hex sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:

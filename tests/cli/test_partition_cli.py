@@ -156,3 +156,50 @@ def test_serve_serves_a_hetero_dataset(imdb_root):
     assert result["part"] == 1 and result["is_hetero"]
     assert {t["name"]: t["num_nodes"] for t in result["node_types"]} == \
         {"movie": 4661, "director": 2270, "actor": 5841}
+
+
+@pytest.fixture
+def cora_files(tmp_path, cora_data):
+    from pyg_dist.partitioning.file_export import write_data_files
+
+    return write_data_files(cora_data, tmp_path / "cora-files")
+
+
+def test_partition_from_files_in_a_subprocess_then_info(tmp_path, cora_files, capsys):
+    root = tmp_path / "cora-2"
+    done = subprocess.run(
+        [sys.executable, "-m", "pyg_dist", "partition", "--from", str(cora_files), str(root),
+         "-n", "2", "--memory-limit", "1G"],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert done.returncode == 0, done.stderr
+    assert "shuffle edges" in done.stderr and "csc" in done.stderr  # a bar per pass
+    assert "edge cut:" in done.stdout
+    meta = json.loads((root / "meta.json").read_text())
+    assert meta["partitioner"]["name"] == "streaming"
+    assert meta["graph_name"] == str(cora_files)
+    assert (meta["num_nodes"], meta["num_edges"]) == (2708, 10556)
+    assert main(["info", str(root), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"edge cut: {meta['stats']['edge_cut']} of 10556" in out
+    assert "checksums: all 5 files verified" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["pyg_dist.datasets:cora", "ROOT", "--from", "FILES"], "ROOT only"),
+    (["ROOT", "--from", "FILES", "--memory-limit", "4X"], "not a size"),
+    (["ROOT", "--from", "FILES", "--memory-limit", "1K"], "too small"),
+    (["ROOT", "--from", "FILES", "-p", "metis", "--memory-limit", "RSS+64M"],
+     "needs the whole graph in memory"),
+    (["pyg_dist.datasets:cora", "ROOT", "--memory-limit", "4G"], "--from DIR only"),
+    (["ROOT", "--from", "FILES", "--num-nodes", "5"], "num_nodes=5"),
+])
+def test_bad_file_arguments_are_errors_and_write_nothing(tmp_path, cora_files, capsys, argv,
+                                                         message):
+    from pyg_dist.partitioning.memory_limit import current_rss
+
+    names = {"ROOT": str(tmp_path / "out"), "FILES": str(cora_files),
+             "RSS+64M": str(current_rss() + (64 << 20))}
+    argv = [names.get(a, a) for a in argv]
+    assert main(["partition", *argv, "-n", "2", "--no-progress"]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

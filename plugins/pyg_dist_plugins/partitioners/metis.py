@@ -94,6 +94,18 @@ class MetisPartitioner:
             options["balance_ntypes"] = self.balance_ntypes
         return options
 
+    def memory_estimate(self, num_nodes: int, num_edges: int) -> int:
+        """Bytes partitioning a graph of this size in memory takes, roughly:
+        the edges (16 B each), the symmetric CSR's keys (16 B per adjacency
+        entry) and METIS's coarsening (about 110 B per entry, measured in
+        docs/partition-format.md "Performance"), plus torch and PyG (320 MB).
+        ``max_degree`` bounds the entries METIS sees to about
+        ``2.2 * max_degree`` a node."""
+        entries = 2 * num_edges
+        if self.max_degree is not None:
+            entries = min(entries, int(2.2 * self.max_degree * num_nodes))
+        return 16 * num_edges + 16 * num_nodes + 126 * entries + (320 << 20)
+
     def assign(self, graph: PartitionInput, num_parts: int) -> Tensor:
         """Returns one part id per node, computed by METIS."""
         import pymetis

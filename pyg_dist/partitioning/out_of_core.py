@@ -1,0 +1,351 @@
+"""``pyg_dist.partitioning.partition_files``: partition a graph read from files
+under a memory limit (``pyg-dist partition --from DIR``).
+
+The passes, each with its own progress bar and each holding at most a chunk
+of edges or a window of nodes besides the per-node state (the book and a
+halo bitmap, a few bytes a node):
+
+1. **assign**: the partitioner plugin sees the edges in chunks
+   (:class:`~pyg_dist.partitioning.file_source.EdgeStream`) and returns the
+   owner of every node. Plugins without ``assign_stream`` (METIS) get the
+   whole graph in memory if their own estimate fits the limit, and a
+   :class:`~pyg_dist.errors.PartitionMemoryError` naming what they would need
+   otherwise.
+2. **nodes**: every part's node file, one pass over node windows
+   (:mod:`~pyg_dist.partitioning.node_slices`).
+3. **shuffle**: every edge into its owner's spill file
+   (:mod:`~pyg_dist.partitioning.edge_shuffle`).
+4. **csc**: per part, its CSC from its spill file, sorted in buckets that fit.
+
+The output is the format :func:`~pyg_dist.partitioning.writer.partition`
+writes, file for file: on a graph that fits, the same assignment gives the
+same bytes, ``meta.json`` included (``tests/partitioning/test_out_of_core.py``).
+Nothing here imports torch unless a plugin needs the in-memory fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from pyg_dist.errors import InvalidPartitionArgumentError
+from pyg_dist.partitioning.dataset_dir import check_root, staged
+from pyg_dist.partitioning.edge_shuffle import (
+    SORT_BYTES_PER_EDGE,
+    EdgeShuffle,
+    edge_file_name,
+)
+from pyg_dist.partitioning.file_names import (
+    BOOK_FILE,
+    BOOK_KEY,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    META_FILE,
+    part_dir,
+    sha256_file,
+)
+from pyg_dist.partitioning.file_source import EdgeStream, FileGraph
+from pyg_dist.partitioning.memory_limit import (
+    MIN_WORKING_BYTES,
+    MemoryBudget,
+    current_rss,
+    default_limit,
+    format_size,
+    memory_error,
+    release_freed_memory,
+)
+from pyg_dist.partitioning.node_slices import (
+    NODE_WINDOW_OVERHEAD,
+    node_file_name,
+    write_node_files,
+)
+from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
+from pyg_dist.partitioning.stats import PartStats, summarize
+from pyg_dist.plugins import PARTITIONERS, PluginRegistry, default_registry
+
+logger = logging.getLogger(__name__)
+
+SHUFFLE_BYTES_PER_EDGE = 128
+"""Bytes per edge of a chunk in flight: pyarrow's columns, their int64
+copies, the owner and sort order, the spilled triples."""
+ASSIGN_BYTES_PER_EDGE = 192
+"""Bytes per edge of a chunk a streaming partitioner may hold (its
+``EdgeStream`` is sized by it): the chunk itself (16), both directions, their
+sort order and gathered copies (about 96), and room for its own."""
+ROW_GROUP_BYTES_PER_ROW = 128
+"""What pyarrow holds per row of the row group it decodes (buffers, pages,
+allocator arenas; measured with pre_buffer off and one thread), whatever the
+batch size."""
+MAX_PARTS = 1 << 15
+
+
+def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
+                    root: Union[str, os.PathLike], partitioner: str = "hash", *,
+                    memory_limit: Optional[int] = None, chunk_edges: Optional[int] = None,
+                    overwrite: bool = False,
+                    registry: Optional[PluginRegistry] = None, progress: bool = False,
+                    graph_name: Optional[str] = None, **options: Any) -> dict[str, Any]:
+    """Partitions the graph in ``source`` (files) and writes ``root``, within
+    ``memory_limit`` bytes of peak RSS.
+
+    Args:
+        source: The input directory (``edges/*.parquet``, ``nodes/*.npy``;
+            ``docs/partition-format.md``, "Input from files") or an opened
+            :class:`~pyg_dist.partitioning.file_source.FileGraph`.
+        num_parts: Number of parts, ``1 <= num_parts <= num_nodes``.
+        root: The dataset directory to create (as for
+            :func:`~pyg_dist.partitioning.writer.partition`).
+        partitioner: A ``pyg_dist.partitioners`` plugin: ``hash``,
+            ``streaming`` and ``random`` work in bounded memory; others get
+            the graph in memory when it fits the limit.
+        memory_limit: Bytes the process may hold at its peak (``None``:
+            :func:`~pyg_dist.partitioning.memory_limit.default_limit`).
+        chunk_edges: At most this many edges (or nodes) per chunk, bucket
+            and window (``None``: as many as the limit allows); smaller
+            chunks only cost time.
+        overwrite: Replace a non-empty ``root``.
+        registry: Plugin registry (default: the installed plugins).
+        progress: Show a tqdm bar per pass.
+        graph_name: Name recorded in ``meta.json``.
+        **options: The partitioner's options.
+
+    Returns:
+        The ``meta.json`` written.
+
+    Raises:
+        InvalidPartitionArgumentError: bad input files, ``num_parts``,
+            options or ``root``.
+        PartitionMemoryError: the limit is too small for the per-node state,
+            or for a plugin that needs the graph in memory; names the need.
+        PluginNotFoundError: no partitioner of that name is installed.
+        PartitionError: the system refused a write; nothing is left behind.
+    """
+    graph = source if isinstance(source, FileGraph) else FileGraph.open(source)
+    root = Path(root)
+    _check_num_parts(num_parts, graph.num_nodes)
+    check_root(root, overwrite)
+    limit = default_limit() if memory_limit is None else int(memory_limit)
+    registry = registry or default_registry
+    plugin = _build_partitioner(registry, partitioner, options)
+    # The footprint is measured once, before any pass, with the plugin loaded
+    # (random and metis import torch) and once pyarrow has decoded something:
+    # memory a pass frees may stay with the process (the allocator keeps it),
+    # but the next pass reuses it.
+    graph.warm_up()
+    release_freed_memory()
+    baseline = current_rss()
+    budget = _budget(limit, baseline, graph, num_parts,
+                     max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
+    edges_per_chunk = budget.chunk_rows(SHUFFLE_BYTES_PER_EDGE)
+    logger.info("partitioning %d nodes, %d edges from %s under %s (%s working, chunks of "
+                "%d edges)", graph.num_nodes, graph.num_edges, graph.root,
+                format_size(limit), format_size(budget.working), edges_per_chunk)
+    node_part = _assign(plugin, graph, num_parts, budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
+                        limit)
+    release_freed_memory()
+    counts = np.bincount(node_part, minlength=num_parts)
+    budget = _budget(limit, baseline, graph, num_parts, max_part_nodes=int(counts.max()),
+                     cap=chunk_edges)
+    with staged(root) as tmp:
+        meta = _write(tmp, graph, node_part, num_parts, budget, progress)
+        meta["graph_name"] = graph_name
+        meta["partitioner"] = {"name": partitioner, "options": _json_safe(plugin.options()),
+                               "distribution": _distribution(registry, partitioner)}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
+    return meta
+
+
+def _budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
+            max_part_nodes: int, cap: Optional[int]) -> MemoryBudget:
+    """The working memory once the process and the per-node state are counted:
+    the book (1-2 bytes a node), the halo bitmap (1), the assignment while a
+    plugin returns it (8), per part its owned ids, counts and indptr, and what
+    pyarrow holds to decode one row group (:data:`ROW_GROUP_BYTES_PER_ROW`)."""
+    per_node = _book_dtype(num_parts).itemsize + 1 + 8
+    row_group = graph.max_row_group * ROW_GROUP_BYTES_PER_ROW
+    state = graph.num_nodes * per_node + 24 * (max_part_nodes + 1) + row_group
+    budget = MemoryBudget(limit=limit, baseline=baseline, state=state, max_rows=cap)
+    if budget.working < MIN_WORKING_BYTES <= budget.working + row_group:
+        fits = max(1024, (budget.working + row_group) // (2 * ROW_GROUP_BYTES_PER_ROW))
+        raise memory_error(
+            f"the parquet edge files have row groups of {graph.max_row_group} rows, which "
+            f"take about {format_size(row_group)} to read: too much for a limit of "
+            f"{format_size(limit)}; rewrite them with smaller row groups "
+            f"(pyarrow.parquet.write_table(..., row_group_size={fits})) or raise "
+            f"--memory-limit", (budget.baseline + state + MIN_WORKING_BYTES) * 16 // 15)
+    budget.check()
+    return budget
+
+
+def _book_dtype(num_parts: int) -> np.dtype:
+    return np.dtype(np.uint8) if num_parts <= 256 else np.dtype(np.int16)
+
+
+def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
+    if isinstance(num_parts, bool) or not isinstance(num_parts, int):
+        raise InvalidPartitionArgumentError(f"num_parts must be an int, got {num_parts!r}")
+    if num_parts < 1 or num_parts > num_nodes:
+        raise InvalidPartitionArgumentError(
+            f"num_parts must lie in [1, {num_nodes}] (the number of nodes); got {num_parts}")
+    if num_parts > MAX_PARTS:
+        raise InvalidPartitionArgumentError(
+            f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
+
+
+def _build_partitioner(registry: PluginRegistry, name: str, options: dict[str, Any]) -> Any:
+    cls = registry.get(PARTITIONERS, name)
+    try:
+        plugin = cls(**options)
+    except TypeError as exc:
+        raise InvalidPartitionArgumentError(
+            f"partitioner {name!r} rejected the options {sorted(options)}: {exc}") from exc
+    if not callable(getattr(plugin, "assign_stream", None)) and not callable(
+            getattr(plugin, "assign", None)):
+        raise InvalidPartitionArgumentError(
+            f"partitioner plugin {name!r} has neither assign_stream(stream, num_parts) nor "
+            f"assign(graph, num_parts)")
+    return plugin
+
+
+def _assign(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
+            limit: int) -> np.ndarray:
+    """The owner of every node, in the book's dtype."""
+    if callable(getattr(plugin, "assign_stream", None)):
+        assignment = plugin.assign_stream(EdgeStream(graph, chunk_edges), num_parts)
+    else:
+        assignment = _assign_in_memory(plugin, graph, num_parts, chunk_edges, limit)
+    assignment = np.asarray(assignment)
+    if assignment.ndim != 1 or assignment.shape[0] != graph.num_nodes or not (
+            np.issubdtype(assignment.dtype, np.integer)):
+        raise InvalidPartitionArgumentError(
+            f"the partitioner returned {assignment.shape} {assignment.dtype} part ids for "
+            f"{graph.num_nodes} nodes; it must return one integer per node")
+    if assignment.size and (int(assignment.min()) < 0 or int(assignment.max()) >= num_parts):
+        raise InvalidPartitionArgumentError(
+            f"the partitioner's output is invalid: part ids must lie in [0, {num_parts})")
+    return assignment.astype(_book_dtype(num_parts), copy=False)
+
+
+def _assign_in_memory(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
+                      limit: int) -> Any:
+    """A plugin without ``assign_stream`` gets the whole graph, if its memory
+    estimate (``memory_estimate(num_nodes, num_edges)``; 16 bytes an edge
+    without one) fits what the limit leaves."""
+    estimate = getattr(plugin, "memory_estimate", None)
+    need = (int(estimate(graph.num_nodes, graph.num_edges)) if callable(estimate)
+            else 16 * graph.num_edges + 8 * graph.num_nodes)
+    have = limit - current_rss()
+    name = type(plugin).__name__
+    if need > have:
+        raise memory_error(
+            f"{name} needs the whole graph in memory: about {format_size(need)} for "
+            f"{graph.num_nodes} nodes and {graph.num_edges} edges, but the memory limit "
+            f"{format_size(limit)} leaves {format_size(max(0, have))}; use a streaming "
+            f"partitioner (-p streaming or -p hash), raise --memory-limit to at least "
+            f"{format_size(limit - have + need)}, or partition on a bigger host",
+            limit - have + need)
+    # torch is imported here only: the streaming path never needs it.
+    import torch
+
+    from pyg_dist.partitioning.graph import PartitionInput
+
+    edge_index = torch.empty(2, graph.num_edges, dtype=torch.int64)
+    view = edge_index.numpy()  # pyarrow's arrays are read-only: copy through numpy
+    for first, src, dst in graph.edge_chunks(chunk_edges):
+        view[0, first:first + src.size] = src
+        view[1, first:first + src.size] = dst
+    mask = graph.node_arrays.get("train_mask")
+    train_mask = None if mask is None else torch.from_numpy(
+        mask.read_rows(0, graph.num_nodes).copy())
+    result = plugin.assign(PartitionInput(graph.num_nodes, edge_index, train_mask=train_mask),
+                           num_parts)
+    return result.numpy() if isinstance(result, torch.Tensor) else result
+
+
+def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
+           budget: MemoryBudget, progress: bool) -> dict[str, Any]:
+    """The book, node and edge files of every part; returns ``meta.json``
+    without the partitioner and name."""
+    from tqdm.auto import tqdm
+
+    files: dict[str, dict[str, Any]] = {}
+
+    def record(name: str) -> str:
+        path = tmp / name
+        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        return name
+
+    with SafetensorsFile(tmp / BOOK_FILE, {BOOK_KEY: (node_part.dtype, node_part.shape)}) as f:
+        f.write_rows(BOOK_KEY, 0, node_part)
+    record(BOOK_FILE)
+    for k in range(num_parts):
+        (tmp / part_dir(k)).mkdir()
+    row_bytes = sum(2 * a.row_bytes for a in graph.node_arrays.values()) + NODE_WINDOW_OVERHEAD
+    with tqdm(total=graph.num_nodes, desc="nodes", unit="node", disable=not progress) as bar:
+        train = write_node_files(tmp, graph, node_part, num_parts,
+                                 budget.chunk_rows(row_bytes), bar)
+    release_freed_memory()
+    spill_dir = tmp / ".spill"
+    spill_dir.mkdir()
+    shuffle = EdgeShuffle(spill_dir, node_part, num_parts)
+    with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
+              disable=not progress) as bar:
+        shuffle.spill(graph, budget.chunk_rows(SHUFFLE_BYTES_PER_EDGE), bar)
+    release_freed_memory()
+    halo = np.zeros(graph.num_nodes, dtype=np.bool_)
+    stats: list[PartStats] = []
+    parts = []
+    with tqdm(total=graph.num_edges, desc="csc", unit="edge", disable=not progress) as bar:
+        for k in range(num_parts):
+            release_freed_memory()
+            owned = np.flatnonzero(node_part == k)
+            part_stats = shuffle.write_part(tmp, k, owned, halo,
+                                            budget.chunk_rows(SORT_BYTES_PER_EDGE), bar)
+            part_stats.num_train_nodes = train[k]
+            del owned
+            stats.append(part_stats)
+            parts.append({
+                "part": k, "dir": part_dir(k),
+                "node_types": [{"type": None, "file": record(node_file_name(k)),
+                                "num_nodes": part_stats.num_nodes}],
+                "edge_types": [{"type": None, "file": record(edge_file_name(k)),
+                                "num_edges": part_stats.num_edges}],
+                "stats": part_stats.to_json(),
+            })
+    spill_dir.rmdir()
+    return {
+        "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+        "num_parts": num_parts, "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges, "is_hetero": False,
+        "node_types": [{"type": None, "num_nodes": graph.num_nodes,
+                        "features": {name: {"dtype": str(a.dtype), "shape": list(a.shape[1:])}
+                                     for name, a in graph.node_arrays.items()}}],
+        "edge_types": [{"type": None, "src": None, "dst": None, "num_edges": graph.num_edges,
+                        "features": {}}],
+        "books": [{"type": None, "file": BOOK_FILE, "key": BOOK_KEY,
+                   "dtype": str(node_part.dtype)}],
+        "parts": parts,
+        "stats": summarize(stats, graph.num_nodes, graph.num_edges),
+        "files": files,
+    }
+
+
+def _json_safe(options: Any) -> Any:
+    try:
+        return json.loads(json.dumps(options))
+    except (TypeError, ValueError) as exc:
+        raise InvalidPartitionArgumentError(
+            f"the partitioner's options() must be JSON-serialisable: {exc}") from exc
+
+
+def _distribution(registry: PluginRegistry, name: str) -> Optional[str]:
+    for found in registry.found(PARTITIONERS):
+        if found.name == name:
+            return f"{found.distribution} {found.version}"
+    return None
