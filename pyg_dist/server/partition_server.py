@@ -112,10 +112,15 @@ class PartitionServer:
         """Starts serving in background threads; returns the endpoint."""
         return self._rpc.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         """Stops serving and releases the sockets and client segments. Safe
-        to call twice."""
-        self._rpc.stop()
+        to call twice.
+
+        Args:
+            timeout: How long to wait for the server's threads, all together
+                (see :meth:`RpcServer.stop <pyg_dist.rpc.server.RpcServer.stop>`).
+        """
+        self._rpc.stop(timeout)
         self.forwarder.close()
 
     def serve_forever(self, on_ready: Optional[Callable[[str], None]] = None) -> None:
