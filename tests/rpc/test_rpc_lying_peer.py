@@ -80,3 +80,24 @@ def test_a_lying_server_over_real_sockets_fails_the_call_naming_it():
         with pytest.raises(ProtocolError, match="neighbour counts") as info:
             client.call(0, "sample", ARGS, [SEEDS[:1]])
     assert info.value.address == liar.endpoint
+
+
+def test_neighbour_ids_past_the_graph_are_refused_naming_the_server(cora2_root):
+    """A server answering a neighbour id past the graph's nodes: the store
+    (which knows the graph's size) refuses it naming that server, before it
+    reaches a batch (it failed later with an IndexError naming the reader)."""
+    from support.servers import serve_parts
+
+    from pyg_dist.store.connect import connect
+    from pyg_dist.store.remote_sampling import _check_neighbours
+
+    with serve_parts(cora2_root) as cluster:
+        _, gs = connect(cluster.endpoints)
+        try:
+            router = gs.router
+            _check_neighbours(router, 1, None, torch.tensor([0, router.num_nodes - 1]))
+            with pytest.raises(ProtocolError, match="past the 2708 nodes") as info:
+                _check_neighbours(router, 1, None, torch.tensor([5, router.num_nodes]))
+            assert info.value.address == router.endpoints[1]
+        finally:
+            router.close()
