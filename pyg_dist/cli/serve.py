@@ -22,7 +22,7 @@ MAX_BYTES_OPTION = 1 << 40
 # How long a stopping server waits for operations in flight: the process
 # exits right after (os._exit), and their replies would find no socket. A
 # launcher's SIGTERM is answered within 2 s even under load.
-_STOP_TIMEOUT_S = 1.0
+_STOP_TIMEOUT_S = 0.5
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_*")
 
 
