@@ -214,4 +214,9 @@ def exit_on_sigterm() -> Iterator[bool]:
     try:
         yield True
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # Left from another thread (a cluster stopped by a worker thread),
+        # the handler stays: only the main thread may set one, and it does
+        # no harm (SIGTERM still ends the program, with its cleanup).
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) is _raise_sigterm_exit:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)

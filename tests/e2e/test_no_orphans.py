@@ -142,3 +142,36 @@ def test_killing_launch_leaves_no_server_torchrun_or_trainer(cora2_root, tmp_pat
             proc.kill()
             proc.wait(30)
         _kill_left(tree)
+
+
+def test_sigterm_handling_left_from_another_thread_does_not_raise():
+    """A cluster started on the main thread may be stopped by another: the
+    SIGTERM handler cannot be reset there, and leaving it must not fail."""
+    import threading
+
+    from pyg_dist.lifeline import exit_on_sigterm
+
+    # A session-wide cluster of an earlier test may have installed it.
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    stack = contextlib.ExitStack()
+    assert stack.enter_context(exit_on_sigterm()) is True
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            stack.close()
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    closer.join(10)
+    try:
+        assert not errors, errors
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # On the main thread it is restored.
+        with exit_on_sigterm():
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
