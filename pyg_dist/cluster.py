@@ -3,13 +3,17 @@
 :class:`LocalCluster` is what ``pyg-dist launch`` and ``pyg-dist bench`` use
 (and the end-to-end tests): it runs ``python -m pyg_dist serve ROOT --part K``
 for every part, binding port 0 on loopback, reads each server's
-``ready <endpoint>`` line within a deadline. Leaving the ``with`` block, an exception or
-Ctrl-C stops every process it started: SIGTERM first, SIGKILL after a grace
-period, so nothing is orphaned.
+``ready <endpoint>`` line within a deadline. Leaving the ``with`` block, an exception,
+Ctrl-C or SIGTERM (which unwinds the main thread as ``SystemExit(143)`` while
+the cluster runs, unless the program has a SIGTERM handler of its own) stops
+every process it started: SIGTERM first, SIGKILL after a grace period. A
+parent that dies without cleaning up (SIGKILL) leaves no server either: each
+watches a :class:`~pyg_dist.lifeline.Lifeline` and stops within seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import IO, Optional
 
 from pyg_dist.errors import PartitionFormatError, PygDistError, ServerUnavailableError
+from pyg_dist.lifeline import Lifeline, exit_on_sigterm
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +114,8 @@ class LocalCluster:
         self.endpoints: list[str] = []
         self.forwarding = forwarding
         self._peers_dir: Optional[tempfile.TemporaryDirectory] = None
+        self._lifeline: Optional[Lifeline] = None
+        self._on_sigterm = contextlib.ExitStack()
 
     @property
     def peers_file(self) -> Optional[Path]:
@@ -119,11 +126,14 @@ class LocalCluster:
         """Starts every server and returns the endpoints clients should use,
         ordered by part."""
         try:
+            self._on_sigterm.enter_context(exit_on_sigterm())
             deadline = time.monotonic() + self.startup_timeout
             if self.forwarding:
                 self._peers_dir = tempfile.TemporaryDirectory(prefix="pyg-dist-peers-")
-            servers = [self._spawn(self._serve_cmd(k), f"server for part {k}")
+            self._lifeline = lifeline = Lifeline()
+            servers = [self._spawn(self._serve_cmd(k), f"server for part {k}", lifeline)
                        for k in self.parts]
+            lifeline.children_started()
             for k, proc in zip(self.parts, servers):
                 self.server_endpoints += _read_ready(proc, f"server for part {k}", deadline)
             self.endpoints = list(self.server_endpoints)
@@ -156,18 +166,22 @@ class LocalCluster:
         return [sys.executable, "-m", "pyg_dist", "serve", self.root, "--part", str(part),
                 "--bind", f"tcp://{self.host}:0", *peers, *self.serve_args]
 
-    def _spawn(self, cmd: list[str], what: str) -> subprocess.Popen:
+    def _spawn(self, cmd: list[str], what: str, lifeline: Lifeline) -> subprocess.Popen:
         logger.debug("starting %s: %s", what, " ".join(cmd))
         # start_new_session: Ctrl-C in a terminal reaches us, not the servers
         # directly, so shutdown happens in one place and in order.
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=self.env,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                env=lifeline.child_environment(self.env),
+                                pass_fds=lifeline.pass_fds, start_new_session=True)
         self.processes.append(proc)
         return proc
 
     def stop(self) -> None:
         """Stops every process started: SIGTERM, then SIGKILL after the grace
         period. Safe to call twice."""
+        # A second SIGTERM while stopping kills this process at once; the
+        # servers then stop on their lifeline.
+        self._on_sigterm.close()
         for proc in self.processes:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -182,6 +196,9 @@ class LocalCluster:
             if proc.stdout is not None:
                 proc.stdout.close()
         self.processes = []
+        if self._lifeline is not None:
+            self._lifeline.close()
+            self._lifeline = None
         if self._peers_dir is not None:
             self._peers_dir.cleanup()
             self._peers_dir = None

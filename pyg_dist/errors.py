@@ -31,6 +31,8 @@ The tree::
     │   ├── ProtocolError                malformed or unsupported message
     │   ├── ServerBusyError              a server's reply byte budget is spent
     │   │                                (sent as an error reply; retry later)
+    │   ├── ReplyBudgetError             an answer bigger than a server's whole
+    │   │                                reply budget: no retry can succeed
     │   └── RemoteError                  the server answered with an error;
     │       └── Remote<Name>             carries op, address, remote type/message;
     │                                    one twin per class here, also an
@@ -237,6 +239,14 @@ class ServerBusyError(RpcError):
     """
 
 
+class ReplyBudgetError(RpcError):
+    """A server refused a request whose answer (with its working memory)
+    needs more bytes than its whole reply budget: unlike
+    :class:`ServerBusyError`, asking again cannot succeed. The message names
+    the op, the bytes needed, the budget and the setting to raise.
+    """
+
+
 class RemoteError(RpcError):
     """The server received the request and answered with an error.
 
@@ -327,8 +337,8 @@ WIRE_TYPES: dict[str, type[PygDistError]] = {
         PartitionFormatError, ChecksumMismatchError, PartitionMemoryError, DatasetResolveError,
         UnknownTypeError,
         GraphKindMismatchError, RpcError, TransportError, ServerUnavailableError,
-        SharedMemoryError, RpcTimeoutError, ProtocolError, ServerBusyError, RemoteError,
-        StoreError, CacheError, ServerListError, ForwardingError, EmbeddingError,
+        SharedMemoryError, RpcTimeoutError, ProtocolError, ServerBusyError, ReplyBudgetError,
+        RemoteError, StoreError, CacheError, ServerListError, ForwardingError, EmbeddingError,
         SamplerError, LoaderError)
 }
 

@@ -7,15 +7,19 @@ starts one ``pyg-dist serve`` process per part of ``ROOT`` on 127.0.0.1
 ``python -m torch.distributed.run --nproc-per-node N --standalone`` on the
 script with ``PYG_DIST_SERVERS`` (comma-separated endpoints, ordered by part)
 in its environment, so that ``pyg_dist.connect()`` needs no arguments.
-Servers and trainers are stopped when the script exits, on an error, and on
-Ctrl-C. The exit code is torchrun's: 0 when every rank succeeded, 1 when one
-failed (torchrun does not pass a rank's own code on), 130 after Ctrl-C.
+Servers and trainers are stopped when the script exits, on an error, on
+Ctrl-C and on SIGTERM. The exit code is torchrun's: 0 when every rank
+succeeded, 1 when one failed (torchrun does not pass a rank's own code on),
+130 after Ctrl-C, 143 after SIGTERM. If launch itself dies without cleaning
+up (SIGKILL), torchrun gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``)
+and the servers stop on their lifeline (``pyg_dist/lifeline.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -97,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``pyg-dist launch``; returns torchrun's exit code."""
     from pyg_dist.cluster import LocalCluster
     from pyg_dist.errors import PygDistError
+    from pyg_dist.lifeline import exit_on_sigterm
     from pyg_dist.malloc_tuning import malloc_environment
 
     command = split_command(args)
@@ -104,8 +109,11 @@ def run(args: argparse.Namespace) -> int:
         raise PygDistError("no script given: pyg-dist launch ROOT --nproc N -- SCRIPT [ARGS]")
     if args.nproc < 1:
         raise PygDistError(f"--nproc must be >= 1, got {args.nproc}")
-    with LocalCluster(args.root, serve_args=args.serve_arg,
-                      startup_timeout=args.startup_timeout,
+    startup_timeout = checked_seconds(args.startup_timeout, "--startup-timeout")
+    # SIGTERM (systemd, Kubernetes, Slurm) unwinds like Ctrl-C: the trainers
+    # and the servers are stopped in order, and launch exits with 143.
+    with exit_on_sigterm(), LocalCluster(args.root, serve_args=args.serve_arg,
+                      startup_timeout=startup_timeout,
                       forwarding=not args.no_server_hops) as cluster:
         print(f"pyg-dist launch: {len(cluster.endpoints)} servers ready: "
               f"{','.join(cluster.endpoints)}", flush=True)
@@ -113,17 +121,42 @@ def run(args: argparse.Namespace) -> int:
         return _run_trainers(torchrun_command(args.nproc, command), env)
 
 
+# A start-up deadline beyond a day is a typo (and inf overflows the waits).
+_MAX_SECONDS = 86400.0
+
+
+def checked_seconds(value: float, option: str) -> float:
+    """``value`` if it is a finite number of seconds in ``(0, 86400]``.
+
+    Raises:
+        PygDistError: naming the option and the value (one line on the CLI).
+    """
+    from pyg_dist.errors import PygDistError
+
+    if not (math.isfinite(value) and 0 < value <= _MAX_SECONDS):
+        raise PygDistError(f"{option} must be a number of seconds in (0, {_MAX_SECONDS:g}], "
+                           f"got {value!r}")
+    return value
+
+
 def _run_trainers(cmd: list[str], env: dict[str, str]) -> int:
+    from pyg_dist.lifeline import SIGTERM_EXIT_CODE, die_with_parent_preexec
+
     logger.info("running %s", " ".join(cmd))
     # Own session: a Ctrl-C reaches this process only, which then stops the
     # trainers and the servers in order instead of everything at once.
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    # torchrun gets SIGTERM if launch dies without stopping it (SIGKILL).
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            preexec_fn=die_with_parent_preexec())
     try:
         return proc.wait()
-    except KeyboardInterrupt:
-        print("pyg-dist launch: interrupted, stopping trainers and servers", file=sys.stderr)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        if isinstance(exc, SystemExit) and exc.code != SIGTERM_EXIT_CODE:
+            raise
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        print(f"pyg-dist launch: {what}, stopping trainers and servers", file=sys.stderr)
         _stop(proc)
-        return 130
+        return 130 if isinstance(exc, KeyboardInterrupt) else SIGTERM_EXIT_CODE
     finally:
         if proc.poll() is None:
             _stop(proc)

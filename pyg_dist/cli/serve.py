@@ -19,6 +19,10 @@ from typing import Any
 # or reply fits in memory anyway, and libzmq's int64 options overflow near
 # 2**62 (MAXMSGSIZE is set to twice the request limit).
 MAX_BYTES_OPTION = 1 << 40
+# How long a stopping server waits for operations in flight: the process
+# exits right after (os._exit), and their replies would find no socket. A
+# launcher's SIGTERM is answered within 2 s even under load.
+_STOP_TIMEOUT_S = 0.5
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_*")
 
 
@@ -220,9 +224,12 @@ def run(args: argparse.Namespace) -> int:
     exits the process with status 0 after a clean stop, or with status 1
     (the error on stderr) when the server stopped on its own failure."""
     from pyg_dist.errors import TransportError
+    from pyg_dist.lifeline import watch_parent
     from pyg_dist.malloc_tuning import tune_malloc
     from pyg_dist.server.group import ServerGroup
 
+    # First: a launcher that dies while the part loads leaves no server.
+    watch_parent()
     config = _config(args)
     _set_threads(args.threads, config.workers * len(args.part))
     tune_malloc()  # before the server starts its threads
@@ -236,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     try:
         group.serve_forever(
-            on_ready=lambda endpoints: print(f"ready {' '.join(endpoints)}", flush=True))
+            on_ready=lambda endpoints: print(f"ready {' '.join(endpoints)}", flush=True),
+            stop_timeout=_STOP_TIMEOUT_S)
     except TransportError as exc:  # it stopped serving on its own: a failure
         print(f"pyg-dist serve: error: {exc}", file=sys.stderr)
         status = 1

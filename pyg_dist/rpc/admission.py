@@ -31,7 +31,7 @@ from typing import Any, Optional
 import zmq
 from torch import Tensor
 
-from pyg_dist.errors import ServerBusyError
+from pyg_dist.errors import ReplyBudgetError, ServerBusyError
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.connections import ReceiveGuard
@@ -181,6 +181,10 @@ class Admission:
             ``(charge, reply frames)``: the bytes that stay charged until the
             reply has left (``0`` for replies without tensors).
         """
+        never = self.budget.never_fits(request.op, estimate)
+        if never is not None:
+            logger.info("%s: refused %s: %s", self.name, request.op, never)
+            return 0, protocol.encode_error(request.id, ReplyBudgetError.__name__, never)
         refusal = self.budget.reserve(client, estimate)
         if refusal is not None:
             logger.info("%s: refused %s: %s", self.name, request.op, refusal)

@@ -38,6 +38,7 @@ from pyg_dist.errors import (
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.liveness import DOWN, PeerStates
 from pyg_dist.rpc.protocol import ErrorReply, Reply
+from pyg_dist.rpc.reply_guard import ReplyGuard
 from pyg_dist.rpc.sockets import NOBLOCK, POLLIN, send_frames
 from pyg_dist.rpc.wire_values import error_text
 
@@ -63,6 +64,8 @@ class Call:
     # When the call gives up waiting for its lost server to come back.
     unavailable_at: float = float("inf")
     lent: bool = False  # it lent memory for its reply
+    # Most tensors its reply may carry (ops.reply_tensor_limit).
+    max_tensors: int = protocol.MAX_TENSORS
 
 
 class IoState:
@@ -72,20 +75,29 @@ class IoState:
     Args:
         peers: The connection state of every server.
         reconnect_grace: Seconds a call waits for a lost server to reconnect.
+        guards: One :class:`ReplyGuard` per server, bounding what libzmq holds
+            for its replies.
     """
 
-    def __init__(self, peers: PeerStates, reconnect_grace: float) -> None:
+    def __init__(self, peers: PeerStates, reconnect_grace: float,
+                 guards: Sequence[ReplyGuard] = ()) -> None:
         self.peers = peers
         self.reconnect_grace = reconnect_grace
+        self.guards = list(guards)
         self.pending: dict[Optional[int], Call] = {}
         self._deadlines: list[tuple[float, int]] = []
         # Calls libzmq refused for now (no connection: a failed handshake, a
         # full queue); re-tried every loop until they go or their deadline
         # passes, so a call never fails earlier than its deadline.
         self._backlog: list[Call] = []
+        # Calls added whose reply may carry more than MAX_TENSORS: only
+        # while there were any is a reply's id peeked at before decoding.
+        self._big_replies = 0
 
     def add(self, call: Call) -> None:
         self.pending[call.req_id] = call
+        if call.max_tensors > protocol.MAX_TENSORS:
+            self._big_replies += 1
         heapq.heappush(self._deadlines, (call.deadline, call.req_id))
         if self.peers.is_down(call.server):
             self._wait_for_reconnect(call, time.monotonic())
@@ -99,8 +111,9 @@ class IoState:
                     address: str) -> None:
         """Takes in the connection events of ``server`` (socket ``sock`` at
         ``address``) waiting on its ``monitor`` socket."""
+        guard = self.guards[server] if self.guards else None
         try:
-            changes = self.peers.read(server, monitor)
+            changes = self.peers.read(server, monitor, guard)
         except Exception:  # one bad event must not stop the I/O thread
             logger.exception("dropping unreadable connection events of %s", address)
             return
@@ -116,29 +129,43 @@ class IoState:
                        address)
             # Replies that arrived before the connection ended answer their
             # calls; only the others lost their server.
-            self.drain_replies(sock, address)
+            self.drain_replies(server, sock, address)
             self.lost(server, address)
 
-    def drain_replies(self, sock: zmq.Socket, address: str) -> None:
-        """Completes the calls of every reply waiting on ``sock`` (from the
-        server at ``address``); once none is left the socket's descriptor
-        signals the next."""
+    def drain_replies(self, server: int, sock: zmq.Socket, address: str) -> None:
+        """Completes the calls of every reply waiting on ``sock`` (from
+        server ``server`` at ``address``); once none is left the socket's
+        descriptor signals the next."""
         # Asking for the socket's events re-arms its descriptor just as a
         # refused read would, at half the cost of the zmq.Again exception.
+        guard = self.guards[server] if self.guards else None
         while sock.getsockopt(zmq.EVENTS) & POLLIN:
             try:
                 frames = sock.recv_multipart(NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            if guard is not None:
+                guard.took(frames)
             try:
                 self._complete(frames, address)
             except Exception:  # one bad reply must not stop the reading thread
                 logger.exception("dropping a reply from %s that could not be handled",
                                  address)
 
+    def _reply_limit(self, frames: list[zmq.Frame]) -> int:
+        """Most tensors the reply in ``frames`` may carry: its call's limit."""
+        if not self._big_replies:
+            return protocol.MAX_TENSORS
+        call = self.pending.get(protocol.peek_id(frames))
+        if call is None:
+            return protocol.MAX_TENSORS
+        if call.max_tensors > protocol.MAX_TENSORS:
+            self._big_replies -= 1  # answered now (or refused as malformed)
+        return call.max_tensors
+
     def _complete(self, frames: list[zmq.Frame], address: str) -> None:
         try:
-            req_id, content = protocol.decode_reply(frames)
+            req_id, content = protocol.decode_reply(frames, self._reply_limit(frames))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # hostile or broken: fails its own call at most
@@ -164,6 +191,35 @@ class IoState:
                                             op=call.op))
         else:
             call.future.set_result(content)
+
+    def guard_receives(self, endpoints: Sequence[str]) -> None:
+        """Cuts the connection of every server for which libzmq holds more
+        than the reply receive bound; the calls awaiting its replies fail
+        with a :class:`ProtocolError` naming it."""
+        now = time.monotonic()
+        for server, guard in enumerate(self.guards):
+            held = guard.check(now)
+            if held is None:
+                continue
+            address = endpoints[server]
+            logger.warning("cut the connection to %s: libzmq held %d bytes of its "
+                           "unfinished or untaken replies, over this client's bound of %d",
+                           address, held, guard.budget)
+            for call in [c for c in self.pending.values() if c.server == server and c.sent]:
+                del self.pending[call.req_id]
+                fail(call.future, ProtocolError(
+                    f"{address} sent more reply bytes than this client holds for one "
+                    f"server ({held} > {guard.budget} bytes) while {call.op!r} awaited its "
+                    f"reply; the connection was cut. A broken or hostile server, or one "
+                    f"whose replies are bigger than this client accepts: raise "
+                    f"PYG_DIST_REPLY_RECEIVE_BUDGET (RpcConfig.reply_receive_budget) to "
+                    f"at least the server's max_reply_bytes",
+                    address=address, op=call.op))
+
+    def close_guards(self) -> None:
+        """Closes the guards' duplicate descriptors (I/O thread, at the end)."""
+        for guard in self.guards:
+            guard.close()
 
     def lost(self, server: int, address: str) -> None:
         """Server ``server`` lost its connection: its calls awaiting a reply
@@ -200,12 +256,17 @@ class IoState:
                 self.send(sockets[call.server], call)
 
     def poll_ms(self) -> int:
+        now = time.monotonic()
+        limit = BACKLOG_POLL_MS if self._backlog else MAX_POLL_MS
+        for guard in self.guards:
+            due = guard.timeout_ms(now)
+            if due is not None:
+                limit = min(limit, due)
         while self._deadlines and self._deadlines[0][1] not in self.pending:
             heapq.heappop(self._deadlines)
         if not self._deadlines:
-            return MAX_POLL_MS
-        left = self._deadlines[0][0] - time.monotonic()
-        limit = BACKLOG_POLL_MS if self._backlog else MAX_POLL_MS
+            return limit
+        left = self._deadlines[0][0] - now
         return max(0, min(limit, int(left * 1000) + 1))
 
     def expire(self, endpoints: Sequence[str]) -> None:

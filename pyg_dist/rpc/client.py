@@ -50,7 +50,9 @@ from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.dealer import open_dealer
 from pyg_dist.rpc.endpoints import normalize_endpoint
 from pyg_dist.rpc.liveness import PeerStates, close_monitor
+from pyg_dist.rpc.ops import reply_tensor_limit
 from pyg_dist.rpc.protocol import Reply
+from pyg_dist.rpc.reply_guard import ReplyGuard
 from pyg_dist.rpc.shm.lender import Lease, Lender
 from pyg_dist.rpc.wire_values import describe
 
@@ -96,7 +98,9 @@ class RpcClient:
         # A deployment that asked for retries wants to ride out a restart
         # (retries x timeout): there a call to a lost server keeps its deadline.
         grace = self._config.reconnect_grace if not self._config.retries else float("inf")
-        self._state = IoState(PeerStates(len(self._endpoints)), grace)
+        guards = [ReplyGuard(self._config.reply_receive_limit, self._config.curve_client)
+                  for _ in self._endpoints]
+        self._state = IoState(PeerStates(len(self._endpoints)), grace, guards)
         self._io_wakes_at = 0.0  # when the I/O thread next wakes by itself
         self._wake_pending = False
         self._closed = False
@@ -189,7 +193,7 @@ class RpcClient:
         future: futures.Future = futures.Future()
         future.set_running_or_notify_cancel()  # calls cannot be cancelled
         call = Call(server, req_id, op, frames, future, deadline, timeout,
-                    lent=lease is not None)
+                    lent=lease is not None, max_tensors=reply_tensor_limit(op, args))
         outcome = self._send_now(call)
         wake = outcome == "wake"
         if outcome == "busy":
@@ -225,7 +229,7 @@ class RpcClient:
             state, sock = self._state, self._sockets[call.server]
             state.add(call)
             sent = state.send(sock, call)
-            state.drain_replies(sock, self._endpoints[call.server])
+            state.drain_replies(call.server, sock, self._endpoints[call.server])
             due = min(call.deadline, call.unavailable_at)
             return "sent" if sent and due >= self._io_wakes_at else "wake"
         finally:
@@ -330,6 +334,7 @@ class RpcClient:
                 fail(call.future, TransportError(
                     f"call {call.op!r} to {self._endpoints[call.server]} aborted: {reason}",
                     address=self._endpoints[call.server], op=call.op))
+            state.close_guards()
             for sock, monitor in zip(sockets, monitors):
                 close_monitor(sock, monitor)
             for sock in sockets:
@@ -360,11 +365,12 @@ class RpcClient:
                 # signalled: cheap (one look at its events each), and no
                 # reply can wait unnoticed.
                 for index, sock in enumerate(sockets):
-                    state.drain_replies(sock, self._endpoints[index])
+                    state.drain_replies(index, sock, self._endpoints[index])
                 for index, monitor in enumerate(monitors):
                     if monitor in events:
                         state.read_events(index, monitor, sockets[index],
                                           self._endpoints[index])
+                state.guard_receives(self._endpoints)
                 state.expire(self._endpoints)
                 timeout = state.poll_ms()
                 self._io_wakes_at = time.monotonic() + timeout / 1000

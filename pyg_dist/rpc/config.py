@@ -35,6 +35,7 @@ ENV_VARS = {
     "max_queued": "PYG_DIST_MAX_QUEUED",
     # Byte budgets against hostile peers (docs/reliability.md, "Bounds").
     "client_receive_budget": "PYG_DIST_CLIENT_RECEIVE_BUDGET",
+    "reply_receive_budget": "PYG_DIST_REPLY_RECEIVE_BUDGET",
     "server_receive_budget": "PYG_DIST_SERVER_RECEIVE_BUDGET",
     "client_reply_budget": "PYG_DIST_CLIENT_REPLY_BUDGET",
     "server_reply_budget": "PYG_DIST_SERVER_REPLY_BUDGET",
@@ -58,8 +59,12 @@ ENV_VARS = {
 # Byte sizes beyond this are typos, and overflow libzmq's int64 options.
 MAX_BYTES = 1 << 40
 _BYTE_FIELDS = ("max_message_bytes", "max_reply_bytes", "client_receive_budget",
+                "reply_receive_budget",
                 "server_receive_budget", "client_reply_budget", "server_reply_budget",
                 "inline_bytes", "inline_reply_bytes", "shared_memory_bytes")
+
+# The floor of the default reply receive bound (see reply_receive_limit).
+_MIN_REPLY_RECEIVE = 64 << 20
 
 # The largest time-to-live a ZMTP PING can carry (0xFFFF tenths of a second).
 MAX_HEARTBEAT_TIMEOUT = 6553.5
@@ -117,6 +122,14 @@ class RpcConfig:
         server_receive_budget: The same, summed over every connection of a
             server, plus the requests queued for its workers; over it the
             connection holding the most is cut first.
+        reply_receive_budget: Bytes libzmq may hold for one server's
+            replies on a client (a trainer, or a server forwarding hops to
+            its peers): an unfinished reply, replies not yet taken. A
+            connection over it is cut and the calls awaiting that server fail
+            with a ``ProtocolError`` naming it (:mod:`pyg_dist.rpc.reply_guard`).
+            ``0`` (the default): twice ``max_reply_bytes``, at least 64 MiB. Else at least
+            ``max_reply_bytes``, and at least the servers' own
+            ``max_reply_bytes`` for their biggest replies to get through.
         client_reply_budget: Bytes a server holds for one client's replies:
             an answer being computed is charged its size plus the working
             memory of the computation, a computed one its size until libzmq
@@ -187,6 +200,7 @@ class RpcConfig:
     inline_bytes: int = 16 << 10
     max_queued: int = 4096
     client_receive_budget: int = 128 << 20
+    reply_receive_budget: int = 0
     server_receive_budget: int = 256 << 20
     client_reply_budget: int = 256 << 20
     server_reply_budget: int = 384 << 20
@@ -216,6 +230,7 @@ class RpcConfig:
                 raise RpcError(f"RpcConfig.{name} must be > 0, got "
                                f"{getattr(self, name)!r}")
         for name in ("retries", "retry_backoff", "retry_backoff_max", "workers",
+                     "reply_receive_budget",
                      "inline_bytes", "shared_memory_bytes", "inline_reply_bytes",
                      "heartbeat_interval", "reconnect_grace"):
             if getattr(self, name) < 0:
@@ -238,6 +253,8 @@ class RpcConfig:
                  ("server_receive_budget", "client_receive_budget", 1),
                  ("client_reply_budget", "max_reply_bytes", REPLY_WORK_FACTOR),
                  ("server_reply_budget", "client_reply_budget", 1))
+        if self.reply_receive_budget:
+            pairs += (("reply_receive_budget", "max_reply_bytes", 1),)
         for budget, limit, factor in pairs:
             if getattr(self, budget) < factor * getattr(self, limit):
                 times = f"{factor} x " if factor > 1 else ""
@@ -245,6 +262,15 @@ class RpcConfig:
                     f"RpcConfig.{budget} ({getattr(self, budget)}) must be at least "
                     f"{times}{limit} ({getattr(self, limit)}), or valid requests could "
                     f"be refused; raise {ENV_VARS[budget]} or lower {ENV_VARS[limit]}")
+
+    @property
+    def reply_receive_limit(self) -> int:
+        """The bytes libzmq may hold for one server's replies on a client:
+        ``reply_receive_budget``, or when that is 0 twice ``max_reply_bytes``
+        and at least 64 MiB (a ``meta`` reply, with its partition books, is
+        not bounded by ``max_reply_bytes``; a tiny limit set for a test must
+        not cut it)."""
+        return self.reply_receive_budget or max(2 * self.max_reply_bytes, _MIN_REPLY_RECEIVE)
 
     @property
     def curve_server(self) -> bool:

@@ -92,8 +92,9 @@ def wire_bytes(frames: Iterable[Any], curve: bool) -> int:
 
 
 @dataclass
-class _Connection:
-    """One accepted TCP connection, through our own duplicate of its fd."""
+class TrackedConnection:
+    """One TCP connection of a ZeroMQ socket (accepted by a server's ROUTER or
+    made by a client's DEALER), through our own duplicate of its fd."""
 
     fd: int
     sock: socket.socket
@@ -155,7 +156,7 @@ class ReceiveGuard:
         self.interval = interval
         self.monitor = router.get_monitor_socket(_EVENTS)
         self._router = router
-        self._conns: dict[int, _Connection] = {}
+        self._conns: dict[int, TrackedConnection] = {}
         self._next_check = 0.0
         self._untracked_logged = False
         self.cuts = 0
@@ -195,7 +196,7 @@ class ReceiveGuard:
                 self._untracked_logged = True
             sock.close()
             return
-        self._conns[fd] = _Connection(fd, sock, time.monotonic())
+        self._conns[fd] = TrackedConnection(fd, sock, time.monotonic())
 
     def _drop(self, fd: int, ended: list[bytes]) -> None:
         conn = self._conns.pop(fd, None)
@@ -279,7 +280,7 @@ class ReceiveGuard:
         self.checks += 1
         return total
 
-    def _cut(self, conn: _Connection, why: str) -> None:
+    def _cut(self, conn: TrackedConnection, why: str) -> None:
         logger.warning("%s: cutting the connection from %s: libzmq holds %d bytes of "
                        "unfinished or untaken messages for it, %s (PYG_DIST_CLIENT_RECEIVE_"
                        "BUDGET, PYG_DIST_SERVER_RECEIVE_BUDGET)", self.name, conn.peer(),

@@ -62,7 +62,10 @@ def _set_options(sock: zmq.Socket, config: RpcConfig) -> None:
     # reconnect grace bound how long a call can wait there.
     sock.sndhwm = config.max_in_flight + 16
     # Never stop reading: libzmq then also reads the server's PINGs at once.
+    # What that lets a server make us hold is bounded by a ReplyGuard; no
+    # single frame may exceed the same bound.
     sock.rcvhwm = 0
+    sock.setsockopt(zmq.MAXMSGSIZE, config.reply_receive_limit)
     sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
     set_heartbeats(sock, config)

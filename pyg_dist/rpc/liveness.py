@@ -34,6 +34,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from pyg_dist.rpc.config import RpcConfig
+from pyg_dist.rpc.reply_guard import ReplyGuard
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ RECONNECT_IVL_MAX_MS = 1000
 # frozen process's listening socket, but only a live one answers the ZMTP
 # greeting.
 WATCHED_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+# CONNECTED only hands the connection's descriptor to a ReplyGuard.
+_CONNECTION_EVENTS = WATCHED_EVENTS | zmq.EVENT_CONNECTED
 
 UP, DOWN = "up", "down"
 
@@ -92,12 +95,18 @@ class PeerStates:
             A PAIR socket that receives ``sock``'s handshake and disconnect
             events; poll it and pass it to :meth:`read`.
         """
-        monitor = sock.get_monitor_socket(WATCHED_EVENTS)
+        monitor = sock.get_monitor_socket(_CONNECTION_EVENTS)
         monitor.linger = 0
         return monitor
 
-    def read(self, index: int, monitor: zmq.Socket) -> list[str]:
+    def read(self, index: int, monitor: zmq.Socket,
+             guard: Optional[ReplyGuard] = None) -> list[str]:
         """Takes in every event waiting on ``monitor`` (server ``index``).
+
+        Args:
+            index: The server.
+            monitor: Its monitor socket (:meth:`watch`).
+            guard: Told of every connection made and ended (their descriptors).
 
         Returns:
             The transitions, in order: :data:`UP` when a connection to the
@@ -108,9 +117,14 @@ class PeerStates:
         changes = []
         while True:
             try:
-                event = recv_monitor_message(monitor, zmq.NOBLOCK)["event"]
+                message = recv_monitor_message(monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return changes
+            event = message["event"]
+            if guard is not None and event == zmq.EVENT_CONNECTED:
+                guard.connected(message["value"])
+            elif guard is not None and event == zmq.EVENT_DISCONNECTED:
+                guard.disconnected(message["value"])
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._up[index] = True
                 self._down_since[index] = None

@@ -35,6 +35,7 @@ from torch import Tensor
 from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc import reply_checks as checks
 from pyg_dist.rpc.messages import Reply
+from pyg_dist.rpc.protocol import MAX_TENSORS
 from pyg_dist.rpc.reply_checks import ReplyCheck
 from pyg_dist.rpc.wire_values import describe
 
@@ -236,6 +237,36 @@ PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
 
 OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}
 """Every declared op, by name."""
+
+
+def reply_tensor_limit(op: str, args: Any) -> int:
+    """Most tensors a reply to this request may carry, derived from the
+    request: :data:`~pyg_dist.rpc.protocol.MAX_TENSORS` (64), or more for the
+    ops that answer a few tensors per type asked for (``sample_types``: 3 per
+    edge type; ``sample_tree_types``: 3 per edge type, 2 per node type, and
+    the node types are at most 2 per edge type plus the seed types; a
+    ``get_types``: one per attribute asked for). A reply is refused over it,
+    before its tensors are built, and no earlier: a graph of 1,000 edge types
+    is answered, not refused after the server did the work.
+    """
+    if not isinstance(args, dict):
+        return MAX_TENSORS
+    if op == SAMPLE_TYPES.name:
+        wanted = 3 * _length(args.get("sizes"))
+    elif op == SAMPLE_TREE_TYPES.name:
+        edge_types = _length(args.get("edge_types"))
+        node_types = 2 * edge_types + _length(args.get("seed_types"))
+        wanted = 3 * edge_types + 2 * node_types + 2 + MAX_TENSORS
+    elif op == GET_TYPES.name and isinstance(args.get("groups"), list):
+        wanted = sum(_length(g.get("attrs")) if isinstance(g, dict) else 0
+                     for g in args["groups"])
+    else:
+        return MAX_TENSORS
+    return max(MAX_TENSORS, wanted)
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, list) else 0
 
 
 def declared(part: int, op: str, args: Optional[dict[str, Any]] = None,

@@ -188,8 +188,8 @@ def _buffer(frame: Any) -> memoryview:
     return buf if buf is not None else memoryview(frame)
 
 
-def _unpack_header(raw: memoryview) -> dict[str, Any]:
-    header = wire_values.unpack_header(raw)
+def _unpack_header(raw: memoryview, tensors: int = MAX_TENSORS) -> dict[str, Any]:
+    header = wire_values.unpack_header(raw, max(0, tensors - MAX_TENSORS))
     if type(header) is not dict:
         raise ProtocolError(f"header must be a map, got {describe(header)}")
     version = header.get("version")
@@ -267,13 +267,14 @@ def _tensor(buf: memoryview, dtype: torch.dtype, shape: list[int]) -> Tensor:
     return tensor if len(shape) == 1 else tensor.view(shape)
 
 
-def _tensors(header: dict[str, Any], frames: Sequence[Any]) -> list[Tensor]:
+def _tensors(header: dict[str, Any], frames: Sequence[Any],
+             max_tensors: int = MAX_TENSORS) -> list[Tensor]:
     specs = header.get("tensors", [])
     if type(specs) is not list:
         raise ProtocolError("header field 'tensors' must be a list")
-    if len(specs) > MAX_TENSORS:
+    if len(specs) > max_tensors:
         raise ProtocolError(f"{len(specs)} tensors exceed the limit of "
-                            f"{MAX_TENSORS}")
+                            f"{max_tensors}")
     if len(specs) != len(frames):
         raise ProtocolError(f"header declares {len(specs)} tensors but "
                             f"{len(frames)} tensor frames arrived")
@@ -332,18 +333,24 @@ def decode_request(frames: Sequence[Any], max_bytes: int) -> Request:
     return Request(req_id, op, args, _tensors(header, frames[1:]), shm)
 
 
-def decode_reply(frames: Sequence[Any]) -> tuple[Optional[int], Reply | ErrorReply]:
+def decode_reply(frames: Sequence[Any], max_tensors: int = MAX_TENSORS
+                 ) -> tuple[Optional[int], Reply | ErrorReply]:
     """Decodes a reply's frames into its request id and content.
 
     Args:
         frames: Header frame followed by tensor frames.
+        max_tensors: Most tensors the reply may carry: :data:`MAX_TENSORS`,
+            or more where the request asked for more (3 per edge type of a
+            ``sample_types``: :meth:`OpSpec.reply_tensors
+            <pyg_dist.rpc.ops.OpSpec.reply_tensors>`); the header's limits
+            grow with it.
 
     Raises:
         ProtocolError: if the reply is malformed.
     """
     if not frames:
         raise ProtocolError("empty reply")
-    header = _unpack_header(_buffer(frames[0]))
+    header = _unpack_header(_buffer(frames[0]), max_tensors)
     req_id = header.get("id")
     if req_id is not None and type(req_id) is not int:
         raise ProtocolError(f"reply id must be an int or nil, got {describe(req_id)}")
@@ -363,17 +370,18 @@ def decode_reply(frames: Sequence[Any]) -> tuple[Optional[int], Reply | ErrorRep
     # The caller's code gets the result: nothing deeper than args may reach it.
     _check_plain(result, "result", MAX_RESULT_DEPTH)
     if "shm" in header:
-        return req_id, Reply(result, [], _shm_layout(header, header["shm"], len(frames) - 1))
-    return req_id, Reply(result, _tensors(header, frames[1:]))
+        return req_id, Reply(result, [], _shm_layout(header, header["shm"], len(frames) - 1,
+                                                     max_tensors))
+    return req_id, Reply(result, _tensors(header, frames[1:], max_tensors))
 
 
-def _shm_layout(header: dict[str, Any], offsets: Any, frames: int
-                ) -> list[tuple[torch.dtype, list[int], int]]:
+def _shm_layout(header: dict[str, Any], offsets: Any, frames: int,
+                max_tensors: int = MAX_TENSORS) -> list[tuple[torch.dtype, list[int], int]]:
     """``(dtype, shape, offset)`` of each tensor of a reply written into lent
     memory (whether they fit it is checked against the segment)."""
     specs = header.get("tensors", [])
     if type(specs) is not list or type(offsets) is not list or len(specs) != len(offsets) \
-            or len(specs) > MAX_TENSORS or frames \
+            or len(specs) > max_tensors or frames \
             or not all(type(o) is int and o >= 0 for o in offsets):
         raise ProtocolError(f"a reply into shared memory needs one offset per tensor and no "
                             f"tensor frames, got {describe(offsets)} and {frames} frames")

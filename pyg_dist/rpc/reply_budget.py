@@ -69,6 +69,20 @@ class ReplyBudget:
         entry = self._clients.get(client)
         return 0 if entry is None else entry.held
 
+    def never_fits(self, op: str, nbytes: int) -> Optional[str]:
+        """Why an answer of ``nbytes`` (with its working memory) can never be
+        charged, even with nothing else held; ``None`` when it can."""
+        if nbytes <= min(self.client_budget, self.server_budget):
+            return None
+        self.refused += 1
+        budget, var = (self.client_budget, "PYG_DIST_CLIENT_REPLY_BUDGET") \
+            if self.client_budget <= self.server_budget else \
+            (self.server_budget, "PYG_DIST_SERVER_REPLY_BUDGET")
+        return (f"{op!r} needs up to {nbytes} bytes for its answer and working memory, "
+                f"over this server's whole reply budget of {budget} bytes ({var}, "
+                f"--{var[9:].lower().replace('_', '-')}): asking again cannot succeed; "
+                f"ask for less per call (fewer seeds, smaller fan-outs) or raise the budget")
+
     def reserve(self, client: bytes, nbytes: int) -> Optional[str]:
         """Charges ``nbytes`` to ``client`` if both budgets allow it.
 

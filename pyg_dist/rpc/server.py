@@ -180,10 +180,12 @@ class RpcServer:
         """Stops serving, joins the threads and closes every socket.
 
         Requests still queued are dropped (their clients time out). Safe to
-        call more than once and from any thread.
+        call more than once and from any thread. Workers still inside an
+        operation after ``timeout`` are left to finish on their own (they are
+        daemon threads: a process that exits next does not wait for them).
 
         Args:
-            timeout: How long to wait for each thread.
+            timeout: How long to wait for all the threads together.
         """
         with self._stop_lock:
             if self._ctx is None or self._closed:
@@ -199,6 +201,9 @@ class RpcServer:
             finally:
                 poke.close()
         alive = []
+        # One deadline for all: four workers each deep in a long operation
+        # must not add up to four timeouts.
+        deadline = time.monotonic() + timeout
         io = self._threads[0] if self._threads else None
         if io is not None:
             io.join(timeout)  # it no longer fills the inbox after this
@@ -208,7 +213,7 @@ class RpcServer:
         # and let every worker's next get() return None.
         self._inbox.close()
         for thread in self._threads[1:]:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 alive.append(thread.name)
         if self._auth is not None:

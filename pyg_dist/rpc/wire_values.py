@@ -84,11 +84,17 @@ class _TooManyContainers(Exception):
     """Raised by the counting hook to abort msgpack's decoding."""
 
 
-def unpack_header(raw: memoryview) -> Any:
+def unpack_header(raw: memoryview, tensors: int = 0) -> Any:
     """Decodes one header frame within the limits above.
 
     Args:
         raw: The frame's bytes.
+        tensors: Tensor specs the header may carry beyond the fixed limits
+            (a reply whose request asked for thousands of tensors: 3 per
+            edge type of a ``sample_types``): each may add two containers
+            (``[dtype, [shape...]]``), four items, and one entry to the list
+            of specs. Derived from the caller's own request, never from the
+            header.
 
     Returns:
         The decoded value (any msgpack type; the caller checks its shape and
@@ -104,11 +110,14 @@ def unpack_header(raw: memoryview) -> Any:
     try:
         if size <= SMALL_HEADER_BYTES:  # the common case: keep it a plain call
             return msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
-        hook = _counting_hook()
-        return msgpack.unpackb(raw, list_hook=hook, object_hook=hook, **_LIMITS)
+        hook = _counting_hook(MAX_CONTAINERS + 2 * tensors, MAX_ITEMS + 4 * tensors)
+        limits = _LIMITS if not tensors else \
+            {**_LIMITS, "max_array_len": MAX_CONTAINER_LEN + tensors}
+        return msgpack.unpackb(raw, list_hook=hook, object_hook=hook, **limits)
     except _TooManyContainers:
-        raise ProtocolError(f"header holds more than {MAX_CONTAINERS} arrays and maps or "
-                            f"{MAX_ITEMS} items in them; send bulk data as tensors") from None
+        raise ProtocolError(f"header holds more than {MAX_CONTAINERS + 2 * tensors} arrays "
+                            f"and maps or {MAX_ITEMS + 4 * tensors} items in them; send bulk "
+                            f"data as tensors") from None
     except msgpack.StackError:
         raise ProtocolError("header nests deeper than msgpack's limit of 1024 levels") \
             from None
@@ -117,13 +126,12 @@ def unpack_header(raw: memoryview) -> Any:
                             f"{error_text(exc, 200)}") from None
 
 
-def _counting_hook() -> Callable[[Any], Any]:
+def _counting_hook(containers: int, items: int) -> Callable[[Any], Any]:
     """A msgpack list/object hook that aborts the decoding (raising
-    :class:`_TooManyContainers`) once more than :data:`MAX_CONTAINERS`
-    containers or :data:`MAX_ITEMS` items in them were built; it runs as
-    each container is completed, so no more than that (plus one container
-    of at most :data:`MAX_CONTAINER_LEN`) is ever built."""
-    containers, items = MAX_CONTAINERS, MAX_ITEMS
+    :class:`_TooManyContainers`) once more than ``containers`` containers
+    or ``items`` items in them were built; it runs as each container is
+    completed, so no more than that (plus one container of at most the
+    length limit) is ever built."""
 
     def count(container: Any) -> Any:
         nonlocal containers, items

@@ -88,6 +88,7 @@ class HopForwarder:
         self._slots = threading.BoundedSemaphore(max(config.workers - 1, 1))
         self._lock = threading.Lock()
         self._store: Any = None  # the RemoteGraphStore over the peers, once connected
+        self._connecting: Optional[_Attempt] = None  # the connection attempt running
         self._samplers: OrderedDict[tuple, Any] = OrderedDict()
         self._closed = False
         self.trees = 0
@@ -292,42 +293,82 @@ class HopForwarder:
 
     def _graph_store(self) -> Any:
         """The graph store over every part, this one served in process
-        (connected on first use)."""
-        with self._lock:
-            if self._closed:
-                raise ForwardingError(f"part {self.part} is stopping")
-            if self._store is not None:
-                return self._store
-            from pyg_dist.store.connect import connect
-            from pyg_dist.store.routing import Router
+        (connected on first use).
 
-            try:
-                peers = self._peers() if callable(self._peers) else self._peers
-                _, gs = connect(peers, self._config, tune_malloc=False)
-            except PygDistError as exc:
-                raise ForwardingError(f"part {self.part} cannot reach its peers to forward "
-                                      f"sampling: {exc}") from exc
-            router = gs.router
-            try:
-                if gs.graph_id != self.graph_id or router.num_parts <= self.part:
-                    raise ForwardingError(
-                        f"part {self.part}'s peer list names servers of another graph "
-                        f"({describe(gs.graph_id)}, this server's: "
-                        f"{describe(self.graph_id)})")
-                # The same stores, with this part's calls served here.
-                client = OwnPartFirst(self.part, self._handlers, router.client)
-                local = Router(router.endpoints, router.books if router.is_hetero else
-                               router.book, router.num_nodes, config=self._config,
-                               client=client)
-                gs.router = local  # the feature store is not used here
-                self._store = gs
-                logger.info("part %d forwards sampling to %d peers", self.part,
-                            router.num_parts - 1)
-            except BaseException:
-                router.close()
-                raise
+        One connection attempt at a time, and not under :attr:`_lock`: an
+        unreachable peer takes the whole connect timeout, and the trees
+        arriving meanwhile wait for that attempt's outcome instead of each
+        making its own after it (which serialised them: 10, 20, 30 s).
+        """
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ForwardingError(f"part {self.part} is stopping")
+                if self._store is not None:
+                    return self._store
+                attempt = self._connecting
+                if attempt is None:
+                    attempt = self._connecting = _Attempt()
+                    break
+            attempt.done.wait()
+            if attempt.error is not None:
+                raise ForwardingError(str(attempt.error)) from attempt.error
+        try:
+            store = self._connect()
+            with self._lock:
+                if self._closed:
+                    store.router.close()
+                    raise ForwardingError(f"part {self.part} is stopping")
+                self._store = store
+            return store
+        except BaseException as exc:
+            attempt.error = exc if isinstance(exc, PygDistError) else ForwardingError(
+                f"part {self.part} could not connect to its peers: {type(exc).__name__}")
+            raise
+        finally:
+            with self._lock:
+                self._connecting = None
+            attempt.done.set()
+
+    def _connect(self) -> Any:
+        """Connects to the peers and checks that they serve this graph."""
+        from pyg_dist.store.connect import connect
+        from pyg_dist.store.routing import Router
+
+        try:
+            peers = self._peers() if callable(self._peers) else self._peers
+            _, gs = connect(peers, self._config, tune_malloc=False)
+        except PygDistError as exc:
+            raise ForwardingError(f"part {self.part} cannot reach its peers to forward "
+                                  f"sampling: {exc}") from exc
+        router = gs.router
+        try:
+            if gs.graph_id != self.graph_id or router.num_parts <= self.part:
+                raise ForwardingError(
+                    f"part {self.part}'s peer list names servers of another graph "
+                    f"({describe(gs.graph_id)}, this server's: "
+                    f"{describe(self.graph_id)})")
+            # The same stores, with this part's calls served here.
+            client = OwnPartFirst(self.part, self._handlers, router.client)
+            local = Router(router.endpoints, router.books if router.is_hetero else
+                           router.book, router.num_nodes, config=self._config,
+                           client=client)
+            gs.router = local  # the feature store is not used here
+            logger.info("part %d forwards sampling to %d peers", self.part,
+                        router.num_parts - 1)
             return gs
+        except BaseException:
+            router.close()
+            raise
 
+
+class _Attempt:
+    """One connection attempt to the peers, awaited by the trees that
+    arrive while it runs."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: Optional[BaseException] = None
 
 def _counts(values: Optional[list[int]]) -> Tensor:
     """Per-hop counts as a tensor (empty when there are none)."""

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional, Union
 
@@ -98,17 +99,27 @@ class ServerGroup:
             self.stop()
             raise
 
-    def stop(self) -> None:
-        """Stops every server. Safe to call twice."""
-        for server in self.servers:
-            server.stop()
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stops every server. Safe to call twice.
 
-    def serve_forever(self, on_ready: Optional[Callable[[list[str]], None]] = None) -> None:
+        Args:
+            timeout: How long to wait for the servers' threads, all servers
+                together.
+        """
+        deadline = time.monotonic() + timeout
+        for server in self.servers:
+            server.stop(max(0.0, deadline - time.monotonic()))
+
+    def serve_forever(self, on_ready: Optional[Callable[[list[str]], None]] = None,
+                      stop_timeout: float = 5.0) -> None:
         """Serves until SIGTERM or SIGINT, or until one server fails, then
         stops them all.
 
         Args:
             on_ready: Called with the endpoints once every server serves.
+            stop_timeout: How long the stop waits for operations in flight
+                (see :meth:`stop`); a process that exits right after may
+                give a short one.
 
         Raises:
             TransportError: if a server stopped on its own (after every
@@ -132,7 +143,7 @@ class ServerGroup:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self.stop()
+            self.stop(stop_timeout)
         if failed is not None:
             failure = failed.failure
             raise TransportError(

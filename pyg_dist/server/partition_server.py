@@ -133,12 +133,17 @@ class PartitionServer:
             self.checkpoint.start()
         return endpoint
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         """Stops serving and releases the sockets and client segments. Safe
         to call twice. With an embeddings directory, the tables are written
         there after the last request was served (a clean stop loses no
-        update)."""
-        self._rpc.stop()
+        update).
+
+        Args:
+            timeout: How long to wait for the server's threads, all together
+                (see :meth:`RpcServer.stop <pyg_dist.rpc.server.RpcServer.stop>`).
+        """
+        self._rpc.stop(timeout)
         self.forwarder.close()
         if self.checkpoint is not None and not self.ops.embeddings.read_only:
             self.checkpoint.stop()

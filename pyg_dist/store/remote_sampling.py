@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch_geometric.typing import EdgeType
 
-from pyg_dist.errors import StoreError
+from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels.seeds import mix_seed
 from pyg_dist.rpc.ops import SAMPLE, SAMPLE_TYPES, PartRequest
 from pyg_dist.store.routing import Router, reassemble
@@ -108,11 +108,12 @@ def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
     # Every reply was checked against its request (pyg_dist.rpc.ops): three
     # aligned tensors per edge type, as many counts as seeds.
     lent: list[Tensor] = []  # views of memory lent for a reply (valid until release)
-    for shares, reply in zip(owned.values(), replies):
+    for part, shares, reply in zip(owned.keys(), owned.values(), replies):
         tensors = list(reply.tensors)
         if getattr(reply, "on_release", None) is not None:
             lent += tensors
         for k, (index, positions, _, _) in enumerate(shares):
+            _check_neighbours(router, part, frontiers[index][0], tensors[3 * k + 1])
             answers[index].append((positions, tensors[3 * k:3 * k + 3]))
     out = []
     for (_, ids, _), answer in zip(frontiers, answers):
@@ -126,6 +127,23 @@ def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
         out.append(tuple(t.clone() if any(t is v for v in lent) else t
                          for t in (counts, nbrs, eids)))
     return out
+
+def _check_neighbours(router: Any, part: int, edge_type: Optional[EdgeType],
+                      nbrs: Tensor) -> None:
+    """Refuses neighbour ids past the graph's nodes of their type, naming the
+    server that sent them (the reply check saw counts and signs only: the
+    graph's size is known here). A lying peer's ids must not reach a batch,
+    nor fail later naming whoever reads them (a coordinator)."""
+    if not nbrs.numel():
+        return
+    limit = router.num_nodes_of(None if edge_type is None else edge_type[0])
+    top = int(nbrs.max())
+    if top >= limit:
+        address = router.endpoints[part]
+        raise ProtocolError(f"server {address} answered 'sample' with neighbour id {top}, "
+                            f"past the {limit} nodes of its type: a broken or lying server",
+                            address=address, op="sample")
+
 
 def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Tensor]]],
                  frontiers: Sequence[tuple[Any, Tensor, Any]], fanouts: list[int],

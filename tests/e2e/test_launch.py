@@ -52,12 +52,24 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_ctrl_c_stops_trainers_and_servers(cora2_root, tmp_path):
+def _default_signals() -> None:
+    """In the launched child, before exec: SIGINT and SIGTERM at their
+    default. A shell running the suite in the background (``pytest &`` in a
+    script, nohup) starts it with SIGINT ignored, an ignored signal stays
+    ignored across exec, and Python then installs no KeyboardInterrupt
+    handler: launch would never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["sigint", "sigterm"])
+def test_ctrl_c_stops_trainers_and_servers(cora2_root, tmp_path, sig, code):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     pid_file = tmp_path / "pid"
     proc = subprocess.Popen(launch_command(cora2_root, 1, str(script), str(pid_file)),
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, preexec_fn=_default_signals)
 
     def pid_written() -> str:
         assert proc.poll() is None, f"launch exited ({proc.returncode}) before the trainer ran"
@@ -66,10 +78,10 @@ def test_ctrl_c_stops_trainers_and_servers(cora2_root, tmp_path):
     try:
         trainer = int(wait_until(pid_written, 240, "the trainer to write its pid",
                                  interval=0.1))
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         # launch gives torchrun 15 s and every server 5 s to stop; a loaded
         # CI machine needs more than that on top to start the interpreter.
-        assert proc.wait(timeout=120) == 130
+        assert proc.wait(timeout=120) == code
         stdout = proc.stdout.read()
     finally:
         if proc.poll() is None:  # the test failed: leave no server or trainer behind
@@ -108,3 +120,14 @@ def test_options_after_root_and_the_script_after_the_double_dash():
     assert torchrun_command(2, command)[1:] == [
         "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
         "train.py", "--nproc", "9"]
+
+
+@pytest.mark.parametrize("value", ["inf", "0", "-5", "nan", "1e9"])
+def test_a_startup_timeout_that_is_no_deadline_is_refused_in_one_line(value, capsys,
+                                                                     tmp_path):
+    from pyg_dist.cli import main
+
+    code = main(["launch", str(tmp_path), "--startup-timeout", value, "--", "train.py"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1
+    assert len(err.splitlines()) == 1 and "--startup-timeout" in err and "Traceback" not in err

@@ -93,7 +93,13 @@ def test_torchrun_restarts_a_dead_worker_and_both_ranks_resume(sim_hosts, cora2_
     at different moments; a later one succeeds, hence 3 restarts.)"""
     s0, s1, t0, t1 = sim_hosts(4)
     servers = serve_on([s0, s1], cora2_root, tmp_path)
-    env = {"PYG_DIST_SERVERS": ",".join(servers)}
+    # Each rendezvous round gets a store of its own. torchrun's default
+    # shares the agents' store with the workers of every round under the
+    # same keys, so a restarted worker may read its peer's address of the
+    # round before (still there until the peer's new worker overwrites it)
+    # and Gloo times out connecting to a dead port ("connectFullMesh failed
+    # ... Connect timeout"), the more likely the busier the machine.
+    env = {"PYG_DIST_SERVERS": ",".join(servers), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     checkpoint = tmp_path / "checkpoint.pt"
 
     def elastic(host: str) -> list[str]:
