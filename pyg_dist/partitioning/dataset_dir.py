@@ -1,10 +1,10 @@
 """Creating a dataset directory atomically, without torch.
 
-The out-of-core writer stages everything in a temporary directory beside
-ROOT and renames it onto ROOT only when every file and ``meta.json`` are
-complete; on any error the staging directory (and any parent it created) is
-removed. The same contract as :func:`pyg_dist.partitioning.writer.partition`,
-whose helpers import torch.
+Both writers (:func:`pyg_dist.partitioning.writer.partition` in memory, and
+the out-of-core one from files, which must not import torch) stage everything
+in a temporary directory beside ROOT and rename it onto ROOT only when every
+file and ``meta.json`` are complete; on any error the staging directory (and
+any parent it created) is removed.
 """
 
 from __future__ import annotations

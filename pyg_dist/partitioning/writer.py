@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -21,8 +19,9 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import InvalidPartitionArgumentError, PartitionError, PygDistError
+from pyg_dist.errors import InvalidPartitionArgumentError, PygDistError
 from pyg_dist.partitioning.book import PartitionBook, book_dtype
+from pyg_dist.partitioning.dataset_dir import check_root, staged
 from pyg_dist.partitioning.format import (
     BOOK_FILE,
     BOOK_KEY,
@@ -94,27 +93,17 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
     graph = split_hetero_attributes(data) if hetero else split_attributes(data)
     total_nodes = graph.total_nodes if hetero else graph.num_nodes
     _check_num_parts(num_parts, total_nodes)
-    _check_root(root, overwrite)
+    check_root(root, overwrite)
     registry = registry or default_registry
     plugin = _build_partitioner(registry, partitioner, options)
 
     from tqdm.auto import tqdm
 
-    # The temporary directory comes first: an unwritable ROOT is refused
+    # The staging directory comes first: an unwritable ROOT is refused
     # before the partitioner runs (minutes for METIS on a big graph).
-    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
-    created = _first_missing(root.parent)
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as exc:
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
-        raise InvalidPartitionArgumentError(
-            f"cannot create the dataset directory {root}: {exc.strerror or exc}; choose a "
-            f"directory you can write") from exc
-    try:
-        with tqdm(total=num_parts + 2, desc="partition", unit="step",
-                  disable=not progress) as bar:
+    with tqdm(total=num_parts + 2, desc="partition", unit="step",
+              disable=not progress) as bar:
+        with staged(root) as tmp:
             bar.set_postfix_str(f"{partitioner}: assigning {total_nodes} nodes")
             if hetero:
                 book = _assign_hetero(plugin, graph, num_parts)
@@ -130,31 +119,9 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
             meta["partitioner"] = {"name": partitioner, "options": _json_safe(plugin.options()),
                                    "distribution": _distribution(registry, partitioner)}
             (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
-            _replace(tmp, root)
-            bar.update(1)
-    except OSError as exc:
-        if tmp.exists():  # else the dataset is in place: keep it
-            shutil.rmtree(created or tmp, ignore_errors=True)
-        raise PartitionError(f"writing the dataset {root} failed: {exc.strerror or exc}; "
-                             f"nothing was left behind. Free space or choose another "
-                             f"directory") from exc
-    except BaseException:
-        if tmp.exists():
-            shutil.rmtree(created or tmp, ignore_errors=True)
-        raise
+        bar.update(1)
     logger.info("partitioned %d nodes into %d parts at %s", total_nodes, num_parts, root)
     return PartitionReader(root, verify=False)
-
-
-def _first_missing(path: Path) -> Optional[Path]:
-    """The outermost ancestor of ``path`` (or itself) that does not exist yet:
-    what to remove so that a failed run leaves no directories behind."""
-    missing = None
-    for candidate in [path, *path.parents]:
-        if candidate.exists():
-            break
-        missing = candidate
-    return missing
 
 
 def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
@@ -164,17 +131,6 @@ def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
         raise InvalidPartitionArgumentError(
             f"num_parts must lie in [1, {num_nodes}] (the number of nodes); got {num_parts}")
     book_dtype(num_parts)
-
-
-def _check_root(root: Path, overwrite: bool) -> None:
-    if "\0" in str(root):
-        raise InvalidPartitionArgumentError("the dataset directory's name holds a NUL byte")
-    if root.exists() and not root.is_dir():
-        raise InvalidPartitionArgumentError(f"{root} exists and is not a directory")
-    if root.is_dir() and any(root.iterdir()) and not overwrite:
-        raise InvalidPartitionArgumentError(
-            f"{root} exists and is not empty; choose another directory or pass "
-            f"overwrite=True (--overwrite) to replace it")
 
 
 def _build_partitioner(registry: PluginRegistry, name: str, options: dict[str, Any]) -> Any:
@@ -278,23 +234,6 @@ def _recorder(tmp: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], st
 def _specs(features: dict[str, Tensor]) -> dict[str, dict[str, Any]]:
     return {name: {"dtype": dtype_name(t.dtype), "shape": list(t.shape[1:])}
             for name, t in features.items()}
-
-
-def _replace(tmp: Path, root: Path) -> None:
-    """Moves the finished dataset onto ``root``; an old one is removed only
-    after the new one is in place."""
-    old = None
-    if root.exists():
-        old = root.parent / f".{root.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(root, old)
-    try:
-        os.replace(tmp, root)
-    except BaseException:
-        if old is not None:
-            os.replace(old, root)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _json_safe(options: Any) -> Any:

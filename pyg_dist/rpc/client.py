@@ -47,13 +47,13 @@ from pyg_dist.errors import ProtocolError, RpcError, RpcTimeoutError, TransportE
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.calls import Call, IoState, fail, wait_result
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.dealer import open_dealer
 from pyg_dist.rpc.endpoints import normalize_endpoint
 from pyg_dist.rpc.liveness import PeerStates, close_monitor
 from pyg_dist.rpc.ops import reply_tensor_limit
 from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.reply_guard import ReplyGuard
 from pyg_dist.rpc.shm.lender import Lease, Lender
+from pyg_dist.rpc.sockets import open_dealer
 from pyg_dist.rpc.wire_values import describe
 
 logger = logging.getLogger(__name__)

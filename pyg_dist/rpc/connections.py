@@ -91,6 +91,20 @@ def wire_bytes(frames: Iterable[Any], curve: bool) -> int:
     return total
 
 
+def tcp_duplicate(fd: int) -> Optional[socket.socket]:
+    """Our own duplicate of a libzmq connection's descriptor, so its kernel
+    counters stay readable and ``shutdown()`` works whatever libzmq does with
+    its own; ``None`` if it closed already or is not TCP (not accounted)."""
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return None
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+        sock.close()
+        return None
+    return sock
+
+
 @dataclass
 class TrackedConnection:
     """One TCP connection of a ZeroMQ socket (accepted by a server's ROUTER or
@@ -182,19 +196,12 @@ class ReceiveGuard:
                 self._drop(fd, ended)
 
     def _accept(self, fd: int) -> None:
-        try:
-            # Our own duplicate: the kernel counters stay readable, and
-            # shutdown() works, whatever libzmq does with its descriptor.
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            return  # already closed again
-        if sock.family not in (socket.AF_INET, socket.AF_INET6) \
-                or sock.type != socket.SOCK_STREAM:
+        sock = tcp_duplicate(fd)
+        if sock is None:
             if not self._untracked_logged:
                 logger.info("%s: connections over a transport other than TCP are not "
                             "accounted (no per-connection byte budget)", self.name)
                 self._untracked_logged = True
-            sock.close()
             return
         self._conns[fd] = TrackedConnection(fd, sock, time.monotonic())
 

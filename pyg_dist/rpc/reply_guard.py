@@ -24,14 +24,13 @@ two checks (every ``interval``, 10 ms) plus the kernel's receive buffer.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from typing import Any, Optional
 
 import zmq
 
-from pyg_dist.rpc.connections import TrackedConnection, wire_bytes
+from pyg_dist.rpc.connections import TrackedConnection, tcp_duplicate, wire_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -58,16 +57,9 @@ class ReplyGuard:
     def connected(self, fd: int) -> None:
         """A connection to the server was made on descriptor ``fd``."""
         self.disconnected(fd)  # a stale entry whose end was missed
-        try:
-            # Our own duplicate: the counters stay readable and shutdown()
-            # works, whatever libzmq does with its descriptor.
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            return  # closed again already
-        if sock.family not in (socket.AF_INET, socket.AF_INET6) \
-                or sock.type != socket.SOCK_STREAM:
-            sock.close()  # ipc:// and others are not accounted
-            return
+        sock = tcp_duplicate(fd)
+        if sock is None:
+            return  # closed again already, or not TCP (not accounted)
         conn = TrackedConnection(fd, sock, time.monotonic())
         # Replies may have been taken before this event was read (their
         # bytes would count as held ever after): what libzmq read so far

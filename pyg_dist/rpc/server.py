@@ -51,9 +51,8 @@ from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.dispatch import Dispatch, Handler
 from pyg_dist.rpc.ops import RPC_OPS, OpSpec
-from pyg_dist.rpc.router import router_socket, start_authenticator
 from pyg_dist.rpc.shm.serving import SegmentService
-from pyg_dist.rpc.sockets import NOBLOCK, send_frames
+from pyg_dist.rpc.sockets import NOBLOCK, router_socket, send_frames, start_authenticator
 from pyg_dist.rpc.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
