@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
+from pyg_dist import __version__
 from pyg_dist.errors import PygDistError
 
 # Order shown in --help: the user's journey from raw graph to training.
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
             "a graph once, serve one partition per server, and train with "
             "DistNeighborLoader under torchrun."),
     )
+    parser.add_argument(
+        "--version", action="version", version=f"pyg-dist {__version__}",
+        help="print the version and exit")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0,
         help="more log output (-v: info, -vv: debug)")
