@@ -32,6 +32,8 @@ _EXPORTS = {
     "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
     "DistNeighborLoader": "pyg_dist.loader.dist_neighbor_loader",
     "DistLinkNeighborLoader": "pyg_dist.loader.dist_link_neighbor_loader",
+    "DistMetric": "pyg_dist.loader.evaluation",
+    "DDPModel": "pyg_dist.loader.ddp_model",
     "PluginRegistry": "pyg_dist.plugins",
     "default_registry": "pyg_dist.plugins",
 }
