@@ -20,7 +20,8 @@ _EXPORTS = {
     "DistIteration": "pyg_dist.loader.iteration",
     "PrefetchPipeline": "pyg_dist.loader.prefetch",
     "DistMetric": "pyg_dist.loader.evaluation",
-    "DDPModel": "pyg_dist.loader.ddp_model",
+    "DDPModel": "pyg_dist.loader.trainer",
+    "init_trainer": "pyg_dist.loader.trainer",
     "ddp_layout": "pyg_dist.loader.ddp",
     "rank_sampler": "pyg_dist.loader.ddp",
 }
