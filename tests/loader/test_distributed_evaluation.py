@@ -29,7 +29,7 @@ WORKER = textwrap.dedent("""
     from torch_geometric.nn.models import GraphSAGE
     import pyg_dist
 
-    rank, world, store, endpoints, out = sys.argv[1:]
+    rank, world, store, endpoints, result = sys.argv[1:]
     rank, world = int(rank), int(world)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
                             world_size=world)
@@ -65,7 +65,7 @@ WORKER = textwrap.dedent("""
                                 "callable": (out.sum(-1), y)}.get(name, (out, y))
                 metric.update(pred, target, batch.input_id)
     torch.save({"emb": x_all, "seen": seen, "share": len(test_loader.dataset),
-                "metrics": {k: m.compute() for k, m in metrics.items()}}, f"{out}.{rank}")
+                "metrics": {k: m.compute() for k, m in metrics.items()}}, f"{result}.{rank}")
     del model
     dist.destroy_process_group()
     data.close()
