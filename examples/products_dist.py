@@ -47,7 +47,7 @@ train_loader = NeighborLoader(
     data,
     input_nodes=split_idx['train'],
     num_neighbors=[15, 10, 5],
-    global_batch_size=64,
+    global_batch_size=16,
     shuffle=True,
 )
 subgraph_loader = NeighborLoader(

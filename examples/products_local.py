@@ -46,7 +46,7 @@ train_loader = NeighborLoader(
     data,
     input_nodes=split_idx['train'],
     num_neighbors=[15, 10, 5],
-    batch_size=64,
+    batch_size=16,
     shuffle=True,
 )
 subgraph_loader = NeighborLoader(

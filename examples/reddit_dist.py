@@ -42,7 +42,7 @@ dataset = init_trainer()
 # Already send node features/labels to GPU for faster access during sampling:
 data = dataset[0].to(device, 'x', 'y')
 
-kwargs = {'global_batch_size': 64}
+kwargs = {'global_batch_size': 16}
 train_loader = NeighborLoader(data, input_nodes=data.train_mask,
                               num_neighbors=[25, 10], shuffle=True, **kwargs)
 

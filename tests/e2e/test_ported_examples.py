@@ -52,7 +52,7 @@ def _launch(root: str, script: str, *args: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, epochs", [("reddit", "4"), ("products", "6")])
+@pytest.mark.parametrize("name, epochs", [("reddit", "3"), ("products", "3")])
 def test_local_and_ported_scripts_reach_the_same_accuracy(name, epochs, tmp_path):
     datasets = example_module("offline_datasets")
     root = str(tmp_path / "parts")
