@@ -38,17 +38,26 @@ def test_each_port_changes_at_most_12_lines(name):
     assert 0 < len(changed) <= MAX_CHANGED_LINES, "\n".join(changed)
 
 
-def _run(command: list[str], timeout: float = 300) -> str:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(EXAMPLES), os.environ.get("PYTHONPATH", "")]), PYTHONUNBUFFERED="1")
-    out = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-    return out.stdout
 
 
-def _launch(root: str, script: str, *args: str) -> str:
-    return _run([sys.executable, "-m", "pyg_dist", "launch", root, "--nproc", "2",
-                 "--quiet-ranks", str(EXAMPLES / script), *args])
+def _output(proc: subprocess.Popen, timeout: float = 300) -> str:
+    """The process' stdout once it exited 0 (killed, and the test failed, otherwise)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0, out[-3000:] + err[-5000:]
+    return out
+
+
+def _start(command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env())
 
 
 @pytest.mark.slow
@@ -62,8 +71,14 @@ def test_local_and_ported_scripts_reach_the_same_accuracy(name, epochs, tmp_path
         pyg_dist.partition(datasets.reddit_graph(), 2, root)
     else:
         datasets.partition_products(root, 2)
-    local = _run([sys.executable, str(EXAMPLES / f"{name}_local.py"), "--epochs", epochs])
-    dist = _launch(root, f"{name}_dist.py", "--epochs", epochs)
+    # Both at once (the launched one waits for its servers meanwhile).
+    local_proc = _start([sys.executable, str(EXAMPLES / f"{name}_local.py"), "--epochs", epochs])
+    try:
+        dist = _output(_start([sys.executable, "-m", "pyg_dist", "launch", root, "--nproc",
+                               "2", "--quiet-ranks", str(EXAMPLES / f"{name}_dist.py"),
+                               "--epochs", epochs]))
+    finally:
+        local = _output(local_proc)
     # --quiet-ranks: rank 0 alone prints, once.
     assert dist.count("test_acc=") == 1, dist[-3000:]
     local_acc, dist_acc = printed_value("test_acc", local), printed_value("test_acc", dist)
