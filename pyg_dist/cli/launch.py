@@ -128,6 +128,10 @@ def _launcher_words(words: list[str], parser: argparse.ArgumentParser
         if not word.startswith("-") or word == "-":
             return words[:at], words[at:]
         name = word.split("=", 1)[0]
+        if name in ("-h", "--help"):
+            from pyg_dist.errors import PygDistError
+
+            raise PygDistError("for the launcher's help put -h before ROOT: pyg-dist launch -h")
         if name not in takes_value:
             from pyg_dist.errors import PygDistError
 

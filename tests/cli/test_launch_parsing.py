@@ -53,6 +53,7 @@ def test_every_launcher_option_after_root():
     (("ROOT", "--nproc"), "expected one argument"),
     (("ROOT", "--nprocs", "2", "t.py"), "unknown launcher option '--nprocs'"),
     (("ROOT", "--nproc", "two", "t.py"), "invalid int value"),
+    (("ROOT", "-h"), "put -h before ROOT"),
 ])
 def test_each_mistake_is_one_typed_error(words, message):
     with pytest.raises(PygDistError, match=message):
