@@ -101,7 +101,6 @@ def main() -> None:
     args = parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         dist.init_process_group("gloo")
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
     torch.manual_seed(args.seed)
 
     data = pyg_dist.RemoteData()
@@ -110,9 +109,9 @@ def main() -> None:
     movie = data["movie"]
     train_loader = Loader(data, num_neighbors=args.fanout,
                           input_nodes=("movie", movie.train_mask),
-                          batch_size=args.batch_size // world_size, shuffle=True, seed=args.seed)
+                          global_batch_size=args.batch_size, shuffle=True, seed=args.seed)
     test_loader = Loader(data, num_neighbors=args.fanout, input_nodes=("movie", movie.test_mask),
-                         batch_size=args.batch_size // world_size, seed=args.seed + 1)
+                         global_batch_size=args.batch_size, seed=args.seed + 1)
 
     model = build_model(args.model, data.metadata(), args.hidden, len(args.fanout))
     initialise(model, test_loader)

@@ -73,14 +73,13 @@ def main() -> None:
     args = parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         dist.init_process_group("gloo")
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     torch.manual_seed(args.seed)
     data = pyg_dist.connect()
     Loader = pyg_dist.DistLinkNeighborLoader
 
     train_loader = Loader(data, num_neighbors=args.fanout, edge_label_index=None,
-                          neg_sampling="binary", batch_size=args.batch_size // world_size,
+                          neg_sampling="binary", global_batch_size=args.batch_size,
                           shuffle=True, seed=args.seed, prefetch=args.prefetch)
     test_loader = Loader(data, num_neighbors=[-1] * len(args.fanout),
                          edge_label_index=held_out_links(), neg_sampling="binary",

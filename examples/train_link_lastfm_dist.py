@@ -100,14 +100,13 @@ def main() -> None:
     args = parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         dist.init_process_group("gloo")
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     torch.manual_seed(args.seed)
     data = pyg_dist.RemoteData()
     Loader, NodeLoader = pyg_dist.DistLinkNeighborLoader, pyg_dist.DistNeighborLoader
 
     train_loader = Loader(data, num_neighbors=args.fanout, edge_label_index=(LISTENS, None),
-                          neg_sampling="binary", batch_size=args.batch_size // world_size,
+                          neg_sampling="binary", global_batch_size=args.batch_size,
                           shuffle=True, seed=args.seed, prefetch=args.prefetch)
     node_loaders = {t: NodeLoader(data, num_neighbors=args.fanout, input_nodes=t,
                                   batch_size=args.batch_size, split=False,

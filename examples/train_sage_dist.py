@@ -118,13 +118,12 @@ def main() -> None:
             and "WORLD_SIZE" in os.environ:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 timeout=timedelta(seconds=args.pg_timeout))
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
     torch.manual_seed(args.seed)
 
     data = pyg_dist.RemoteData()
     Loader = pyg_dist.DistNeighborLoader
 
-    kwargs = dict(batch_size=args.batch_size // world_size)
+    kwargs = dict(global_batch_size=args.batch_size)
     train_loader = Loader(data, num_neighbors=args.fanout, input_nodes=data.train_mask,
                           shuffle=True, **kwargs)
     test_loader = Loader(data, num_neighbors=[-1] * len(args.fanout),

@@ -121,7 +121,8 @@ def _items(addresses: object, environ: Optional[dict[str, str]]
         raise ServerListError(
             f"no server addresses: pass them to pyg_dist.connect([...]), or set {SERVERS_ENV} "
             f"(comma-separated host:port, as pyg-dist launch does) or {SERVERS_FILE_ENV} (a "
-            f"file with one host:port a line) in every trainer's environment")
+            f"file of host:port entries separated by commas, blanks or new lines, # "
+            f"starting a comment) in every trainer's environment")
     return items, source
 
 
@@ -131,7 +132,8 @@ def _read(path: Path, source: str) -> str:
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ServerListError(f"cannot read the server list ({source}): "
-                              f"{exc.strerror or exc}; write one host:port a line there, "
+                              f"{exc.strerror or exc}; write host:port entries there "
+                              f"(separated by commas, blanks or new lines), "
                               f"or set {SERVERS_ENV} instead") from exc
     if len(raw) > MAX_FILE_BYTES:
         raise ServerListError(f"the server list ({source}) is over {MAX_FILE_BYTES} bytes; "
@@ -154,8 +156,9 @@ def _split(text: str) -> list[tuple[str, Optional[int]]]:
 
 def _normalise(items: list[tuple[object, Optional[int]]], source: str) -> list[str]:
     if not items:
-        raise ServerListError(f"the server list ({source}) is empty; give one host:port per "
-                              f"server (every part served once)")
+        raise ServerListError(f"the server list ({source}) is empty; give a host:port for "
+                              f"each server (every part served once), separated by commas, "
+                              f"blanks or new lines")
     if len(items) > MAX_SERVERS:
         raise ServerListError(f"the server list ({source}) has {len(items)} entries, more "
                               f"than {MAX_SERVERS} parts can exist")

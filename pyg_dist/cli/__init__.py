@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
+from pyg_dist import __version__
 from pyg_dist.errors import PluginLoadError, PygDistError
 
 # Order shown in --help: the user's journey from raw graph to training.
@@ -47,8 +48,7 @@ def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
     """Sub-commands registered by other distributions. One that fails to load
     must not break the other commands: it becomes a stand-in that reports the
     failure when run (``bench``: with its install command, also when absent)."""
-    from pyg_dist.plugins import COMMANDS as GROUP
-    from pyg_dist.plugins import default_registry
+    from pyg_dist.plugins import COMMANDS as GROUP, default_registry
 
     names = default_registry.names(GROUP)
     for name in names:
@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
             "a graph once, serve one partition per server, and train with "
             "DistNeighborLoader under torchrun."),
     )
+    parser.add_argument(
+        "--version", action="version", version=f"pyg-dist {__version__}",
+        help="print the version and exit")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0,
         help="more log output (-v: info, -vv: debug)")

@@ -1,6 +1,12 @@
 """``pyg-dist launch``: serve every part on loopback and run a script under torchrun.
 
-    pyg-dist launch ROOT --nproc 2 -- examples/train_sage_dist.py --epochs 50
+    pyg-dist launch ROOT --nproc 2 examples/train_sage_dist.py --epochs 50
+
+It parses as torchrun does: ``launch [options] ROOT SCRIPT [ARGS]``, the
+launcher's options anywhere before the script (before or after ROOT), the
+script's own after it; a ``--`` before the script is accepted too. Each
+mistake (no script, a script that does not exist, an unknown option) is one
+line, before any server starts.
 
 starts one ``pyg-dist serve`` process per part of ``ROOT`` on 127.0.0.1
 (port 0), waits until every server has printed ``ready``, then runs
@@ -45,13 +51,14 @@ def add_parser(subparsers: Any) -> None:
             "docs/performance.md). The servers know each other and sample a batch's hops "
             "among themselves (sample_tree: one round trip for a trainer's subgraph instead "
             "of one per hop; --no-server-hops turns that off). "
-            "Example: pyg-dist launch parts/ --nproc 2 -- train.py --epochs 50"))
+            "Launcher options go anywhere before SCRIPT, the script's own after it, as "
+            "with torchrun. Example: pyg-dist launch parts/ --nproc 2 train.py --epochs 50"))
     p.add_argument("root", help="partitioned dataset directory (with meta.json)")
     _add_options(p)
     # REMAINDER: argparse's subparsers do not hand "--" on, so the options
     # after ROOT and the script come through here and are split in run().
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS]",
-                   help="the training script and its arguments, after --")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
+                   help="the training script and its arguments (a -- before it is optional)")
     p.set_defaults(run=run)
 
 
@@ -69,32 +76,86 @@ def _add_options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     p.add_argument("--no-server-hops", action="store_true", default=_default(False),
                    help="do not give the servers their peer list: every hop of a batch "
                         "goes back to the trainer, as before sample_tree")
+    p.add_argument("--quiet-ranks", action="store_true", default=_default(False),
+                   help="show the output of rank 0 only (print, tqdm bars, warnings); "
+                        "another rank's traceback is still shown when it fails")
 
 
 def split_command(args: argparse.Namespace) -> list[str]:
     """Separates launcher options given after ROOT from the script's command line.
 
-    ``ROOT --nproc 2 -- train.py --lr 0.1`` arrives as ``command = ["--nproc",
-    "2", "--", "train.py", "--lr", "0.1"]``: the part before ``--`` is parsed
-    into ``args``, the part after is returned.
+    As torchrun: the first word that is not a launcher option (or the word
+    after ``--``) is the script, and everything from there on is its
+    command line. ``ROOT --nproc 2 train.py --lr 0.1`` arrives as
+    ``command = ["--nproc", "2", "train.py", "--lr", "0.1"]``: the options
+    are parsed into ``args``, ``["train.py", "--lr", "0.1"]`` is returned.
+
+    Raises:
+        PygDistError: one line naming the mistake: an unknown launcher
+            option, an option without its value, or no script.
     """
-    command = list(args.command)
-    if "--" in command:
-        cut = command.index("--")
-        own, command = command[:cut], command[cut + 1:]
-        parser = argparse.ArgumentParser(prog="pyg-dist launch", add_help=False)
-        _add_options(parser, defaults=False)
-        extra = parser.parse_args(own)
-        if "serve_arg" in vars(extra):
-            extra.serve_arg = list(args.serve_arg) + extra.serve_arg
-        vars(args).update(vars(extra))
+    from pyg_dist.errors import PygDistError
+
+    parser = _OptionParser(prog="pyg-dist launch", add_help=False)
+    _add_options(parser, defaults=False)
+    own, command = _launcher_words(list(args.command), parser)
+    extra = parser.parse_args(own)
+    if "serve_arg" in vars(extra):
+        extra.serve_arg = list(args.serve_arg) + extra.serve_arg
+    vars(args).update(vars(extra))
+    if not command:
+        raise PygDistError("no script given: pyg-dist launch [options] ROOT SCRIPT [ARGS], "
+                           "e.g. pyg-dist launch parts/ --nproc 2 train.py")
     return command
 
 
-def torchrun_command(nproc: int, command: list[str]) -> list[str]:
-    """The torchrun invocation of ``command`` with ``nproc`` local ranks."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-            "--standalone", *command]
+class _OptionParser(argparse.ArgumentParser):
+    """Launcher options after ROOT; a mistake is a typed error, one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        from pyg_dist.errors import PygDistError
+
+        raise PygDistError(f"{message} (launcher options go before the script, the "
+                           f"script's own after it)")
+
+
+def _launcher_words(words: list[str], parser: argparse.ArgumentParser
+                    ) -> tuple[list[str], list[str]]:
+    """``words`` cut where the script starts: (launcher options, command)."""
+    takes_value = {opt: action.nargs != 0 for action in parser._actions
+                   for opt in action.option_strings}
+    at = 0
+    while at < len(words):
+        word = words[at]
+        if word == "--":
+            return words[:at], words[at + 1:]
+        if not word.startswith("-") or word == "-":
+            return words[:at], words[at:]
+        name = word.split("=", 1)[0]
+        if name in ("-h", "--help"):
+            from pyg_dist.errors import PygDistError
+
+            raise PygDistError("for the launcher's help put -h before ROOT: pyg-dist launch -h")
+        if name not in takes_value:
+            from pyg_dist.errors import PygDistError
+
+            known = ", ".join(sorted(takes_value))
+            raise PygDistError(f"unknown launcher option {word!r} before the script (known: "
+                               f"{known}); the script's own options go after the script")
+        at += 2 if takes_value[name] and "=" not in word else 1
+    return words, []
+
+
+def torchrun_command(nproc: int, command: list[str], quiet_ranks: bool = False) -> list[str]:
+    """The torchrun invocation of ``command`` with ``nproc`` local ranks.
+
+    torchrun runs through :mod:`pyg_dist.cli.trainers`, which ends a failed
+    or interrupted job with one line instead of torchrun's tracebacks and,
+    with ``quiet_ranks``, silences every rank but 0.
+    """
+    script = ["-m", "pyg_dist.cli.trainers", "--script"] if quiet_ranks else []
+    return [sys.executable, "-m", "pyg_dist.cli.trainers", "--nproc-per-node", str(nproc),
+            "--standalone", *script, *command]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,10 +166,11 @@ def run(args: argparse.Namespace) -> int:
     from pyg_dist.malloc_tuning import malloc_environment
 
     command = split_command(args)
-    if not command:
-        raise PygDistError("no script given: pyg-dist launch ROOT --nproc N -- SCRIPT [ARGS]")
     if args.nproc < 1:
         raise PygDistError(f"--nproc must be >= 1, got {args.nproc}")
+    if not os.path.isfile(command[0]):
+        raise PygDistError(f"no such script: {command[0]} (pyg-dist launch [options] ROOT "
+                           f"SCRIPT [ARGS]; the script is a Python file)")
     startup_timeout = checked_seconds(args.startup_timeout, "--startup-timeout")
     # SIGTERM (systemd, Kubernetes, Slurm) unwinds like Ctrl-C: the trainers
     # and the servers are stopped in order, and launch exits with 143.
@@ -118,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pyg-dist launch: {len(cluster.endpoints)} servers ready: "
               f"{','.join(cluster.endpoints)}", flush=True)
         env = malloc_environment(cluster.environment())
-        return _run_trainers(torchrun_command(args.nproc, command), env)
+        return _run_trainers(torchrun_command(args.nproc, command, args.quiet_ranks), env)
 
 
 # A start-up deadline beyond a day is a typo (and inf overflows the waits).

@@ -107,3 +107,47 @@ def rank_sampler(num_inputs: int, rank: int, world_size: int, loader_kwargs: dic
                 sampler.num_samples, num_inputs,
                 "tail truncated" if drop_last else "padded by wrapping")
     return sampler
+
+
+def per_rank_batch_size(loader_kwargs: dict[str, Any], global_batch_size: Optional[int],
+                        world_size: int, *, training: bool) -> None:
+    """Sets ``loader_kwargs["batch_size"]`` from ``global_batch_size``, or
+    warns once that a training loader's ``batch_size`` is per rank.
+
+    ``batch_size`` keeps PyG's (and ``DataLoader``'s) per-process meaning:
+    under DDP an optimiser step then takes ``batch_size * world_size``
+    inputs, and an epoch ``world_size`` times fewer steps than the local
+    script. ``global_batch_size=B`` gives every rank ``B // world_size``, so
+    that a step takes ``B`` inputs as the local script's ``batch_size=B``.
+
+    Args:
+        loader_kwargs: The ``DataLoader`` keyword arguments; modified.
+        global_batch_size: Inputs per optimiser step over all ranks, or
+            ``None``.
+        world_size: Ranks the inputs are split across (1 without a split).
+        training: Whether the loader shuffles (a training loader); only
+            those are warned about (evaluation does not depend on it).
+
+    Raises:
+        LoaderError: if both sizes are given, or ``global_batch_size`` is
+            not an int ``>= world_size``.
+    """
+    if global_batch_size is None:
+        size = loader_kwargs.get("batch_size", 1)
+        if training and world_size > 1:
+            warnings.warn(f"batch_size={size} is per rank, as in PyG: each optimiser step "
+                          f"takes {size * world_size} inputs over {world_size} ranks; pass "
+                          f"global_batch_size= to size the step over all ranks instead",
+                          UserWarning, stacklevel=3)
+        return
+    if "batch_size" in loader_kwargs:
+        raise LoaderError("pass batch_size (per rank) or global_batch_size (over all ranks), "
+                          "not both")
+    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) \
+            or global_batch_size < world_size:
+        raise LoaderError(f"global_batch_size must be an int >= the world size "
+                          f"({world_size}), got {global_batch_size!r}")
+    if global_batch_size % world_size:
+        logger.info("global_batch_size=%d is not a multiple of %d ranks; each rank takes %d",
+                    global_batch_size, world_size, global_batch_size // world_size)
+    loader_kwargs["batch_size"] = global_batch_size // world_size

@@ -44,7 +44,7 @@ from pyg_dist.loader.arguments import (
     check_store_pair,
 )
 from pyg_dist.loader.batches import data_batch, hetero_batch
-from pyg_dist.loader.ddp import ddp_layout, rank_sampler
+from pyg_dist.loader.ddp import ddp_layout, per_rank_batch_size, rank_sampler
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.link_sampling import check_negative_sampling
@@ -121,6 +121,11 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
             themselves (one round trip for the subgraph, the same batches);
             ``None`` when they all can (see
             :class:`~pyg_dist.sampler.DistNeighborSampler`).
+        global_batch_size: Inputs per optimiser step over all ranks: every
+            rank takes ``global_batch_size // world_size``, so that a DDP
+            step is the local script's ``batch_size=global_batch_size``
+            step. ``batch_size`` itself is per rank, as in PyG (a shuffled
+            loader split across ranks warns once that it is).
         **kwargs: Arguments of :class:`torch.utils.data.DataLoader`
             (``batch_size``, ``shuffle``, ``drop_last``, ``num_workers``, ...),
             honoured or refused as in ``DistNeighborLoader``.
@@ -163,6 +168,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         split: bool = True,
         timeout: Optional[float] = None,
         server_hops: Optional[bool] = None,
+        global_batch_size: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         fs, gs = check_store_pair(data, "DistLinkNeighborLoader", "LinkNeighborLoader")
@@ -176,6 +182,8 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         self.rank, self.world_size = ddp_layout(rank, world_size)
         self.split = bool(split)
         ddp = self.world_size > 1 and self.split
+        per_rank_batch_size(kwargs, global_batch_size, self.world_size if ddp else 1,
+                            training=bool(kwargs.get("shuffle")))
         check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
                                 filter_per_worker=filter_per_worker)
         check_sampler_args(

@@ -8,15 +8,20 @@ worker threads ``prefetch`` batches ahead
 methods: ``_work_items()`` (the epoch's batches of input positions, each
 with its random seed, drawn in order on the caller's thread) and
 ``_produce(item)`` (samples and joins one batch, thread-safe); everything
-else (epochs, the DDP reshuffle, pinning, the copy to ``device``) is here.
+else (epochs, the DDP reshuffle, pinning, the copy to ``device``) is here,
+and so are the two things a rank's share means for its user: ``len(loader)``
+and ``len(loader.dataset)`` count this rank's batches and inputs (a tqdm bar
+over them reaches 100%), and :meth:`DistIteration.gather` puts every rank's
+outputs back together in input order (layer-wise inference).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Union
 
 import torch
+from torch import Tensor
 
 from pyg_dist.errors import LoaderError
 from pyg_dist.loader.arguments import pins_memory
@@ -34,6 +39,60 @@ class DistIteration:
     device: Any
     _epoch: int
     _rank_sampler: Any
+
+    # DataLoader's __init__ sets ``self.dataset`` (the positions of all the
+    # inputs); reading it gives this rank's share of them.
+    @property
+    def dataset(self) -> Sequence[int]:
+        """The positions of the inputs this rank iterates: ``len()`` is this
+        rank's count (the whole input under no split), as a tqdm bar over
+        ``len(loader.dataset)`` expects."""
+        if self._rank_sampler is None:
+            return self._all_inputs
+        return RankShare(self._all_inputs, len(self._rank_sampler))
+
+    @dataset.setter
+    def dataset(self, value: Sequence[int]) -> None:
+        self._all_inputs = value
+
+    def gather(self, rows: Union[Tensor, Sequence[Tensor]]) -> Tensor:
+        """Every rank's outputs of the last epoch, in input order.
+
+        What ``torch.cat(rows)`` is for an unsplit, unshuffled loader (e.g.
+        PyG's layer-wise ``inference``, which concatenates the rows of each
+        batch's seeds): under DDP each rank passes the rows of its own
+        share, and every rank gets all of them, row ``i`` for input ``i``
+        (a node id when ``input_nodes`` is ``None``). Padded inputs (the
+        split gives every rank as many) are written once.
+
+        Args:
+            rows: This rank's outputs, one row per input in iteration order:
+                a tensor, or the per-batch tensors to concatenate.
+
+        Raises:
+            LoaderError: if the rows do not match this rank's inputs, or an
+                unsplit loader shuffles (its order is not recorded).
+        """
+        from pyg_dist.loader.evaluation import gather_rows
+
+        rows = rows if isinstance(rows, Tensor) else torch.cat(list(rows), dim=0)
+        return gather_rows(rows, self._positions(rows.size(0)), len(self._all_inputs))
+
+    def _positions(self, num_rows: int) -> Tensor:
+        """The input positions of this rank's last ``num_rows`` outputs."""
+        if self._rank_sampler is not None:
+            positions = torch.tensor(list(self._rank_sampler), dtype=torch.long)
+        elif isinstance(self.sampler, torch.utils.data.SequentialSampler):
+            positions = torch.arange(len(self._all_inputs))
+        else:
+            raise LoaderError("gather() needs the inputs in order: build this loader with "
+                              "shuffle=False")
+        if num_rows != positions.numel() and not (self.drop_last
+                                                  and num_rows < positions.numel()):
+            raise LoaderError(f"gather() got {num_rows} rows, but this rank iterated "
+                              f"{positions.numel()} inputs; pass one row per input (the "
+                              f"first batch_size rows of each batch)")
+        return positions[:num_rows]
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration epoch ``epoch`` (whose DDP shuffle it
@@ -97,3 +156,26 @@ class DistIteration:
 
     def _produce(self, item: Any) -> Any:  # pragma: no cover - supplied by the loader
         raise NotImplementedError
+
+
+class RankShare(Sequence):
+    """A rank's share of a loader's input positions, as ``loader.dataset``.
+
+    ``len()`` is the share's size; indexing takes a global position (what
+    the rank's sampler yields) to itself, as the full ``range`` does, so
+    ``DataLoader`` worker processes fetch through it unchanged.
+
+    Args:
+        positions: Every input position (``range(num_inputs)``).
+        size: How many this rank iterates.
+    """
+
+    def __init__(self, positions: Sequence[int], size: int) -> None:
+        self._positions = positions
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._positions[index]

@@ -44,6 +44,7 @@ from pyg_dist.partitioning.hetero_writer import write_hetero
 from pyg_dist.partitioning.inputs import GraphParts, split_attributes
 from pyg_dist.partitioning.layout import GraphSplitter, edge_tensors, node_tensors, summarize
 from pyg_dist.partitioning.reader import PartitionReader
+from pyg_dist.partitioning.splits import with_splits
 from pyg_dist.plugins import PARTITIONERS, PluginRegistry, default_registry
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,9 @@ logger = logging.getLogger(__name__)
 def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
               partitioner: str = "metis", *, overwrite: bool = False,
               registry: Optional[PluginRegistry] = None, progress: bool = False,
-              graph_name: Optional[str] = None, **options: Any) -> PartitionReader:
+              graph_name: Optional[str] = None, splits: Optional[dict[str, Any]] = None,
+              transform: Optional[Callable[[Any], Any]] = None,
+              **options: Any) -> PartitionReader:
     """Partitions a graph and writes it to ``root`` in the pyg-dist format.
 
     Args:
@@ -75,6 +78,13 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
         registry: Plugin registry to use (default: the installed plugins).
         progress: Show a tqdm progress bar.
         graph_name: Name recorded in ``meta.json``.
+        splits: Index splits to store as boolean node masks
+            ``<name>_mask``: ``{"train": ids, "valid": ids, ...}`` (ids or
+            masks; OGB's ``get_idx_split()`` as it is), on a heterogeneous
+            graph ``{name: {node_type: ids}}``
+            (:mod:`pyg_dist.partitioning.splits`).
+        transform: Applied to (a copy of) ``data`` before anything else,
+            e.g. ``torch_geometric.transforms.ToUndirected()``.
         **options: Options of the partitioner, e.g. ``balance_train=True``.
 
     Returns:
@@ -89,6 +99,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
             is left behind.
     """
     root = Path(root)
+    data = with_splits(data, splits, transform)
     hetero = is_hetero_data(data)
     graph = split_hetero_attributes(data) if hetero else split_attributes(data)
     total_nodes = graph.total_nodes if hetero else graph.num_nodes

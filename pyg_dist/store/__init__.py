@@ -4,7 +4,9 @@
 submodule keeps that name here, so the function is not re-exported beside
 it) returns the trainer's ``(RemoteFeatureStore, RemoteGraphStore)`` pair,
 with :class:`ServerMeta` describing each server, and :class:`RemoteData`
-wraps that pair in a Data-like view (``num_features``, masks, labels);
+wraps that pair in a Data-like view (``num_features``, masks, labels),
+:class:`RemoteDataset` in a one-graph dataset (``dataset[0]``,
+``get_idx_split()``);
 :class:`PartitionFeatureStore` and :class:`PartitionGraphStore` serve one
 part inside ``pyg-dist serve``.
 Names are imported on first use, as in :mod:`pyg_dist`, so that a server,
@@ -24,6 +26,7 @@ _EXPORTS = {
     "CachedFeatureStore": "pyg_dist.store.cached_feature_store",
     "CacheContext": "pyg_dist.store.cache_policy",
     "RemoteData": "pyg_dist.store.remote_data",
+    "RemoteDataset": "pyg_dist.store.remote_dataset",
     "PartitionFeatureStore": "pyg_dist.store.local",
     "PartitionGraphStore": "pyg_dist.store.local",
 }

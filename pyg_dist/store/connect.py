@@ -15,7 +15,9 @@ the trainer. With no addresses, ``PYG_DIST_SERVERS`` (comma-separated, set by
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -23,7 +25,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.discovery import SERVERS_ENV, server_groups
-from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.errors import ProtocolError, ServerUnavailableError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.ops import META
@@ -129,12 +131,18 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
             connects).
         StoreError: if the servers do not serve each part of one graph
             exactly once, or a replica serves another part or graph.
+        ServerUnavailableError: at once when a TCP server's host refuses
+            the connection (nothing listens on that port) or its name does
+            not resolve, naming the address.
         RpcError: if a server cannot be reached within the deadline.
     """
     from pyg_dist.rpc.retrying import RetryingClient
 
     groups = server_groups(addresses)
     flat = [e for g in groups for e in g]
+    # ZeroMQ retries a refused connection quietly until the meta deadline
+    # (10 s by default); a refusal is an answer, so it fails here at once.
+    refuse_fast(flat)
     # Every batch brings tens of MB of feature rows into fresh tensors; with
     # glibc's defaults each one is new pages from the kernel (about 15% of
     # the loader's throughput on 2 cores). tune_malloc=False or
@@ -164,6 +172,54 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
         client = None
     replicas = ordered if any(len(g) > 1 for g in ordered) else None
     return build_stores(by_part, [g[0] for g in ordered], config, client, replicas)
+
+
+# How long a probe of one address may take; a host that does not answer at
+# all (no refusal) is left to the RPC deadline.
+_PROBE_TIMEOUT_S = 2.0
+
+
+def refuse_fast(endpoints: list[str]) -> None:
+    """Raises at once if a TCP endpoint refuses connections or does not resolve.
+
+    Probes every ``tcp://`` endpoint concurrently with a plain TCP connect
+    (closed at once; the server sees a peer that left before its
+    handshake). Timeouts and other errors are not decided here: the RPC
+    deadline decides them, as before.
+
+    Args:
+        endpoints: Normalised endpoints (``tcp://host:port``, ``ipc://path``).
+
+    Raises:
+        ServerUnavailableError: naming the first refused or unresolvable
+            address and what to check.
+    """
+    tcp = [e for e in endpoints if e.startswith("tcp://")]
+    if not tcp:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(tcp))) as pool:
+        problems = list(pool.map(_probe, tcp))
+    for endpoint, problem in zip(tcp, problems):
+        if problem is not None:
+            raise ServerUnavailableError(
+                f"cannot reach server {endpoint}: {problem}; is 'pyg-dist serve' running "
+                f"there and listening on that port (the 'ready' line it printed names its "
+                f"endpoint)?")
+
+
+def _probe(endpoint: str) -> Optional[str]:
+    """Why ``endpoint`` refuses at once, or ``None`` (reachable or undecided)."""
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        with socket.create_connection((host, int(port)), timeout=_PROBE_TIMEOUT_S):
+            return None
+    except ConnectionRefusedError:
+        return "connection refused"
+    except socket.gaierror as exc:
+        return f"host name {host!r} does not resolve ({exc.strerror or exc})"
+    except (OSError, ValueError):
+        return None  # unreachable hosts and the like: the RPC deadline decides
 
 
 def _check_replicas(metas: list[list[ServerMeta]]) -> None:

@@ -256,6 +256,12 @@ class RemoteData(tuple):
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"RemoteData is read-only; cannot delete {name!r}")
 
+    def to(self, *args: Any, **kwargs: Any) -> RemoteData:
+        """``self``: the graph stays on the servers. A PyG script's
+        ``dataset[0].to(device, 'x', 'y')`` then works unchanged; batches go
+        to a device with the loader's ``device=`` (or ``batch.to``)."""
+        return self
+
     def close(self) -> None:
         """Closes the connections of both stores."""
         self[0].close()

@@ -118,7 +118,7 @@ def test_options_after_root_and_the_script_after_the_double_dash():
     assert (args.root, args.nproc, args.serve_arg) == ("ROOT", 2, ["--workers", "2"])
     assert command == ["train.py", "--nproc", "9"]
     assert torchrun_command(2, command)[1:] == [
-        "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+        "-m", "pyg_dist.cli.trainers", "--nproc-per-node", "2", "--standalone",
         "train.py", "--nproc", "9"]
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyg_dist.kernels import neighbor_sample as ns
-from pyg_dist.kernels import sample_neighbors, segment_arange
+from pyg_dist.kernels import neighbor_sample as ns, sample_neighbors, segment_arange
 
 
 def _random_csc(num_columns: int, max_degree: int, seed: int) -> torch.Tensor:
