@@ -168,10 +168,11 @@ def run(args: argparse.Namespace) -> int:
     command = split_command(args)
     if args.nproc < 1:
         raise PygDistError(f"--nproc must be >= 1, got {args.nproc}")
+    # The options first, as argparse would: then the script they run.
+    startup_timeout = checked_seconds(args.startup_timeout, "--startup-timeout")
     if not os.path.isfile(command[0]):
         raise PygDistError(f"no such script: {command[0]} (pyg-dist launch [options] ROOT "
                            f"SCRIPT [ARGS]; the script is a Python file)")
-    startup_timeout = checked_seconds(args.startup_timeout, "--startup-timeout")
     # SIGTERM (systemd, Kubernetes, Slurm) unwinds like Ctrl-C: the trainers
     # and the servers are stopped in order, and launch exits with 143.
     with exit_on_sigterm(), LocalCluster(args.root, serve_args=args.serve_arg,
