@@ -1,23 +1,26 @@
-"""Creating a dataset directory atomically, without torch.
+"""What both writers share in making a dataset directory, without torch.
 
 Both writers (:func:`pyg_dist.partitioning.writer.partition` in memory, and
-the out-of-core one from files, which must not import torch) stage everything
-in a temporary directory beside ROOT and rename it onto ROOT only when every
-file and ``meta.json`` are complete; on any error the staging directory (and
-any parent it created) is removed.
+the out-of-core one from files, which must not import torch) stage
+everything in a temporary directory beside ROOT and rename it onto ROOT only
+when every file and ``meta.json`` are complete (:func:`staged`); on any error
+the staging directory (and any parent it created) is removed. Both record
+the partitioner that made the parts the same way (:func:`partitioner_record`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from pyg_dist.errors import InvalidPartitionArgumentError, PartitionError
+from pyg_dist.plugins import PARTITIONERS, PluginRegistry
 
 
 def check_root(root: Path, overwrite: bool) -> None:
@@ -96,3 +99,20 @@ def _replace(tmp: Path, root: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def partitioner_record(registry: PluginRegistry, name: str, plugin: Any) -> dict[str, Any]:
+    """What ``meta.json`` records of the partitioner that made the parts.
+
+    Raises:
+        InvalidPartitionArgumentError: if the plugin's ``options()`` are not
+            JSON-serialisable.
+    """
+    try:
+        options = json.loads(json.dumps(plugin.options()))
+    except (TypeError, ValueError) as exc:
+        raise InvalidPartitionArgumentError(
+            f"the partitioner's options() must be JSON-serialisable: {exc}") from exc
+    found = [f for f in registry.found(PARTITIONERS) if f.name == name]
+    distribution = f"{found[0].distribution} {found[0].version}" if found else None
+    return {"name": name, "options": options, "distribution": distribution}

@@ -34,7 +34,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from pyg_dist.errors import InvalidPartitionArgumentError
-from pyg_dist.partitioning.dataset_dir import check_root, staged
+from pyg_dist.partitioning.dataset_dir import check_root, partitioner_record, staged
 from pyg_dist.partitioning.edge_shuffle import (
     SORT_BYTES_PER_EDGE,
     EdgeShuffle,
@@ -154,8 +154,7 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     with staged(root) as tmp:
         meta = _write(tmp, graph, node_part, num_parts, budget, progress)
         meta["graph_name"] = graph_name
-        meta["partitioner"] = {"name": partitioner, "options": _json_safe(plugin.options()),
-                               "distribution": _distribution(registry, partitioner)}
+        meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
     logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
     return meta
@@ -334,18 +333,3 @@ def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
         "stats": summarize(stats, graph.num_nodes, graph.num_edges),
         "files": files,
     }
-
-
-def _json_safe(options: Any) -> Any:
-    try:
-        return json.loads(json.dumps(options))
-    except (TypeError, ValueError) as exc:
-        raise InvalidPartitionArgumentError(
-            f"the partitioner's options() must be JSON-serialisable: {exc}") from exc
-
-
-def _distribution(registry: PluginRegistry, name: str) -> Optional[str]:
-    for found in registry.found(PARTITIONERS):
-        if found.name == name:
-            return f"{found.distribution} {found.version}"
-    return None

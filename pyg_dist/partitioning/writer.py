@@ -21,7 +21,7 @@ from torch import Tensor
 
 from pyg_dist.errors import InvalidPartitionArgumentError, PygDistError
 from pyg_dist.partitioning.book import PartitionBook, book_dtype
-from pyg_dist.partitioning.dataset_dir import check_root, staged
+from pyg_dist.partitioning.dataset_dir import check_root, partitioner_record, staged
 from pyg_dist.partitioning.format import (
     BOOK_FILE,
     BOOK_KEY,
@@ -127,8 +127,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
                 bar.update(1)
                 meta = _write_all(tmp, graph, book, bar)
             meta["graph_name"] = graph_name
-            meta["partitioner"] = {"name": partitioner, "options": _json_safe(plugin.options()),
-                                   "distribution": _distribution(registry, partitioner)}
+            meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
             (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
         bar.update(1)
     logger.info("partitioned %d nodes into %d parts at %s", total_nodes, num_parts, root)
@@ -245,18 +244,3 @@ def _recorder(tmp: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], st
 def _specs(features: dict[str, Tensor]) -> dict[str, dict[str, Any]]:
     return {name: {"dtype": dtype_name(t.dtype), "shape": list(t.shape[1:])}
             for name, t in features.items()}
-
-
-def _json_safe(options: Any) -> Any:
-    try:
-        return json.loads(json.dumps(options))
-    except (TypeError, ValueError) as exc:
-        raise InvalidPartitionArgumentError(
-            f"the partitioner's options() must be JSON-serialisable: {exc}") from exc
-
-
-def _distribution(registry: PluginRegistry, name: str) -> Optional[str]:
-    for found in registry.found(PARTITIONERS):
-        if found.name == name:
-            return f"{found.distribution} {found.version}"
-    return None
