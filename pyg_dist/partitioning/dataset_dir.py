@@ -5,7 +5,8 @@ the out-of-core one from files, which must not import torch) stage
 everything in a temporary directory beside ROOT and rename it onto ROOT only
 when every file and ``meta.json`` are complete (:func:`staged`); on any error
 the staging directory (and any parent it created) is removed. Both record
-the partitioner that made the parts the same way (:func:`partitioner_record`).
+the partitioner that made the parts the same way (:func:`partitioner_record`),
+and build it from the registry alike (:func:`build_partitioner`).
 """
 
 from __future__ import annotations
@@ -116,3 +117,31 @@ def partitioner_record(registry: PluginRegistry, name: str, plugin: Any) -> dict
     found = [f for f in registry.found(PARTITIONERS) if f.name == name]
     distribution = f"{found[0].distribution} {found[0].version}" if found else None
     return {"name": name, "options": options, "distribution": distribution}
+
+
+def build_partitioner(registry: PluginRegistry, name: str, options: dict[str, Any],
+                      methods: tuple[str, ...] = ("assign",)) -> Any:
+    """The partitioner plugin ``name`` built with the user's options.
+
+    Args:
+        registry: Where the plugin is found.
+        name: Its name in ``pyg_dist.partitioners``.
+        options: Keyword arguments of its constructor.
+        methods: The writer needs at least one of these (``assign``, or
+            ``assign_stream`` from files).
+
+    Raises:
+        InvalidPartitionArgumentError: if it rejects the options or has none
+            of ``methods``.
+    """
+    cls = registry.get(PARTITIONERS, name)
+    try:
+        plugin = cls(**options)
+    except TypeError as exc:
+        raise InvalidPartitionArgumentError(
+            f"partitioner {name!r} rejected the options {sorted(options)}: {exc}") from exc
+    if not any(callable(getattr(plugin, m, None)) for m in methods):
+        wanted = " nor ".join(f"{m}(..., num_parts)" for m in methods)
+        raise InvalidPartitionArgumentError(
+            f"partitioner plugin {name!r} has no {wanted} method")
+    return plugin

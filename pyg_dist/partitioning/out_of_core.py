@@ -34,7 +34,12 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from pyg_dist.errors import InvalidPartitionArgumentError
-from pyg_dist.partitioning.dataset_dir import check_root, partitioner_record, staged
+from pyg_dist.partitioning.dataset_dir import (
+    build_partitioner,
+    check_root,
+    partitioner_record,
+    staged,
+)
 from pyg_dist.partitioning.edge_shuffle import (
     SORT_BYTES_PER_EDGE,
     EdgeShuffle,
@@ -66,7 +71,7 @@ from pyg_dist.partitioning.node_slices import (
 )
 from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
 from pyg_dist.partitioning.stats import PartStats, summarize
-from pyg_dist.plugins import PARTITIONERS, PluginRegistry, default_registry
+from pyg_dist.plugins import PluginRegistry, default_registry
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +136,7 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     check_root(root, overwrite)
     limit = default_limit() if memory_limit is None else int(memory_limit)
     registry = registry or default_registry
-    plugin = _build_partitioner(registry, partitioner, options)
+    plugin = build_partitioner(registry, partitioner, options, ("assign_stream", "assign"))
     # The footprint is measured once, before any pass, with the plugin loaded
     # (random and metis import torch) and once pyarrow has decoded something:
     # memory a pass frees may stay with the process (the allocator keeps it),
@@ -195,21 +200,6 @@ def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
     if num_parts > MAX_PARTS:
         raise InvalidPartitionArgumentError(
             f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
-
-
-def _build_partitioner(registry: PluginRegistry, name: str, options: dict[str, Any]) -> Any:
-    cls = registry.get(PARTITIONERS, name)
-    try:
-        plugin = cls(**options)
-    except TypeError as exc:
-        raise InvalidPartitionArgumentError(
-            f"partitioner {name!r} rejected the options {sorted(options)}: {exc}") from exc
-    if not callable(getattr(plugin, "assign_stream", None)) and not callable(
-            getattr(plugin, "assign", None)):
-        raise InvalidPartitionArgumentError(
-            f"partitioner plugin {name!r} has neither assign_stream(stream, num_parts) nor "
-            f"assign(graph, num_parts)")
-    return plugin
 
 
 def _assign(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,

@@ -21,7 +21,12 @@ from torch import Tensor
 
 from pyg_dist.errors import InvalidPartitionArgumentError, PygDistError
 from pyg_dist.partitioning.book import PartitionBook, book_dtype
-from pyg_dist.partitioning.dataset_dir import check_root, partitioner_record, staged
+from pyg_dist.partitioning.dataset_dir import (
+    build_partitioner,
+    check_root,
+    partitioner_record,
+    staged,
+)
 from pyg_dist.partitioning.format import (
     BOOK_FILE,
     BOOK_KEY,
@@ -45,7 +50,7 @@ from pyg_dist.partitioning.inputs import GraphParts, split_attributes
 from pyg_dist.partitioning.layout import GraphSplitter, edge_tensors, node_tensors, summarize
 from pyg_dist.partitioning.reader import PartitionReader
 from pyg_dist.partitioning.splits import with_splits
-from pyg_dist.plugins import PARTITIONERS, PluginRegistry, default_registry
+from pyg_dist.plugins import PluginRegistry, default_registry
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +111,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
     _check_num_parts(num_parts, total_nodes)
     check_root(root, overwrite)
     registry = registry or default_registry
-    plugin = _build_partitioner(registry, partitioner, options)
+    plugin = build_partitioner(registry, partitioner, options)
 
     from tqdm.auto import tqdm
 
@@ -141,19 +146,6 @@ def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
         raise InvalidPartitionArgumentError(
             f"num_parts must lie in [1, {num_nodes}] (the number of nodes); got {num_parts}")
     book_dtype(num_parts)
-
-
-def _build_partitioner(registry: PluginRegistry, name: str, options: dict[str, Any]) -> Any:
-    cls = registry.get(PARTITIONERS, name)
-    try:
-        plugin = cls(**options)
-    except TypeError as exc:
-        raise InvalidPartitionArgumentError(
-            f"partitioner {name!r} rejected the options {sorted(options)}: {exc}") from exc
-    if not callable(getattr(plugin, "assign", None)):
-        raise InvalidPartitionArgumentError(
-            f"partitioner plugin {name!r} has no assign(graph, num_parts) method")
-    return plugin
 
 
 def _assign(plugin: Any, graph: GraphParts, num_parts: int) -> PartitionBook:
