@@ -18,7 +18,10 @@ host and, for every fan-out, prints one JSON row per measurement:
   ``CachedFeatureStore(..., capacity, device=...)`` (``cache``).
 
 Each row has ``seeds_per_s``, ``sampled_nodes_per_s`` (nodes whose features
-a batch carries) and ``vs_compute`` (seeds/s over the compute row's). The
+a batch carries), ``vs_compute`` (seeds/s over the compute row's) and, for
+the loader's rows, ``trainer_cores`` / ``server_cores``: CPU seconds per
+second of the trainer's process and of each server's during the row (a
+process near 1.0 with Python work is bound by its interpreter lock). The
 issue's targets (an H100 or H200): [15, 10] train >= 0.5x compute,
 [15, 10, 5] >= 0.9x, loader >= 20M sampled nodes/s, whole table cached
 [15, 10] train >= 0.7x. Figures, not assertions.
@@ -31,7 +34,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -113,16 +116,27 @@ def model_and_step(args: argparse.Namespace, layers: int, device: torch.device) 
     return step
 
 
+def cpu_seconds(pids: list[int]) -> list[float]:
+    """User + system CPU seconds of each process so far (every thread)."""
+    import psutil
+
+    return [sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids]
+
+
 def timed(batches: Iterator[Any], args: argparse.Namespace, device: torch.device,
-          step: Any = None) -> tuple[float, int, int]:
+          step: Any = None, cores: Optional[dict[str, Any]] = None
+          ) -> tuple[float, int, int]:
     """Seconds, seeds and feature rows of ``args.batches`` batches after the
-    warm-up, each through ``step`` when given."""
+    warm-up, each through ``step`` when given; with ``cores`` (``{"pids":
+    [trainer, *servers]}``), the cores each process used meanwhile go into
+    it as ``trainer_cores`` and ``server_cores``."""
     for _ in range(args.warmup):
         batch = next(batches)
         if step is not None:
             step(batch)
     _sync(device)
     seeds = rows = 0
+    before = cpu_seconds(cores["pids"]) if cores is not None else []
     start = time.perf_counter()
     for _ in range(args.batches):
         batch = next(batches)
@@ -131,7 +145,12 @@ def timed(batches: Iterator[Any], args: argparse.Namespace, device: torch.device
         seeds += int(batch.batch_size)
         rows += int(batch.x.size(0))
     _sync(device)
-    return time.perf_counter() - start, seeds, rows
+    seconds = time.perf_counter() - start
+    if cores is not None:
+        used = [round((b - a) / seconds, 2)
+                for a, b in zip(before, cpu_seconds(cores["pids"]))]
+        cores.update(trainer_cores=used[0], server_cores=used[1:])
+    return seconds, seeds, rows
 
 
 def _sync(device: torch.device) -> None:
@@ -162,7 +181,8 @@ def loader(stores: Any, args: argparse.Namespace, fanout: list[int], seeds: torc
 
 
 def run_fanout(args: argparse.Namespace, stores: dict[str, Any], fanout: list[int],
-               seeds: torch.Tensor, device: torch.device) -> list[dict[str, Any]]:
+               seeds: torch.Tensor, device: torch.device, pids: list[int]
+               ) -> list[dict[str, Any]]:
     """Every row of one fan-out."""
     plain = stores["uncached"]
     step = model_and_step(args, len(fanout), device)
@@ -177,8 +197,11 @@ def run_fanout(args: argparse.Namespace, stores: dict[str, Any], fanout: list[in
             mode = "server_hops" if hops else "hop_by_hop"
             for what, with_step in (("train", step), ("loader", None)):
                 batches = iter(loader(pair, args, fanout, seeds, device, hops, args.prefetch))
-                rows.append(row(what, fanout, timed(batches, args, device, with_step),
-                                compute, sampling=mode, cache=cache, prefetch=args.prefetch))
+                cores: dict[str, Any] = {"pids": pids}
+                figures = timed(batches, args, device, with_step, cores)
+                del cores["pids"]
+                rows.append(row(what, fanout, figures, compute, sampling=mode, cache=cache,
+                                prefetch=args.prefetch, parts=args.parts, **cores))
                 del batches  # stops the prefetch threads
     return rows
 
@@ -214,7 +237,8 @@ def main() -> None:
             gen = torch.Generator().manual_seed(args.seed)
             seeds = torch.randperm(fs.num_nodes, generator=gen)
             for text in args.fanouts:
-                run_fanout(args, stores, [int(k) for k in text.split(",")], seeds, device)
+                run_fanout(args, stores, [int(k) for k in text.split(",")], seeds, device,
+                           [os.getpid(), *(proc.pid for proc in cluster.processes)])
         finally:
             fs.close()
     print(json.dumps({"row": "total", "seconds": round(time.perf_counter() - started, 1)}),

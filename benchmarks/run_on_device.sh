@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One prepared GPU session, run from the checkout's root on a GPU machine
+# whose Python has torch and torch_geometric but not pyg-dist's other needs.
+# The device time is short (minutes), so everything that needs the GPU runs
+# in one go, each step under its own time limit, its output kept under $OUT:
+#
+#   1. the carried wheels (.whl/: pyg-dist itself, pyzmq, pymetis) into
+#      /tmp/site; pyg-dist must come as a wheel so that its plugin entry
+#      points are registered;
+#   2. tests/gpu (pinned placement, GPU cache, the CUDA path, nccl);
+#   3. bench_gpu_products.py at full products scale (docs/performance.md);
+#   4. a profile of the synchronous loader at [15, 10] (prefetch 0: every
+#      step of a batch runs on the profiled thread).
+#
+# Build the wheels here first (see benchmarks/README.md).
+set -u
+OUT=${OUT:-/tmp/pyg-dist-device-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+nvidia-smi -L
+nproc
+python3 -c "import torch, torch_geometric as g; print(torch.__version__, g.__version__)"
+
+timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/gpu \
+    >"$OUT/gpu_tests.log" 2>&1
+echo "tests/gpu exit $?"; tail -n 25 "$OUT/gpu_tests.log"
+
+timeout "${BENCH_S:-240}" python3 benchmarks/bench_gpu_products.py --batches "${BATCHES:-40}" \
+    2>&1 | tee "$OUT/bench.jsonl"
+
+timeout "${PROFILE_S:-90}" python3 -m cProfile -o "$OUT/sync_loader.prof" \
+    benchmarks/bench_gpu_products.py --fanouts 15,10 --no-cache-rows --prefetch 0 \
+    --batches 20 >"$OUT/profile_rows.jsonl" 2>&1
+python3 - "$OUT" <<'EOF'
+import pstats, sys
+out = sys.argv[1]
+with open(f"{out}/profile.txt", "w") as f:
+    s = pstats.Stats(f"{out}/sync_loader.prof", stream=f)
+    s.sort_stats("tottime").print_stats(45)
+    s.sort_stats("cumulative").print_stats(45)
+print(open(f"{out}/profile.txt").read()[:6000])
+EOF
