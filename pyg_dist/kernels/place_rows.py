@@ -7,12 +7,15 @@ one element at a time: for 40k rows of 128 float32 about 6 ms against
 1.7 ms for the ``index_select`` gather, whose dim-0 path copies whole rows.
 numpy's fancy assignment copies whole rows too, so rows are gathered with
 ``index_select`` into a small buffer that stays in cache and assigned from
-there with numpy over byte views (any dtype, bits unchanged): ~3.5 ms for
-the same 40k rows on one core.
+there with numpy, each row one opaque ``void`` item of its bytes (any dtype,
+bits unchanged). One item a row, not a ``[rows, row_bytes]`` uint8 array:
+numpy then copies each row as one block instead of stepping through its
+bytes, 3.4x faster for 36k rows of 100 float32 (5.25 -> 1.55 ms, one core).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import numpy as np
@@ -24,9 +27,26 @@ CHUNK_BYTES = 512 << 10
 for narrow attributes (a label or a mask goes in one)."""
 
 
-def _bytes(t: Tensor) -> np.ndarray:
-    """A contiguous tensor as a ``[rows, row_bytes]`` uint8 numpy array (no copy)."""
-    return t.reshape(t.size(0), -1).view(torch.uint8).numpy()
+_local = threading.local()
+
+
+def _scratch(nbytes: int) -> Tensor:
+    """This thread's gather buffer, at least ``nbytes`` long (uint8, kept
+    between calls: a fresh one costs its page faults on every call, about a
+    quarter of a 36k-row placement)."""
+    buffer = getattr(_local, "buffer", None)
+    if buffer is None or buffer.numel() < nbytes:
+        # Rounded to 16 bytes: viewed as any dtype from its start.
+        buffer = _local.buffer = torch.empty(max(nbytes, CHUNK_BYTES) + 15 & ~15,
+                                             dtype=torch.uint8)
+    return buffer[:nbytes]
+
+
+def _rows_of(t: Tensor) -> np.ndarray:
+    """A contiguous tensor as a 1-D numpy array of one ``void`` item (its
+    bytes) per row, without a copy."""
+    raw = t.reshape(t.size(0), -1).view(torch.uint8).numpy()
+    return raw.view(np.dtype((np.void, raw.shape[1]))).reshape(-1)
 
 
 def place_rows(out: Tensor, positions: Tensor, source: Tensor,
@@ -47,17 +67,18 @@ def place_rows(out: Tensor, positions: Tensor, source: Tensor,
         return
     if not out.is_contiguous() or out.dtype != source.dtype:
         raise ValueError("place_rows needs a contiguous output of the source's dtype")
-    target = _bytes(out)
+    target = _rows_of(out)
     where = positions.numpy()
     if rows is None:
-        target[where] = _bytes(source.contiguous())
+        target[where] = _rows_of(source.contiguous())
         return
     if not source.is_contiguous():
-        target[where] = _bytes(source.index_select(0, rows))
+        target[where] = _rows_of(source.index_select(0, rows))
         return
-    step = max(1, CHUNK_BYTES // (out[0].numel() * out.element_size()))
-    buffer = torch.empty((min(count, step), *out.shape[1:]), dtype=out.dtype)
-    flat = _bytes(buffer)
+    row_bytes = out[0].numel() * out.element_size()
+    step = max(1, CHUNK_BYTES // row_bytes)
+    buffer = _scratch(min(count, step) * row_bytes).view(out.dtype).view(-1, *out.shape[1:])
+    flat = _rows_of(buffer)
     for start in range(0, count, step):
         stop = min(start + step, count)
         torch.index_select(source, 0, rows[start:stop], out=buffer[:stop - start])
