@@ -41,15 +41,13 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
 from pyg_dist.errors import (
-    ForwardingError,
     GraphKindMismatchError,
     SamplerError,
 )
 from pyg_dist.sampler import link_sampling
 from pyg_dist.sampler.fan_outs import check_num_neighbors
-from pyg_dist.sampler.hetero_sampling import sample_hetero
+from pyg_dist.sampler.hop_loop import sample_hops
 from pyg_dist.sampler.metadata import SamplerMetadata
-from pyg_dist.sampler.relabel import node_index
 from pyg_dist.sampler.sample_settings import check_attributes, seed_times
 from pyg_dist.sampler.server_hops import (
     sample_on_servers,
@@ -291,7 +289,7 @@ class DistNeighborSampler(BaseSampler):
         """
         seeds, seed_time = self.checked_seed_dict(seeds, seed_time)
         base_seed = self.draw_seed() if seed is None else int(seed)
-        return sample_hetero(self, seeds, seed_time, base_seed, max_edges)
+        return sample_hops(self, self.num_neighbors, seeds, seed_time, base_seed, max_edges)
 
     def checked_seed_dict(self, seeds: dict[str, Tensor],
                           seed_time: Optional[dict[str, Tensor]]
@@ -342,62 +340,17 @@ class DistNeighborSampler(BaseSampler):
         seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(), "seed nodes")
         seed_time = seed_times(self, seed_nodes, seed_time)
         base_seed = self.draw_seed() if seed is None else int(seed)
-        n = self.num_nodes
-        num_seeds = seed_nodes.numel()
-        # Disjoint mode keys every node by (seed index, node): one tree per seed.
-        keys = torch.arange(num_seeds) * n + seed_nodes if self.disjoint else seed_nodes
-        index = node_index(keys, num_seeds * n if self.disjoint else n)
-        frontier_local, frontier_keys = torch.arange(num_seeds), keys
-        chunks, rows, cols, edges = [keys], [], [], []
-        num_sampled_nodes, num_sampled_edges = [num_seeds], []
-        for hop, fanout in enumerate(self.num_neighbors):
-            ids = frontier_keys % n if self.disjoint else frontier_keys
-            counts, nbrs, eids = self.graph_store.sample_neighbors(
-                ids, fanout, self.replace, _hop_seed(base_seed, hop), timeout=self.timeout,
-                weight_attr=self.weight_attr, time_attr=self.time_attr,
-                seed_time=None if seed_time is None else seed_time[frontier_keys // n],
-                temporal_strategy=self.temporal_strategy)
-            counts = counts.to(torch.long)
-            total = int(counts.sum())
-            if self.disjoint:
-                nbrs = nbrs + (frontier_keys // n * n).repeat_interleave(counts, output_size=total)
-            before = index.num_nodes
-            local, new_keys = index.add(nbrs)
-            rows.append(local)
-            cols.append(frontier_local.repeat_interleave(counts, output_size=total))
-            edges.append(eids.to(torch.long))
-            chunks.append(new_keys)
-            num_sampled_nodes.append(new_keys.numel())
-            num_sampled_edges.append(total)
-            if max_edges is not None and sum(num_sampled_edges) > max_edges:
-                raise ForwardingError(
-                    f"the batch's first {hop + 1} hops sampled {sum(num_sampled_edges)} "
-                    f"edges, more than one reply holds ({max_edges}); sample it hop by hop")
-            frontier_local = torch.arange(before, index.num_nodes)
-            frontier_keys = new_keys
-        node_keys = torch.cat(chunks)
-        row, col, edge = torch.cat(rows), torch.cat(cols), torch.cat(edges)
-        batch = None
-        node = node_keys
-        if self.disjoint:
-            batch, node = node_keys // n, node_keys % n
-        if self.subgraph_type == SubgraphType.induced:
-            row, col, edge = self._induced_edges(node, index, base_seed)
-            num_sampled_nodes = num_sampled_edges = None
-        return SamplerOutput(node=node, row=row, col=col, edge=edge, batch=batch,
-                             num_sampled_nodes=num_sampled_nodes,
-                             num_sampled_edges=num_sampled_edges)
-
-    def _induced_edges(self, node: Tensor, index: Any, base_seed: int
-                       ) -> tuple[Tensor, Tensor, Tensor]:
-        """Every edge whose two endpoints were sampled (one full-neighbourhood round)."""
-        counts, nbrs, eids = self.graph_store.sample_neighbors(
-            node, -1, False, _hop_seed(base_seed, len(self.num_neighbors)),
-            timeout=self.timeout)
-        counts = counts.to(torch.long)
-        col = torch.arange(node.numel()).repeat_interleave(counts, output_size=nbrs.numel())
-        row, found = index.lookup(nbrs.to(torch.long))
-        return row[found], col[found], eids.to(torch.long)[found]
+        # The one-type case of the typed loop: node type and edge type None.
+        out = sample_hops(self, {None: list(self.num_neighbors)}, {None: seed_nodes},
+                          None if seed_time is None else {None: seed_time}, base_seed,
+                          max_edges)
+        return SamplerOutput(
+            node=out.node[None], row=out.row[None], col=out.col[None], edge=out.edge[None],
+            batch=None if out.batch is None else out.batch[None],
+            num_sampled_nodes=None if out.num_sampled_nodes is None else
+            out.num_sampled_nodes[None],
+            num_sampled_edges=None if out.num_sampled_edges is None else
+            out.num_sampled_edges[None])
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "

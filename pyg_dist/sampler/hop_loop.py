@@ -1,7 +1,11 @@
-"""Neighbour sampling over a heterogeneous graph's edge types, hop by hop.
+"""The hop loop: neighbour sampling over a graph's edge types, hop by hop.
 
-The semantics are those of PyG's ``NeighborSampler`` on a ``HeteroData``
-(torch-sparse's and pyg-lib's ``hetero_neighbor_sample``):
+One loop for every graph: a homogeneous graph is the one-type case (node
+type ``None``, edge type ``None``), and :meth:`~pyg_dist.sampler.
+DistNeighborSampler.hop_by_hop` unwraps its single type into PyG's
+``SamplerOutput``. The semantics are those of PyG's ``NeighborSampler``
+(torch-sparse's and pyg-lib's ``neighbor_sample`` and
+``hetero_neighbor_sample``):
 
 * nodes are numbered per node type; the seeds are nodes of the input type;
 * every hop, every edge type ``(src, rel, dst)`` samples in-neighbours (of
@@ -36,16 +40,18 @@ from pyg_dist.errors import ForwardingError
 from pyg_dist.sampler.relabel import node_index
 
 
-def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
-                  seed_time: Optional[dict[NodeType, Tensor]],
-                  base_seed: int, max_edges: Optional[int] = None) -> HeteroSamplerOutput:
+def sample_hops(sampler: Any, fanouts: dict[Optional[EdgeType], list[int]],
+                seeds: dict[Optional[NodeType], Tensor],
+                seed_time: Optional[dict[Optional[NodeType], Tensor]],
+                base_seed: int, max_edges: Optional[int] = None) -> HeteroSamplerOutput:
     """Samples every hop around ``seeds`` (checked global ids per node type).
 
     Args:
         sampler: The :class:`~pyg_dist.sampler.DistNeighborSampler` (its
-            graph store, per-edge-type ``num_neighbors`` and ``num_hops``,
-            ``replace``, ``disjoint``, weight and time settings, ``timeout``
-            and ``hop_seed``).
+            graph store, ``replace``, ``disjoint``, weight and time
+            settings, ``timeout``, ``subgraph_type`` and ``hop_seed``).
+        fanouts: Per edge type (``None`` on a homogeneous graph), its
+            fan-out per hop; every list as long as the number of hops.
         seeds: Seed nodes per node type: the input type's for node
             sampling, both endpoint types' for link sampling. In disjoint
             mode seed ``i`` of every type roots tree ``i`` (a link's two
@@ -60,9 +66,11 @@ def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
     Returns:
         A ``HeteroSamplerOutput`` with every node and edge type (empty where
         nothing was sampled), ``num_sampled_nodes`` per node type and hop and
-        ``num_sampled_edges`` per edge type and hop.
+        ``num_sampled_edges`` per edge type and hop; keyed by ``None`` on a
+        homogeneous graph.
     """
     gs = sampler.graph_store
+    num_hops = len(next(iter(fanouts.values())))
     sizes = {t: gs.router.num_nodes_of(t) for t in gs.node_types}
     num_trees = max(v.numel() for v in seeds.values())
     disjoint = sampler.disjoint
@@ -84,22 +92,22 @@ def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
     frontier_local = {t: torch.arange(frontier_keys[t].numel()) for t in sizes}
     chunks: dict[NodeType, list[Tensor]] = {t: [frontier_keys[t]] for t in sizes}
     num_sampled_nodes = {t: [frontier_keys[t].numel()] for t in sizes}
-    rows: dict[EdgeType, list[Tensor]] = {t: [] for t in sampler.num_neighbors}
-    cols: dict[EdgeType, list[Tensor]] = {t: [] for t in sampler.num_neighbors}
-    edges: dict[EdgeType, list[Tensor]] = {t: [] for t in sampler.num_neighbors}
-    num_sampled_edges: dict[EdgeType, list[int]] = {t: [] for t in sampler.num_neighbors}
+    rows: dict[Optional[EdgeType], list[Tensor]] = {t: [] for t in fanouts}
+    cols: dict[Optional[EdgeType], list[Tensor]] = {t: [] for t in fanouts}
+    edges: dict[Optional[EdgeType], list[Tensor]] = {t: [] for t in fanouts}
+    num_sampled_edges: dict[Optional[EdgeType], list[int]] = {t: [] for t in fanouts}
 
-    for hop in range(sampler.num_hops):
+    for hop in range(num_hops):
         asked = []
-        for edge_type, fanouts in sampler.num_neighbors.items():
-            dst = edge_type[-1]
-            if fanouts[hop] == 0 or frontier_keys[dst].numel() == 0:
+        for edge_type, per_hop in fanouts.items():
+            dst = _dst(edge_type)
+            if per_hop[hop] == 0 or frontier_keys[dst].numel() == 0:
                 num_sampled_edges[edge_type].append(0)
                 continue
             n = sizes[dst]
             ids = frontier_keys[dst] % n if disjoint else frontier_keys[dst]
             times = None if root_time is None else root_time[frontier_keys[dst] // n]
-            asked.append((edge_type, ids, times, fanouts[hop]))
+            asked.append((edge_type, ids, times, per_hop[hop]))
         answers = gs.sample_hop(
             [(t, ids, times) for t, ids, times, _ in asked], [k for *_, k in asked],
             sampler.replace, sampler.hop_seed(base_seed, hop), timeout=sampler.timeout,
@@ -108,7 +116,7 @@ def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
         before = {t: index[t].num_nodes for t in sizes}
         new_keys: dict[NodeType, list[Tensor]] = {t: [] for t in sizes}
         for (edge_type, *_), (counts, nbrs, eids) in zip(asked, answers):
-            src, dst = edge_type[0], edge_type[-1]
+            src, dst = _src(edge_type), _dst(edge_type)
             counts = counts.to(torch.long)
             total = int(counts.sum())
             if disjoint:
@@ -144,32 +152,40 @@ def sample_hetero(sampler: Any, seeds: dict[NodeType, Tensor],
     col = {t: torch.cat(v) if v else empty for t, v in cols.items()}
     edge = {t: torch.cat(v) if v else empty for t, v in edges.items()}
     if sampler.subgraph_type == SubgraphType.induced:
-        row, col, edge = _induced_edges(sampler, node, index, base_seed)
+        row, col, edge = _induced_edges(sampler, list(fanouts), node, index,
+                                        sampler.hop_seed(base_seed, num_hops))
         num_sampled_nodes = num_sampled_edges = None  # no hop structure, as in PyG
     return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge, batch=batch,
                                num_sampled_nodes=num_sampled_nodes,
                                num_sampled_edges=num_sampled_edges)
 
 
-def _induced_edges(sampler: Any, node: dict[NodeType, Tensor], index: dict[NodeType, Any],
-                   base_seed: int) -> tuple[dict, dict, dict]:
+def _src(edge_type: Optional[EdgeType]) -> Optional[NodeType]:
+    return None if edge_type is None else edge_type[0]
+
+
+def _dst(edge_type: Optional[EdgeType]) -> Optional[NodeType]:
+    return None if edge_type is None else edge_type[-1]
+
+
+def _induced_edges(sampler: Any, edge_types: list[Optional[EdgeType]],
+                   node: dict[Optional[NodeType], Tensor], index: dict[Optional[NodeType], Any],
+                   seed: int) -> tuple[dict, dict, dict]:
     """Every edge of every edge type whose two endpoints were sampled: one
     more round trip asks for the whole in-neighbourhood of every sampled
     node (per edge type, its destinations) and keeps the sampled sources."""
-    edge_types = list(sampler.num_neighbors)
-    asked = [t for t in edge_types if node[t[-1]].numel()]
+    asked = [t for t in edge_types if node[_dst(t)].numel()]
     answers = sampler.graph_store.sample_hop(
-        [(t, node[t[-1]], None) for t in asked], -1, False,
-        sampler.hop_seed(base_seed, sampler.num_hops), timeout=sampler.timeout)
+        [(t, node[_dst(t)], None) for t in asked], -1, False, seed, timeout=sampler.timeout)
     empty = torch.empty(0, dtype=torch.long)
     row = {t: empty for t in edge_types}
     col = {t: empty for t in edge_types}
     edge = {t: empty for t in edge_types}
     for edge_type, (counts, nbrs, eids) in zip(asked, answers):
         counts = counts.to(torch.long)
-        dst_local = torch.arange(node[edge_type[-1]].numel()).repeat_interleave(
+        dst_local = torch.arange(node[_dst(edge_type)].numel()).repeat_interleave(
             counts, output_size=nbrs.numel())
-        src_local, found = index[edge_type[0]].lookup(nbrs.to(torch.long))
+        src_local, found = index[_src(edge_type)].lookup(nbrs.to(torch.long))
         row[edge_type], col[edge_type] = src_local[found], dst_local[found]
         edge[edge_type] = eids.to(torch.long)[found]
     return row, col, edge
