@@ -59,6 +59,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cache-capacity", type=float, default=1.0,
                    help="fraction of the nodes the feature cache holds (1.0: all)")
     p.add_argument("--no-cache-rows", action="store_true", help="skip the cached rows")
+    p.add_argument("--feature-dtype", choices=("float16", "bfloat16"),
+                   help="store and serve the features in this precision (the model casts "
+                        "them to float32 on the device)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--cache", default="/tmp/pyg-dist-bench-products")
     p.add_argument("--seed", type=int, default=0)
@@ -92,10 +95,12 @@ def dataset(args: argparse.Namespace) -> str:
 
     nodes = max(1000, int(PRODUCTS_NODES * args.scale))
     edges = max(10_000, int(PRODUCTS_EDGES * args.scale))
-    root = f"{args.cache}/n{nodes}-e{edges}-f{args.features}-p{args.parts}-s{args.seed}"
+    dtype = f"-{args.feature_dtype}" if args.feature_dtype else ""
+    root = f"{args.cache}/n{nodes}-e{edges}-f{args.features}{dtype}-p{args.parts}-s{args.seed}"
     if not os.path.exists(f"{root}/meta.json"):
         data = products_like(nodes, edges, args.features, args.classes, args.seed)
-        partition(data, args.parts, root, partitioner="random", progress=False)
+        partition(data, args.parts, root, partitioner="random", progress=False,
+                  feature_dtype=args.feature_dtype)
     return root
 
 
@@ -108,7 +113,7 @@ def model_and_step(args: argparse.Namespace, layers: int, device: torch.device) 
 
     def step(batch: Any) -> None:
         optimizer.zero_grad(set_to_none=True)
-        out = model(batch.x, batch.edge_index)[:batch.batch_size]
+        out = model(batch.x.float(), batch.edge_index)[:batch.batch_size]  # no-op for fp32
         loss = torch.nn.functional.cross_entropy(out, batch.y[:batch.batch_size].long())
         loss.backward()
         optimizer.step()

@@ -42,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default: half the available memory)")
     p.add_argument("--num-nodes", type=int, metavar="N",
                    help="with --from: the node count when DIR/nodes holds no array")
+    p.add_argument("--feature-dtype", choices=("float16", "bfloat16"),
+                   help="store the node feature matrices (floating point, 2-D such as x) in "
+                        "this precision: half the bytes to serve; the model casts on the "
+                        "GPU (not with --from)")
     p.add_argument("--name", help="graph name recorded in meta.json (default: DATASET or DIR)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty ROOT")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -74,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
     from pyg_dist.cli.info import format_summary
 
     if args.from_dir is not None:
+        if args.feature_dtype is not None:
+            raise InvalidPartitionArgumentError(
+                "--feature-dtype applies to DATASET only, not yet to --from DIR: store the "
+                "node arrays in DIR/nodes as float16 .npy instead (served as they are)")
         return _run_from_files(args, options)
     if args.dataset is None or args.root is None:
         raise InvalidPartitionArgumentError(
@@ -87,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     data = load_dataset(args.dataset, search_cwd=True)
     reader = partition(data, args.num_parts, args.root, args.partitioner or "metis",
                        overwrite=args.overwrite, progress=not args.no_progress,
-                       graph_name=args.name or args.dataset, **options)
+                       graph_name=args.name or args.dataset,
+                       feature_dtype=args.feature_dtype, **options)
     print(f"wrote {args.root}")
     print(format_summary(reader.meta))
     return 0

@@ -27,6 +27,7 @@ from pyg_dist.partitioning.dataset_dir import (
     partitioner_record,
     staged,
 )
+from pyg_dist.partitioning.feature_dtype import feature_dtype_of, with_feature_dtype
 from pyg_dist.partitioning.format import (
     BOOK_FILE,
     BOOK_KEY,
@@ -60,6 +61,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
               registry: Optional[PluginRegistry] = None, progress: bool = False,
               graph_name: Optional[str] = None, splits: Optional[dict[str, Any]] = None,
               transform: Optional[Callable[[Any], Any]] = None,
+              feature_dtype: Union[None, str, torch.dtype] = None,
               **options: Any) -> PartitionReader:
     """Partitions a graph and writes it to ``root`` in the pyg-dist format.
 
@@ -90,6 +92,10 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
             (:mod:`pyg_dist.partitioning.splits`).
         transform: Applied to (a copy of) ``data`` before anything else,
             e.g. ``torch_geometric.transforms.ToUndirected()``.
+        feature_dtype: ``"float16"`` or ``"bfloat16"``: store the node
+            feature matrices (floating-point, two or more dimensions, such as
+            ``x``) in that precision, half the bytes to serve
+            (:mod:`pyg_dist.partitioning.feature_dtype`); ``None`` keeps them.
         **options: Options of the partitioner, e.g. ``balance_train=True``.
 
     Returns:
@@ -104,7 +110,8 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
             is left behind.
     """
     root = Path(root)
-    data = with_splits(data, splits, transform)
+    dtype = feature_dtype_of(feature_dtype)
+    data = with_feature_dtype(with_splits(data, splits, transform), dtype)
     hetero = is_hetero_data(data)
     graph = split_hetero_attributes(data) if hetero else split_attributes(data)
     total_nodes = graph.total_nodes if hetero else graph.num_nodes
