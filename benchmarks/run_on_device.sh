@@ -9,7 +9,11 @@
 #      points are registered;
 #   2. tests/gpu (pinned placement, GPU cache, the CUDA path, nccl);
 #   3. bench_gpu_products.py at full products scale (docs/performance.md);
-#   4. a profile of the synchronous loader at [15, 10] (prefetch 0: every
+#   4. more bench runs, one per ';'-separated item of $EXTRA: each item is
+#      an environment assignment or bench arguments, e.g.
+#      EXTRA='--parts 8 --fanouts 15,10; PYG_DIST_THREADS=4 --fanouts 15,10'
+#      (a run's rows land in $OUT/extra.jsonl, each under its item);
+#   5. a profile of the synchronous loader at [15, 10] (prefetch 0: every
 #      step of a batch runs on the profiled thread).
 #
 # Build the wheels here first (see benchmarks/README.md).
@@ -32,6 +36,16 @@ fi
 
 [ "${BENCH_S:-240}" != 0 ] && timeout "${BENCH_S:-240}" python3 benchmarks/bench_gpu_products.py \
     --batches "${BATCHES:-40}" 2>&1 | grep -v WARNING | tee "$OUT/bench.jsonl"
+
+IFS=';' read -ra runs <<<"${EXTRA:-}"
+for item in "${runs[@]}"; do
+    env_part=$(echo "$item" | grep -o '[A-Z_]*=[^ ]*' | tr '\n' ' ')
+    bench_args=$(echo "$item" | sed 's/[A-Z_]*=[^ ]*//g')
+    echo "{\"row\": \"extra\", \"item\": \"$item\"}" | tee -a "$OUT/extra.jsonl"
+    # shellcheck disable=SC2086
+    env $env_part timeout "${EXTRA_S:-100}" python3 benchmarks/bench_gpu_products.py \
+        --batches "${BATCHES:-40}" $bench_args 2>&1 | grep -v WARNING | tee -a "$OUT/extra.jsonl"
+done
 
 [ "${PROFILE_S:-90}" = 0 ] && exit 0
 timeout "${PROFILE_S:-90}" python3 -m cProfile -o "$OUT/sync_loader.prof" \
