@@ -10,7 +10,7 @@ file's CSC order. :class:`EdgeFeatureOps` serves them by *global* edge id:
   memory the client lent, when it did), like ``get`` does for nodes;
 * ``edge_ids`` (args ``edge_type``, ``start``, ``count``) answers the part's
   global edge ids, sorted, a page of them: a trainer builds the owner of
-  every edge from all parts' answers once (``pyg_dist.store.edge_features``).
+  every edge from all parts' answers once (``pyg_dist.store.edge_fetch``).
 
 It is an op of its own, not ``get`` with an edge type: a homogeneous graph's
 node features and edge features would both be group nil there.

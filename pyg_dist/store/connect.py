@@ -30,7 +30,7 @@ from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.rpc.ops import META
 from pyg_dist.rpc.wire_values import describe
-from pyg_dist.store.edge_features import EdgeFeatureFetcher
+from pyg_dist.store.edge_fetch import EdgeFeatureFetcher
 from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 from pyg_dist.store.routing import Router

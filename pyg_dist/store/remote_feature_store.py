@@ -8,7 +8,7 @@ servers on this host write theirs into the outputs themselves
 (:mod:`pyg_dist.rpc.shm.outputs`).
 Edge attributes are asked for the same way, with the edge type as
 ``group_name`` (``(None, None)`` on a homogeneous graph) and global edge ids
-as ``index`` (:mod:`pyg_dist.store.edge_features`). PyG builds a batch with one
+as ``index`` (:mod:`pyg_dist.store.edge_fetch`). PyG builds a batch with one
 ``multi_get_tensor`` call (``x``, ``y``, masks, ... all indexed by the
 batch's nodes), so one batch costs one round trip per server. Each request
 says how many bytes its answer takes, so that the RPC client can lend a

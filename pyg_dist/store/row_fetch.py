@@ -10,7 +10,7 @@ caller's order (or, for a server on this host, written there by the
 server itself: :mod:`pyg_dist.rpc.shm.outputs`). The
 node features of :class:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore`
 (``get``) and the edge attributes of
-:class:`~pyg_dist.store.edge_features.EdgeFeatureFetcher` (``get_edges``) go
+:class:`~pyg_dist.store.edge_fetch.EdgeFeatureFetcher` (``get_edges``) go
 through :func:`fetch_rows` together, so a batch's node and edge attributes
 cost one round trip.
 """

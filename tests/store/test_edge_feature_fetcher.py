@@ -16,7 +16,7 @@ import pyg_dist
 from pyg_dist.errors import RemoteError, StoreError
 from pyg_dist.rpc import RpcConfig
 from pyg_dist.server import PartitionServer
-from pyg_dist.store.edge_features import EdgeFeatureFetcher, EdgeFeatureInfo
+from pyg_dist.store.edge_fetch import EdgeFeatureFetcher, EdgeFeatureInfo
 from pyg_dist.store.routing import Router
 
 ATTRS = ["edge_attr", "edge_weight", "edge_time"]

@@ -1,4 +1,5 @@
-"""Edge attributes fetched from the partition servers by global edge id.
+"""Edge attributes fetched from the partition servers by global edge id (the
+trainer's side of ``get_edges``; ``pyg_dist.server.edge_features`` serves them).
 
 An edge is stored by the part that owns its destination, with its
 attributes (``edge_attr``, ``edge_weight``, ...). The trainer knows a
