@@ -59,6 +59,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cache-capacity", type=float, default=1.0,
                    help="fraction of the nodes the feature cache holds (1.0: all)")
     p.add_argument("--no-cache-rows", action="store_true", help="skip the cached rows")
+    p.add_argument("--sampling", nargs="+", choices=("server_hops", "hop_by_hop"),
+                   default=["server_hops", "hop_by_hop"], help="which sampling rows to run")
     p.add_argument("--feature-dtype", choices=("float16", "bfloat16"),
                    help="store and serve the features in this precision (the model casts "
                         "them to float32 on the device)")
@@ -198,8 +200,8 @@ def run_fanout(args: argparse.Namespace, stores: dict[str, Any], fanout: list[in
     del ready
     rows = []
     for cache, pair in stores.items():
-        for hops in (True, False):
-            mode = "server_hops" if hops else "hop_by_hop"
+        for mode in args.sampling:
+            hops = mode == "server_hops"
             for what, with_step in (("train", step), ("loader", None)):
                 batches = iter(loader(pair, args, fanout, seeds, device, hops, args.prefetch))
                 cores: dict[str, Any] = {"pids": pids}
