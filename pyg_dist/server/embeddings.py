@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import EmbeddingError, ProtocolError
+from pyg_dist.kernels.distinct import all_distinct
 from pyg_dist.rpc import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.wire_values import describe
@@ -165,7 +166,7 @@ class EmbeddingOps:
         ids = one_id_tensor(tensors[:1])
         index = self._index_of(table.group)
         rows = index.rows(ids, index.num_nodes).long()
-        if unique and torch.unique(rows).numel() != rows.numel():
+        if unique and not all_distinct(rows, table.weight.shape[0]):
             raise EmbeddingError(f"a write to embedding table {table.name!r} names an id "
                                  f"twice; sum the gradients of repeated ids first")
         return rows
@@ -180,7 +181,10 @@ class EmbeddingOps:
                 f"{what} for embedding table {table.name!r} must be {[str(d) for d in dtypes]}"
                 f" of shape [{num_rows}, {table.dim}], got {values.dtype} of shape "
                 f"{list(values.shape)}")
-        if values.numel() and not bool(torch.isfinite(values).all()):
+        # Finite rows of float32 (or bfloat16) sum to a finite float64 (at
+        # most 3.4e38 each), and a NaN or an infinity makes the sum NaN or
+        # infinite: one reduction instead of a mask of the values.
+        if values.numel() and not math.isfinite(float(values.sum(dtype=torch.float64))):
             raise EmbeddingError(f"{what} for embedding table {table.name!r} hold NaN or "
                                  f"infinite values; nothing was applied")
         return values
