@@ -38,8 +38,9 @@ def _rows(client, ids):
 
 
 @pytest.mark.parametrize("case", [
-    "nan", "inf", "inf-and-minus-inf", "wrong-dim", "wrong-dtype", "out-of-range", "not-owned", "repeated",
-    "one-dim-grads", "bad-kind", "negative-lr", "nan-lr", "extra-key", "no-table", "bad-name",
+    "nan", "inf", "inf-and-minus-inf", "wrong-dim", "wrong-dtype", "out-of-range",
+    "not-owned", "repeated", "one-dim-grads", "bad-kind", "negative-lr", "nan-lr",
+    "extra-key", "no-table", "bad-name",
 ])
 def test_a_malformed_push_is_refused_and_changes_nothing(one_part, case):
     server, client, owned = one_part
