@@ -370,9 +370,11 @@ class DistEmbedding:
         with self._trace_lock:  # a loader's thread may read (and flush) meanwhile
             newest = self._pushes - keep
             pending = [p for p in self._pending if p[0] <= newest]
-            self._pending = [p for p in self._pending if p[0] > newest]
         if not pending:
             return
+        # The futures stay listed until they are done, so that a second
+        # thread flushing meanwhile (the loader's other prefetch thread)
+        # waits for them too instead of reading rows they have not reached.
         client, deadline = self.router.client, self.router.deadline(self.timeout)
         failure: Optional[BaseException] = None
         for _, part, future in pending:
@@ -380,6 +382,9 @@ class DistEmbedding:
                 client.result(future, part, EMB_PUSH.name, deadline)
             except Exception as exc:  # wait for every part: the others' steps count
                 failure = failure or exc
+        with self._trace_lock:
+            done = {id(p[2]) for p in pending}
+            self._pending = [p for p in self._pending if id(p[2]) not in done]
         if failure is not None:
             raise failure
 
