@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
+from pyg_dist.kernels.place_rows import place_rows
 from pyg_dist.rpc.wire_values import describe
 
 KINDS = ("sgd", "adam", "adagrad")
@@ -173,10 +174,10 @@ def _adam_delta(state: dict[str, Tensor], rows: Tensor, grads: Tensor,
     exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
     old_avg = exp_avg.index_select(0, rows)
     avg = grads.sub(old_avg).mul_(1 - beta1).add_(old_avg)
-    exp_avg.index_copy_(0, rows, avg)
+    place_rows(exp_avg, rows, avg)
     old_sq = exp_avg_sq.index_select(0, rows)
     sq = grads.mul(grads).sub_(old_sq).mul_(1 - beta2).add_(old_sq)
-    exp_avg_sq.index_copy_(0, rows, sq)
+    place_rows(exp_avg_sq, rows, sq)
     return avg.div_(sq.sqrt_().add_(opt.eps)).mul_(-step_size)
 
 
@@ -186,6 +187,6 @@ def _adagrad_delta(state: dict[str, Tensor], rows: Tensor, grads: Tensor,
     clr = opt.lr / (1 + (opt.step - 1) * opt.lr_decay)
     sums = state["sum"]
     new_sum = sums.index_select(0, rows).add_(grads.mul(grads))
-    sums.index_copy_(0, rows, new_sum)
+    place_rows(sums, rows, new_sum)
     std = new_sum.sqrt_().add_(opt.eps)
     return grads.div(std).mul_(-clr)
