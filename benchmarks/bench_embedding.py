@@ -22,8 +22,9 @@ The runs are interleaved: every round times ``--steps`` steps of each in
 turn, so that a machine whose load swings (a shared CI host) slows all of
 them alike. Prints one line per run and a JSON line with the rates, the
 ratios (embedding / fixed, and embedding / fixed with input gradient,
-seeds/s) and the load average. Figures, not
-assertions.
+seeds/s), the CPU milliseconds per step of the trainer process and of the
+server processes together (what a step costs the machine, which a loaded
+host's wall clock hides), and the load average. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class Run:
 
     def __init__(self, name: str, stores: tuple, attr: str, args: argparse.Namespace,
                  seeds: torch.Tensor, num_classes: int,
-                 embedding: Optional[Any] = None, input_grad: bool = False) -> None:
+                 embedding: Optional[Any] = None, input_grad: bool = False,
+                 servers: Optional[list[int]] = None) -> None:
         from torch_geometric.nn.models import GraphSAGE
 
         import pyg_dist
@@ -71,6 +73,8 @@ class Run:
         torch.manual_seed(args.seed)
         self.name, self.attr, self.seconds, self.seeds = name, attr, 0.0, 0
         self.input_grad = input_grad
+        self.servers = servers or []  # pids of the server processes it uses
+        self.timed_steps, self.trainer_cpu, self.server_cpu = 0, 0.0, 0.0
         self.model = GraphSAGE(args.dim, 64, num_layers=len(args.fanout),
                                out_channels=num_classes)
         self.optimizers: list[Any] = [torch.optim.Adam(self.model.parameters(), lr=0.01)]
@@ -85,7 +89,8 @@ class Run:
         """``count`` training steps (their pushes applied before it returns)."""
         import torch.nn.functional as F
 
-        start = time.perf_counter()
+        start, cpu, server_cpu = time.perf_counter(), time.process_time(), \
+            processes_cpu(self.servers)
         for _ in range(count):
             batch = next(self.batches)
             for opt in self.optimizers:
@@ -100,13 +105,41 @@ class Run:
             self.seeds += int(batch.batch_size) if timed else 0
         for opt in self.optimizers:  # the last pushes count
             getattr(opt, "flush", lambda: None)()
-        self.seconds += time.perf_counter() - start if timed else 0.0
+        if timed:
+            self.seconds += time.perf_counter() - start
+            self.timed_steps += count
+            self.trainer_cpu += time.process_time() - cpu
+            self.server_cpu += processes_cpu(self.servers) - server_cpu
 
     def rate(self) -> float:
         rate = self.seeds / self.seconds
         print(f"{self.name:<34} {rate:>10,.0f} seeds/s ({self.seeds} seeds, "
-              f"{self.seconds:.2f}s)", flush=True)
+              f"{self.seconds:.2f}s); CPU per step: trainer {self.cpu_ms()[0]:.1f} ms, "
+              f"servers {self.cpu_ms()[1]:.1f} ms", flush=True)
         return rate
+
+    def cpu_ms(self) -> tuple[float, float]:
+        """CPU milliseconds per timed step: this process (the trainer, its
+        loader's threads included) and this run's servers together, while
+        its steps ran. Runs take turns and the others' prefetch queues are
+        full meanwhile, so the servers' work in a run's window is that run's
+        (its pipeline builds as many batches as it trains on)."""
+        steps = max(1, self.timed_steps)
+        return 1e3 * self.trainer_cpu / steps, 1e3 * self.server_cpu / steps
+
+
+def processes_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes ``pids`` have used so far
+    (Linux ``/proc``; 0 elsewhere)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
 
 
 def main() -> None:
@@ -131,16 +164,19 @@ def main() -> None:
             contextlib.ExitStack() as stack:
         partition(data, args.parts, f"{tmp}/fixed")
         partition(bare, args.parts, f"{tmp}/bare")
-        fixed_stores = pyg_dist.connect(
-            stack.enter_context(LocalCluster(f"{tmp}/fixed")).endpoints)
+        fixed_cluster = stack.enter_context(LocalCluster(f"{tmp}/fixed"))
+        fixed_stores = pyg_dist.connect(fixed_cluster.endpoints)
         stack.callback(fixed_stores[0].close)
-        bare = stack.enter_context(LocalCluster(f"{tmp}/bare")).endpoints
+        bare_cluster = stack.enter_context(LocalCluster(f"{tmp}/bare"))
+        bare = bare_cluster.endpoints
+        fixed_pids = [p.pid for p in fixed_cluster.processes]
+        bare_pids = [p.pid for p in bare_cluster.processes]
         grad_stores = pyg_dist.connect(fixed_stores[0].router.endpoints)
         stack.callback(grad_stores[0].close)
         runs = [Run(f"fixed x dim {args.dim} (served)", fixed_stores, "x", args, seeds,
-                    num_classes),
+                    num_classes, servers=fixed_pids),
                 Run("fixed x + input gradient", grad_stores, "x", args, seeds, num_classes,
-                    input_grad=True)]
+                    input_grad=True, servers=fixed_pids)]
         for k in args.staleness:
             # A connection each: a batch carries every embedding its store serves.
             bare_stores = pyg_dist.connect(bare)
@@ -148,7 +184,7 @@ def main() -> None:
             emb = pyg_dist.DistEmbedding(bare_stores, f"bench{k}", args.dim, init="uniform",
                                          attr_name=f"emb{k}", staleness=k)
             runs.append(Run(f"embedding dim {args.dim}, staleness {k}", bare_stores,
-                            f"emb{k}", args, seeds, num_classes, emb))
+                            f"emb{k}", args, seeds, num_classes, emb, servers=bare_pids))
         for run in runs:
             run.steps(args.warmup, timed=False)
         for _ in range(args.rounds):
@@ -165,6 +201,8 @@ def main() -> None:
                                 for k, r in zip(args.staleness, rates[2:])},
                       "ratio_to_input_grad": {k: round(r / rates[1], 3)
                                               for k, r in zip(args.staleness, rates[2:])},
+                      "cpu_ms_per_step": {run.name: [round(v, 1) for v in run.cpu_ms()]
+                                          for run in runs},
                       "dim": args.dim, "prefetch": args.prefetch,
                       "load_average": os.getloadavg()}))
 

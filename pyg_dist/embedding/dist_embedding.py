@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -29,8 +30,11 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import EmbeddingError
+from pyg_dist.kernels.distinct import all_distinct
 from pyg_dist.partitioning.format import load_tensors, save_tensors, sha256_file
 from pyg_dist.rpc.ops import EMB_CREATE, EMB_PUSH, EMB_READ, EMB_WRITE
+from pyg_dist.store.remote_feature_store import FeatureInfo
+from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +45,23 @@ _CHUNK_BYTES = 32 << 20  # rows per request: at most this many bytes
 # batches) survive this many zero_grad calls, then are forgotten (a batch
 # never trained on must not be held for ever).
 _UNUSED_ZERO_GRADS = 8
+
+
+@dataclass
+class PendingRead:
+    """Rows of a table on their way (:meth:`DistEmbedding.start_read`).
+
+    Args:
+        ids: The distinct ids asked for.
+        inverse: Where each id the caller asked for lies in ``ids``
+            (``None``: the caller's ids were ``ids``).
+        request: What :func:`~pyg_dist.store.row_fetch.fetch_rows` sends;
+            its one output receives the rows.
+    """
+
+    ids: Tensor
+    inverse: Optional[Tensor]
+    request: RowRequest
 
 
 def remote_store(stores: Any) -> Any:
@@ -114,6 +135,7 @@ class DistEmbedding:
                  seed: int = 0, timeout: Optional[float] = None,
                  attr_name: Optional[str] = None, staleness: int = 0) -> None:
         self.router = router_of(stores)
+        self._store = remote_store(stores)
         if self.router.replicas and any(len(g) > 1 for g in self.router.replicas):
             raise EmbeddingError("DistEmbedding refuses replicated parts: each row must "
                                  "have one copy that every update reaches; connect to one "
@@ -141,7 +163,7 @@ class DistEmbedding:
         self._pid = os.getpid()  # reads with autograd belong to this process
         self._create(init, seed)
         if attr_name is not None:
-            remote_store(stores).add_embedding(node_type, attr_name, self)
+            self._store.add_embedding(node_type, attr_name, self)
 
     def __getstate__(self) -> Any:
         # A copy in another process (a DataLoader worker) would record
@@ -218,62 +240,72 @@ class DistEmbedding:
 
         Args:
             ids: The global ids.
-            distinct: The caller vouches that no id repeats (a batch's
-                ``n_id``: the feature store says so), which spares a sort;
-                a push with a repeated id would be refused whole.
+            distinct: The caller vouches that no id repeats, which spares
+                the check; a push with a repeated id would be refused whole.
+        """
+        ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
+        read = self.start_read(ids, pool=self._pool(), distinct=distinct)
+        fetch_rows(self.router, [read.request], self.timeout)
+        return self.finish_read(read)
+
+    def read(self, ids: Tensor) -> Tensor:
+        """The rows of ``ids`` as they are on the servers (this trainer's
+        steps applied, but for the last ``staleness``), without autograd."""
+        ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
+        read = self.start_read(ids, pool=self._pool(), distinct=True)
+        fetch_rows(self.router, [read.request], self.timeout)
+        return read.request.outs[0]
+
+    def start_read(self, ids: Tensor, *, pin: bool = False, pool: Any = None,
+                   distinct: bool = False) -> PendingRead:
+        """The request for the rows of ``ids`` (checked global ids), for
+        :func:`~pyg_dist.store.row_fetch.fetch_rows` to send with a batch's
+        other rows (one round trip; a server on this host writes its rows
+        into the output itself); :meth:`finish_read` then gives the rows.
+        Waits first for this trainer's pushes but the last ``staleness``
+        steps'.
+
+        Args:
+            ids: The ids (repeats allowed unless ``distinct``).
+            pin: The rows go to a CUDA device (page-locked output).
+            pool: The remote feature store's output pool
+                (:meth:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore.output_pool`).
+            distinct: The caller vouches that no id repeats.
         """
         if os.getpid() != self._pid and torch.is_grad_enabled():
             raise EmbeddingError(f"DistEmbedding {self.name!r} was read with autograd in a "
                                  f"forked process (a DataLoader worker): its gradient would "
                                  f"never reach the optimiser; build batches in the training "
                                  f"process (num_workers=0; prefetch=K uses threads)")
-        ids = self.router.check_ids(torch.as_tensor(ids), "embedding ids", self.node_type)
+        self.flush(self.staleness)
         inverse = None
-        if not distinct:
-            unique, inverse = torch.unique(ids, return_inverse=True)
-            if unique.numel() != ids.numel():
-                ids = unique
-            else:
-                inverse = None
-        # Distinct ids: the rows themselves are the leaf, in the caller's
-        # order, with no gather (nor its backward).
-        rows = self._read(ids)
+        # Distinct ids (a batch's n_id): the rows read are the leaf, in the
+        # caller's order, with no gather (nor its backward).
+        if not distinct and not all_distinct(ids, self.num_embeddings):
+            ids, inverse = torch.unique(ids, return_inverse=True)
+        shares = self.router.split(ids, self.node_type) if ids.numel() else []
+        args = {"name": self.name, "dtype": _DTYPES[self.dtype], "dim": self.embedding_dim}
+        limits = [self.rows_per_request * self.embedding_dim * 4] * self.router.num_parts
+        request = row_request(EMB_READ.name, args, [self.name],
+                              [FeatureInfo(self.dtype, (self.embedding_dim,))], ids.numel(),
+                              shares, limits, pin, pool)
+        return PendingRead(ids, inverse, request)
+
+    def finish_read(self, read: PendingRead) -> Tensor:
+        """The rows of a :meth:`start_read` that was fetched, in the order of
+        the ids asked for; with autograd on, a leaf whose gradient the next
+        step pushes."""
+        rows = read.request.outs[0]
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
             with self._trace_lock:
-                self._trace.append([ids, rows, 0])
-        return rows if inverse is None else rows.index_select(0, inverse)
+                self._trace.append([read.ids, rows, 0])
+        return rows if read.inverse is None else rows.index_select(0, read.inverse)
 
-    def read(self, ids: Tensor) -> Tensor:
-        """The rows of ``ids`` as they are on the servers (this trainer's
-        steps applied, but for the last ``staleness``), without autograd."""
-        return self._read(self.router.check_ids(torch.as_tensor(ids), "embedding ids",
-                                                self.node_type))
-
-    def _read(self, ids: Tensor) -> Tensor:
-        """:meth:`read` of checked ids."""
-        self.flush(self.staleness)
-        out = torch.empty(ids.numel(), self.embedding_dim, dtype=self.dtype)
-        requests, places = [], []
-        for part, positions, owned in self.router.split(ids, self.node_type):
-            for pos, chunk in zip(positions.split(self.rows_per_request),
-                                  owned.split(self.rows_per_request)):
-                requests.append(EMB_READ.request(part, {"name": self.name}, [chunk]))
-                places.append(pos)
-        # Stated reply sizes let same-host servers answer through shared memory.
-        row_bytes = self.embedding_dim * out.element_size()
-        replies = self.router.call_all(requests, self.timeout,
-                                       reply_bytes=[p.numel() * row_bytes for p in places])
-        for pos, reply in zip(places, replies):
-            rows = reply.tensors[0]
-            if rows.dtype != self.dtype:
-                reply.release()
-                raise EmbeddingError(f"a server answered rows of {self.name!r} in "
-                                     f"{rows.dtype}, not {self.dtype}: the table was created "
-                                     f"with another dtype")
-            out.index_copy_(0, pos, rows)
-            reply.release()
-        return out
+    def _pool(self) -> Any:
+        """The output pool same-host servers write rows into, if any."""
+        output_pool = getattr(self._store, "output_pool", None)
+        return output_pool() if output_pool is not None else None
 
     def gradient(self) -> Optional[tuple[Tensor, Tensor]]:
         """The gradient since :meth:`zero_grad`: ``(ids, grads)``, one row
@@ -338,9 +370,11 @@ class DistEmbedding:
         with self._trace_lock:  # a loader's thread may read (and flush) meanwhile
             newest = self._pushes - keep
             pending = [p for p in self._pending if p[0] <= newest]
-            self._pending = [p for p in self._pending if p[0] > newest]
         if not pending:
             return
+        # The futures stay listed until they are done, so that a second
+        # thread flushing meanwhile (the loader's other prefetch thread)
+        # waits for them too instead of reading rows they have not reached.
         client, deadline = self.router.client, self.router.deadline(self.timeout)
         failure: Optional[BaseException] = None
         for _, part, future in pending:
@@ -348,6 +382,9 @@ class DistEmbedding:
                 client.result(future, part, EMB_PUSH.name, deadline)
             except Exception as exc:  # wait for every part: the others' steps count
                 failure = failure or exc
+        with self._trace_lock:
+            done = {id(p[2]) for p in pending}
+            self._pending = [p for p in self._pending if id(p[2]) not in done]
         if failure is not None:
             raise failure
 

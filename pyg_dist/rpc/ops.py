@@ -213,8 +213,10 @@ EMB_CREATE = OpSpec("emb_create", "creates (or finds) a learnable embedding tabl
                     required=("name", "dim", "dtype", "init"),
                     optional=("group", "seed", "bound"),
                     reply=("created", "ready", "rows"), retry_safe=False)
-EMB_READ = OpSpec("emb_read", "rows of an embedding table for owned ids",
-                  required=("name",), tensors=(1, 1), reply=("dim",),
+EMB_READ = OpSpec("emb_read", "rows of an embedding table for owned ids (with ``place``, "
+                  "written into the caller's outputs at the given rows)",
+                  required=("name",), optional=("place", "dtype", "dim"), tensors=(1, 2),
+                  reply=("dim",),
                   reply_check=checks.rows_of_ids)
 EMB_WRITE = OpSpec("emb_write", "sets rows of an embedding table (first values, load)",
                    required=("name",), optional=("ready",), tensors=(2, 2),

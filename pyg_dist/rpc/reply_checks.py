@@ -254,7 +254,13 @@ def books(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
 
 def rows_of_ids(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
                 reply: list[Tensor]) -> Optional[str]:
-    """One 2-D tensor: a row of ``result["dim"]`` values per requested id."""
+    """One 2-D tensor: a row of ``result["dim"]`` values per requested id
+    (none when the rows were written into the caller's outputs: ``place``)."""
+    if "place" in args:
+        if result.get("placed") is not True or reply:
+            return (f"{len(reply)} tensors and placed={describe(result.get('placed'))}, "
+                    f"where it wrote its rows in place")
+        return None
     problem = _count(1, reply) or _rows(reply, _ids_of(tensors))
     if problem is None and (reply[0].dim() != 2 or reply[0].shape[1] != result["dim"]):
         problem = f"a tensor {_shape(reply[0])}, where rows of {describe(result['dim'])} were due"

@@ -32,6 +32,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import EmbeddingError, ProtocolError
+from pyg_dist.kernels.distinct import all_distinct
+from pyg_dist.kernels.place_rows import place_rows
 from pyg_dist.rpc import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.wire_values import describe
@@ -41,7 +43,7 @@ from pyg_dist.server.embedding_updates import (
     new_state,
     parse_optimizer,
 )
-from pyg_dist.server.requests import group_arg, one_id_tensor
+from pyg_dist.server.requests import check_range, group_arg, one_id_tensor
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +167,7 @@ class EmbeddingOps:
         ids = one_id_tensor(tensors[:1])
         index = self._index_of(table.group)
         rows = index.rows(ids, index.num_nodes).long()
-        if unique and torch.unique(rows).numel() != rows.numel():
+        if unique and not all_distinct(rows, table.weight.shape[0]):
             raise EmbeddingError(f"a write to embedding table {table.name!r} names an id "
                                  f"twice; sum the gradients of repeated ids first")
         return rows
@@ -180,7 +182,10 @@ class EmbeddingOps:
                 f"{what} for embedding table {table.name!r} must be {[str(d) for d in dtypes]}"
                 f" of shape [{num_rows}, {table.dim}], got {values.dtype} of shape "
                 f"{list(values.shape)}")
-        if values.numel() and not bool(torch.isfinite(values).all()):
+        # Finite rows of float32 (or bfloat16) sum to a finite float64 (at
+        # most 3.4e38 each), and a NaN or an infinity makes the sum NaN or
+        # infinite: one reduction instead of a mask of the values.
+        if values.numel() and not math.isfinite(float(values.sum(dtype=torch.float64))):
             raise EmbeddingError(f"{what} for embedding table {table.name!r} hold NaN or "
                                  f"infinite values; nothing was applied")
         return values
@@ -249,8 +254,11 @@ class EmbeddingOps:
         return weight.to(dtype)
 
     def read_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Bytes of ``emb_read``'s answer."""
+        """Bytes of ``emb_read``'s answer (none when it writes the rows into
+        the caller's outputs: ``place``)."""
         table = self._table(args, ready=False)
+        if "place" in args:
+            return 0
         answer = (tensors[0].numel() if tensors else 0) * table.dim \
             * table.weight.element_size()
         self._check_reply(answer, "emb_read", "ask for fewer ids per request")
@@ -261,8 +269,16 @@ class EmbeddingOps:
              ctx: Optional[CallContext] = None) -> Result:
         """The rows of the ids (owned, repeats allowed), in their order,
         written into the outputs the call context allocates (memory a
-        same-host client lent, when it did)."""
+        same-host client lent, when it did); with ``place`` (a trainer on
+        this host), into the rows of its batch's output that the second
+        tensor names, as a placed ``get`` does."""
         table = self._table(args)
+        self._check_layout(table, args)
+        if "place" in args:
+            return self._place(table, args, tensors, ctx)
+        if len(tensors) != 1:
+            raise ProtocolError(f"'emb_read' takes one tensor of ids (two with 'place'), "
+                                f"got {len(tensors)}")
         rows = self._rows_of(table, tensors, unique=False)
         self.read_bytes(args, tensors)
         shape = (rows.numel(), table.dim)
@@ -271,6 +287,38 @@ class EmbeddingOps:
         with table.lock:  # never half of a push
             torch.index_select(table.weight, 0, rows, out=out)
         return {"dim": table.dim, "updates": table.updates}, [out]
+
+    @staticmethod
+    def _check_layout(table: EmbeddingTable, args: dict[str, Any]) -> None:
+        """Refuses a read that expects rows of another dtype or width (a
+        table of that name made otherwise, by another trainer or before a
+        restart): a placed read would write rows of the wrong size."""
+        dtype, dim = args.get("dtype", table.dtype_name), args.get("dim", table.dim)
+        if dtype != table.dtype_name or dim != table.dim or isinstance(dim, bool):
+            raise EmbeddingError(f"embedding table {table.name!r} holds rows of {table.dim} "
+                                 f"{table.dtype_name}, not {describe(dim)} {describe(dtype)}: "
+                                 f"it was created otherwise; choose another name")
+
+    def _place(self, table: EmbeddingTable, args: dict[str, Any], tensors: list[Tensor],
+               ctx: Optional[CallContext]) -> Result:
+        """``emb_read`` into the output a ``place`` argument names."""
+        if len(tensors) != 2 or ctx is None:
+            raise ProtocolError(f"an 'emb_read' with 'place' takes two tensors, ids and the "
+                                f"output rows they go to, over the wire; got {len(tensors)}")
+        rows = self._rows_of(table, tensors, unique=False)
+        positions = tensors[1]
+        if positions.dtype != torch.int64 or positions.dim() != 1 or \
+                positions.numel() != rows.numel():
+            raise ProtocolError(f"the output rows of a placed 'emb_read' must be a 1-D int64 "
+                                f"tensor of one entry per id ({rows.numel()}), got "
+                                f"{positions.dtype} of shape {list(positions.shape)}")
+        out = ctx.placed(args["place"], [(table.weight.dtype, (table.dim,))])[0]
+        # Out of range would write outside the output, so it is refused; a
+        # repeated position only overwrites the client's own row.
+        check_range(positions, out.size(0), "output row")
+        with table.lock:  # never half of a push
+            place_rows(out, positions, table.weight, rows)
+        return {"dim": table.dim, "updates": table.updates, "placed": True}, []
 
     def write(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """Sets rows (owned, unique ids; the table's dtype or float32);

@@ -210,28 +210,24 @@ class RemoteFeatureStore(FeatureStore):
     def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[Optional[FeatureTensorType]]:
         """Fetches all ``attrs``, node and edge attributes, with one request
         per server, index and type, all in flight at once (one round trip);
-        embeddings served as attributes read their rows with autograd."""
-        served = [i for i, a in enumerate(attrs)
-                  if not self.embeddings or (a.group_name, a.attr_name) not in self.embeddings]
-        if len(served) == len(attrs):
-            return self._fetch_features(attrs)
-        out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
-        for i, tensor in zip(served, self._fetch_features([attrs[i] for i in served])):
-            out[i] = tensor
-        for i, attr in enumerate(attrs):
-            if out[i] is None:
-                ids, scalar = self._to_ids(attr.index, attr.group_name)
-                rows = self.embeddings[(attr.group_name, attr.attr_name)](ids)
-                out[i] = rows[0] if scalar else rows
-        return out
+        embeddings served as attributes read their rows with autograd, in
+        the same round trip."""
+        return self._fetch_features(attrs)
 
     def _fetch_features(self, attrs: list[TensorAttr]) -> list[Optional[FeatureTensorType]]:
-        """The served features (and edge attributes) of ``attrs``."""
+        """The served features (and edge attributes, and embeddings' rows)
+        of ``attrs``."""
         if not attrs:
             return []
+        reads = []  # (position, embedding, attr) of embeddings served as attributes
         plan: dict[tuple[Any, Any], list[int]] = {}
         prepared: dict[tuple[Any, Any], tuple[Tensor, bool]] = {}
         for i, attr in enumerate(attrs):
+            embedding = self.embeddings.get((attr.group_name, attr.attr_name)) \
+                if self.embeddings else None
+            if embedding is not None:
+                reads.append((i, embedding, attr))
+                continue
             key = (id(attr.index), attr.group_name)
             if is_edge_group(attr.group_name):
                 # Checked once, by the fetcher's row_request below.
@@ -250,7 +246,7 @@ class RemoteFeatureStore(FeatureStore):
         # Same-host servers write the rows into the outputs (page-locked
         # ones when the batch goes to a GPU), every node type of a
         # heterogeneous batch too.
-        pool = self._output_pool()
+        pool = self.output_pool()
         requests = []
         for key, members in plan.items():
             group, ids = key[1], prepared[key][0]
@@ -265,13 +261,21 @@ class RemoteFeatureStore(FeatureStore):
                 requests.append(row_request(GET.name, {"attrs": names, "group": group}, names,
                                             infos, ids.numel(), shares, self._reply_limits,
                                             pin, pool))
+        pending = []
+        for i, embedding, attr in reads:
+            ids, scalar = self._to_ids(attr.index, attr.group_name)
+            pending.append((i, scalar, embedding, embedding.start_read(ids, pin=pin, pool=pool)))
         self.router.count_copied_rows(
-            fetch_rows(self.router, requests, reply_limits=self._reply_limits))
+            fetch_rows(self.router, [*requests, *(p[3].request for p in pending)],
+                       reply_limits=self._reply_limits))
         out: list[Optional[FeatureTensorType]] = [None] * len(attrs)
         for (key, members), request in zip(plan.items(), requests):
             scalar = prepared[key][1]
             for i, tensor in zip(members, request.outs):
                 out[i] = tensor[0] if scalar else tensor
+        for i, scalar, embedding, read in pending:
+            rows = embedding.finish_read(read)
+            out[i] = rows[0] if scalar else rows
         return out
 
     def get_all_edge_tensor_attrs(self) -> list[TensorAttr]:
@@ -287,7 +291,7 @@ class RemoteFeatureStore(FeatureStore):
         return [self._tensor_attr_cls.cast((None, None) if t is None else t, name)
                 for t, name in self.edge_features.attrs()]
 
-    def _output_pool(self) -> Any:
+    def output_pool(self) -> Any:
         """The router's pool of output segments that same-host servers write
         rows into (:mod:`pyg_dist.rpc.shm.outputs`), or ``None``."""
         if self._local is None:

@@ -5,12 +5,16 @@ records is the sparse gradient torch computes."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
+from embedding_support import serving
 
 import pyg_dist
 from pyg_dist.embedding import DistEmbedding
 from pyg_dist.errors import EmbeddingError, RemoteError
+from pyg_dist.store.connect import connect
 
 DIM = 8
 
@@ -155,3 +159,36 @@ def test_ids_vouched_distinct_that_repeat_are_refused_by_their_server(served):
     owner = fs.router.book_of(None).part_of(torch.tensor([4, 9])).tolist()
     assert owner[0] != owner[1]
     torch.testing.assert_close(rows[1], _init(torch.tensor([9]))[0] - 0.1)
+
+
+def test_every_thread_that_flushes_waits_for_a_push_in_flight(cora_roots):
+    # A loader's two prefetch threads read (and flush) at once: neither may
+    # go on before the push lands. The server's table lock, held here,
+    # keeps the push from being applied.
+    with serving(cora_roots[2], 2) as servers:
+        fs, gs = connect([s.endpoint for s in servers])
+        try:
+            emb = DistEmbedding((fs, gs), "in-flight", DIM, init=_init)
+            opt = pyg_dist.optim.SGD([emb], lr=0.1)
+            locks = [s.ops.embeddings.tables["in-flight"].lock for s in servers]
+            emb(torch.arange(20)).sum().backward()
+            for lock in locks:
+                lock.acquire()
+            try:
+                opt.step()
+                flushers = [threading.Thread(target=emb.flush) for _ in range(2)]
+                for thread in flushers:
+                    thread.start()
+                for thread in flushers:
+                    thread.join(0.5)
+                assert all(thread.is_alive() for thread in flushers)  # both wait
+            finally:
+                for lock in locks:
+                    lock.release()
+            for thread in flushers:
+                thread.join(30)
+                assert not thread.is_alive()
+            torch.testing.assert_close(emb.read(torch.arange(20)),
+                                       _init(torch.arange(20)) - 0.1, rtol=0, atol=1e-6)
+        finally:
+            fs.close()

@@ -38,8 +38,9 @@ def _rows(client, ids):
 
 
 @pytest.mark.parametrize("case", [
-    "nan", "inf", "wrong-dim", "wrong-dtype", "out-of-range", "not-owned", "repeated",
-    "one-dim-grads", "bad-kind", "negative-lr", "nan-lr", "extra-key", "no-table", "bad-name",
+    "nan", "inf", "inf-and-minus-inf", "wrong-dim", "wrong-dtype", "out-of-range",
+    "not-owned", "repeated", "one-dim-grads", "bad-kind", "negative-lr", "nan-lr",
+    "extra-key", "no-table", "bad-name",
 ])
 def test_a_malformed_push_is_refused_and_changes_nothing(one_part, case):
     server, client, owned = one_part
@@ -50,6 +51,8 @@ def test_a_malformed_push_is_refused_and_changes_nothing(one_part, case):
         grads[1, 2] = float("nan")
     elif case == "inf":
         grads[0, 0] = float("inf")
+    elif case == "inf-and-minus-inf":  # a sum of the values would not show them
+        grads[0, 0], grads[2, 1] = float("inf"), float("-inf")
     elif case == "wrong-dim":
         grads = torch.ones(3, DIM + 1)
     elif case == "wrong-dtype":
@@ -84,6 +87,15 @@ def test_a_malformed_push_is_refused_and_changes_nothing(one_part, case):
     # It goes on serving, and a good push applies.
     client.call(0, "emb_push", {"name": "t", "optimizer": SGD}, [owned[:1], torch.ones(1, DIM)])
     assert torch.equal(_rows(client, owned[:1]), before[:1] - 0.1)
+
+
+def test_huge_but_finite_gradients_are_applied(one_part):
+    # Their float32 sum overflows; each value is finite, so the push is taken.
+    server, client, owned = one_part
+    before = _rows(client, owned[:2])
+    huge = torch.full((2, DIM), 3e38)
+    client.call(0, "emb_push", {"name": "t", "optimizer": SGD}, [owned[:2], huge])
+    assert torch.equal(_rows(client, owned[:2]), before - 0.1 * huge)
 
 
 def test_a_push_over_the_message_limit_is_refused_and_the_server_serves(one_part):
