@@ -135,12 +135,19 @@ class PrefetchPipeline(Generic[T, R]):
         self._device = dev if dev is not None and dev.type not in ("cuda", "cpu") else None
         self._pin = bool(pin_memory)
 
-    def _work(self, item: T, failed: threading.Event) -> Any:
+    def _work(self, item: T, failed: threading.Event, grad: bool) -> Any:
         # Once a batch of this epoch has failed, the consumer is about to see
         # that error: starting more work would only make it wait for another
         # full RPC deadline before the pipeline can shut down.
         if failed.is_set():
             raise LoaderError("skipped: an earlier batch of this epoch failed")
+        # Grad mode is per thread: a worker follows the consumer's at the
+        # epoch's start, or an evaluation under no_grad would record autograd
+        # graphs for its batches (a DistEmbedding's rows) and keep them alive.
+        with torch.set_grad_enabled(grad):
+            return self._produced(item, failed)
+
+    def _produced(self, item: T, failed: threading.Event) -> Any:
         try:
             if self._mover is not None:
                 with pinned_outputs():
@@ -164,10 +171,11 @@ class PrefetchPipeline(Generic[T, R]):
 
         Args:
             items: The work items. Iterated lazily on the consumer thread.
+                The workers produce under the consumer's grad mode of now.
         """
-        return self._run(iter(items))
+        return self._run(iter(items), torch.is_grad_enabled())
 
-    def _run(self, items: Iterator[T]) -> Iterator[R]:
+    def _run(self, items: Iterator[T], grad: bool) -> Iterator[R]:
         executor = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix=self.name)
         pending: deque[Future] = deque()
         failed = threading.Event()
@@ -177,13 +185,13 @@ class PrefetchPipeline(Generic[T, R]):
                 item = next(items, done)
                 if item is done:
                     break
-                pending.append(executor.submit(self._work, item, failed))
+                pending.append(executor.submit(self._work, item, failed, grad))
             index = 0
             while pending:
                 head = pending.popleft()
                 item = next(items, done)
                 if item is not done:
-                    pending.append(executor.submit(self._work, item, failed))
+                    pending.append(executor.submit(self._work, item, failed, grad))
                 try:
                     batch = self._finish(head)
                 except BaseException as exc:

@@ -115,3 +115,17 @@ def test_break_leaves_no_thread_and_no_work_behind():
 def test_bad_depth_is_a_typed_error(depth):
     with pytest.raises(LoaderError, match="prefetch depth"):
         PrefetchPipeline(lambda i: i, depth=depth)
+
+
+def test_workers_follow_the_consumers_grad_mode():
+    # A batch carrying learnable rows (a DistEmbedding's) must record no
+    # autograd graph on the workers when the epoch runs under no_grad.
+    import torch
+
+    weight = torch.ones(3, requires_grad=True)
+    pipeline = PrefetchPipeline(lambda i: weight * i, depth=2)
+    with torch.no_grad():
+        evaluated = list(pipeline(range(6)))
+    assert [t.requires_grad for t in evaluated] == [False] * 6
+    trained = list(pipeline(range(6)))
+    assert all(t.requires_grad and t.grad_fn is not None for t in trained)
