@@ -65,6 +65,13 @@ def parse_args() -> argparse.Namespace:
                    help="store and serve the features in this precision (the model casts "
                         "them to float32 on the device)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--profile-loader", type=float, default=0.0, metavar="SECONDS",
+                   help="instead of the rows: the loader alone (server hops, first fan-out) "
+                        "for SECONDS under py-spy (trainer and every server; --py-spy names "
+                        "the binary), then each process's top functions as JSON rows")
+    p.add_argument("--py-spy", default="py-spy", help="the py-spy binary")
+    p.add_argument("--profile-dir", default="/tmp/pyg-dist-bench-profile",
+                   help="where py-spy's raw stacks go")
     p.add_argument("--cache", default="/tmp/pyg-dist-bench-products")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
@@ -213,6 +220,71 @@ def run_fanout(args: argparse.Namespace, stores: dict[str, Any], fanout: list[in
     return rows
 
 
+_IDLE = ("poll (zmq", "Poller.poll", "wait (threading", "_wait_for_tstate", "acquire",
+         "WorkQueue.get", "_parent_gone", "_worker (concurrent",
+         "select", "sleep", "recv (zmq", "GarbageCollectorThread.run")
+
+
+def profile_loader(args: argparse.Namespace, stores: Any, fanout: list[int],
+                   seeds: torch.Tensor, device: torch.device, pids: list[int]) -> None:
+    """The loader alone for ``args.profile_loader`` seconds while py-spy
+    samples every process; prints each one's busiest functions."""
+    import subprocess
+
+    os.makedirs(args.profile_dir, exist_ok=True)
+    def epochs() -> Iterator[Any]:
+        while True:  # a small graph's epoch may end before the profile does
+            yield from loader(stores, args, fanout, seeds, device, True, args.prefetch)
+
+    batches = epochs()
+    for _ in range(args.warmup):
+        next(batches)
+    names = ["trainer", *(f"server{k}" for k in range(len(pids) - 1))]
+    spies = [subprocess.Popen([args.py_spy, "record", "-p", str(pid), "-d",
+                               str(int(args.profile_loader)), "-r", "200", "-f", "raw",
+                               "--nonblocking", "-o", f"{args.profile_dir}/{name}.raw"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for pid, name in zip(pids, names)]
+    start, count = time.perf_counter(), 0
+    while time.perf_counter() - start < args.profile_loader + 1.0:
+        next(batches)
+        count += 1
+    seconds = time.perf_counter() - start
+    for spy in spies:
+        spy.wait(60)
+    del batches
+    print(json.dumps({"row": "profiled", "batches_per_s": round(count / seconds, 1)}),
+          flush=True)
+    for name in names:
+        print(json.dumps({"row": "profile", "process": name,
+                          **_top_functions(f"{args.profile_dir}/{name}.raw")}), flush=True)
+
+
+def _top_functions(path: str, top: int = 12) -> dict[str, Any]:
+    """Busy samples of one py-spy raw file: the leaf functions and the
+    pyg-dist functions (inclusive) with the largest shares."""
+    import collections
+
+    leaf: collections.Counter = collections.Counter()
+    inclusive: collections.Counter = collections.Counter()
+    busy = 0
+    try:
+        lines = open(path).read().splitlines()
+    except OSError as exc:
+        return {"error": str(exc)}
+    for line in lines:
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        if not n.isdigit() or any(i in frames[-1] for i in _IDLE):
+            continue
+        busy += int(n)
+        leaf[frames[-1]] += int(n)
+        for frame in set(f for f in frames if "pyg_dist" in f):
+            inclusive[frame] += int(n)
+    share = lambda c: [[round(v / max(busy, 1), 3), k[:110]] for k, v in c.most_common(top)]  # noqa: E731
+    return {"busy_samples": busy, "leaf": share(leaf), "pyg_dist": share(inclusive)}
+
+
 def _every_node(context: Any, budget: int) -> torch.Tensor:
     """Cache policy of the whole-table rows: the first ``budget`` ids."""
     return torch.arange(min(budget, context.num_nodes))
@@ -243,9 +315,14 @@ def main() -> None:
                 stores["all" if whole else f"degree {args.cache_capacity:g}"] = (cached, gs)
             gen = torch.Generator().manual_seed(args.seed)
             seeds = torch.randperm(fs.num_nodes, generator=gen)
+            pids = [os.getpid(), *(proc.pid for proc in cluster.processes)]
+            if args.profile_loader > 0:
+                profile_loader(args, stores["uncached"], [int(k) for k in
+                               args.fanouts[0].split(",")], seeds, device, pids)
+                return
             for text in args.fanouts:
                 run_fanout(args, stores, [int(k) for k in text.split(",")], seeds, device,
-                           [os.getpid(), *(proc.pid for proc in cluster.processes)])
+                           pids)
         finally:
             fs.close()
     print(json.dumps({"row": "total", "seconds": round(time.perf_counter() - started, 1)}),

@@ -60,20 +60,28 @@ def _hops(num_seeds: Sequence[int], fan_outs: Sequence[int], replace: bool,
                     f"integer ones were due")
         if counts.numel() != seeds:
             return f"{counts.numel()} counts for {seeds} seeds"
-        if counts.numel() and (int(counts.min()) < 0 or (k >= 0 and int(counts.max()) > k)):
-            return (f"neighbour counts from {int(counts.min())} to {int(counts.max())}, "
-                    f"where each lies in [0, {k}]" if k >= 0 else
-                    f"a negative neighbour count ({int(counts.min())})")
+        low, high = _bounds(counts)
+        if counts.numel() and (low < 0 or (k >= 0 and high > k)):
+            return (f"neighbour counts from {low} to {high}, where each lies in [0, {k}]"
+                    if k >= 0 else f"a negative neighbour count ({low})")
         total = int(counts.sum()) if counts.numel() else 0
         if nbrs.numel() != total or eids.numel() != total:
             return (f"{nbrs.numel()} neighbours and {eids.numel()} edge ids, where its "
                     f"counts add up to {total}")
         for name, ids in (("neighbour", nbrs), ("edge", eids)):
-            if ids.numel() and int(ids.min()) < 0:
+            if ids.numel() and int(ids.min()) < 0:  # one pass: no need for the max
                 return f"a negative {name} id ({int(ids.min())})"
         if not replace and _repeats_an_edge(counts, eids):
             return "an edge twice for one seed, sampled without replacement"
     return None
+
+
+def _bounds(t: Tensor) -> tuple[int, int]:
+    """``(min, max)`` of a non-empty tensor in one pass (``(0, 0)`` if empty)."""
+    if not t.numel():
+        return 0, 0
+    low, high = torch.aminmax(t)
+    return int(low), int(high)
 
 
 def _repeats_an_edge(counts: Tensor, eids: Tensor) -> bool:
@@ -131,7 +139,8 @@ def tree(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
     if len(reply) == 7 and reply[6].numel() != node.numel():
         return f"{reply[6].numel()} batch entries for {node.numel()} nodes"
     for name, index in (("row", row), ("col", col)):
-        if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < node.numel():
+        low, high = _bounds(index)
+        if index.numel() and not 0 <= low <= high < node.numel():
             return f"{name} entries outside the {node.numel()} sampled nodes"
     if args.get("subgraph") == "induced":
         return None if not per_hop_nodes.numel() and not per_hop_edges.numel() else \
@@ -184,8 +193,8 @@ def tree_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, An
         if row.numel() != col.numel() or row.numel() != edge.numel():
             return f"{row.numel()} rows, {col.numel()} columns, {edge.numel()} edge ids"
         for name, index, node_type in (("row", row, src), ("col", col, dst)):
-            if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < \
-                    nodes[node_type].numel():
+            low, high = _bounds(index)
+            if index.numel() and not 0 <= low <= high < nodes[node_type].numel():
                 return f"{name} entries of {edge_types[i]} outside its {node_type!r} nodes"
         edge_counts.append(row.numel())
     if args.get("subgraph") == "induced":

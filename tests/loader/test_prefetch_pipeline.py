@@ -129,3 +129,44 @@ def test_workers_follow_the_consumers_grad_mode():
     assert [t.requires_grad for t in evaluated] == [False] * 6
     trained = list(pipeline(range(6)))
     assert all(t.requires_grad and t.grad_fn is not None for t in trained)
+
+
+def _thread_count_of_a_new_thread() -> int:
+    import torch
+
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def test_workers_run_torch_ops_on_one_thread_and_leave_the_consumers_count(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("PYG_DIST_LOADER_THREADS", raising=False)
+    before = torch.get_num_threads()
+    pipeline = PrefetchPipeline(lambda i: (torch.get_num_threads(), torch.get_num_threads()),
+                                depth=3)
+    during = []
+    for worker_count, _ in pipeline(range(5)):
+        during.append(torch.get_num_threads())
+        assert worker_count == 1
+    assert during == [before] * 5
+    assert torch.get_num_threads() == before
+    assert _thread_count_of_a_new_thread() == before  # the process default restored
+
+
+def test_loader_threads_zero_keeps_the_process_count(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("PYG_DIST_LOADER_THREADS", "0")
+    counts = list(PrefetchPipeline(lambda i: torch.get_num_threads(), depth=2)(range(3)))
+    assert counts == [torch.get_num_threads()] * 3
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
+def test_bad_loader_threads_is_a_typed_error(monkeypatch, value):
+    monkeypatch.setenv("PYG_DIST_LOADER_THREADS", value)
+    with pytest.raises(LoaderError, match="PYG_DIST_LOADER_THREADS must be an integer"):
+        list(PrefetchPipeline(lambda i: i, depth=2)(range(3)))
