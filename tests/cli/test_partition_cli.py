@@ -203,3 +203,21 @@ def test_bad_file_arguments_are_errors_and_write_nothing(tmp_path, cora_files, c
     assert main(["partition", *argv, "-n", "2", "--no-progress"]) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_partition_imdb_from_typed_files_then_info_prints_per_type_counts(tmp_path, capsys):
+    from pyg_dist.datasets import load_dataset
+    from pyg_dist.partitioning.file_export import write_hetero_data_files
+
+    files = write_hetero_data_files(load_dataset("pyg_dist.datasets:imdb"), tmp_path / "f")
+    root = tmp_path / "imdb-2"
+    assert main(["partition", "--from", str(files), str(root), "-n", "2", "-p", "hash",
+                 "--no-progress"]) == 0
+    meta = json.loads((root / "meta.json").read_text())
+    assert meta["format_version"] == 2 and meta["num_nodes"] == 4661 + 2270 + 5841
+    capsys.readouterr()
+    assert main(["info", str(root), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert any(line.split()[:2] == ["actor", "5841"] for line in out.splitlines())
+    assert any(r.startswith("actor -> movie (acted_in)") and " 13983 " in r
+               for r in out.splitlines())
