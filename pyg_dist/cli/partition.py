@@ -23,8 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "DIR (and no DATASET) the graph is read from files instead (DIR/edges/*.parquet "
             "with int columns src, dst, DIR/edges/NAME.npy per edge attribute, "
             "DIR/nodes/NAME.npy per node attribute; by type DIR/edges/SRC__REL__DST/ and "
-            "DIR/nodes/TYPE/) in passes over chunks, so that the process stays under --memory-limit whatever "
-            "the graph's size; the same dataset format comes out."))
+            "DIR/nodes/TYPE/) in passes over chunks, so that the process stays under "
+            "--memory-limit whatever the graph's size; the same dataset format comes out."))
     p.add_argument("dataset", metavar="DATASET", nargs="?",
                    help="module:callable returning a Data or HeteroData (not with --from)")
     p.add_argument("root", metavar="ROOT", nargs="?",
