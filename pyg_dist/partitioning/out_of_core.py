@@ -47,6 +47,7 @@ from pyg_dist.partitioning.file_source import EdgeStream, FileGraph
 from pyg_dist.partitioning.memory_limit import (
     MIN_WORKING_BYTES,
     MemoryBudget,
+    bounded_allocation,
     current_rss,
     default_limit,
     format_size,
@@ -116,33 +117,44 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     limit = default_limit() if memory_limit is None else int(memory_limit)
     registry = registry or default_registry
     plugin = build_partitioner(registry, partitioner, options, ("assign_stream", "assign"))
-    # The footprint is measured once, before any pass, with the plugin loaded
-    # (random and metis import torch) and once pyarrow has decoded something:
-    # memory a pass frees may stay with the process (the allocator keeps it),
-    # but the next pass reuses it.
+    # Freed chunks must leave the RSS within a pass, not only between passes
+    # (memory_limit.bounded_allocation: pyarrow on malloc, a fixed mmap threshold).
+    with bounded_allocation():
+        node_part, budget = _assign_within(plugin, graph, num_parts, limit, chunk_edges)
+        with staged(root) as tmp:
+            meta = write_parts(tmp, graph, node_part, num_parts, budget, progress)
+            meta["graph_name"] = graph_name
+            meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
+    return meta
+
+
+
+def _assign_within(plugin: Any, graph: FileGraph, num_parts: int, limit: int,
+                   chunk_edges: Optional[int]) -> tuple[np.ndarray, MemoryBudget]:
+    """The owner of every node and the budget of the writing passes.
+
+    The footprint is measured once, before any pass, with the plugin loaded
+    (random and metis import torch) and once pyarrow has decoded something:
+    memory a pass frees may stay with the process (the allocator keeps it),
+    but the next pass reuses it.
+    """
     graph.warm_up()
     release_freed_memory()
     baseline = current_rss()
     budget = _budget(limit, baseline, graph, num_parts,
                      max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
-    edges_per_chunk = budget.chunk_rows(shuffle_bytes_per_edge(0))
     logger.info("partitioning %d nodes, %d edges from %s under %s (%s working, chunks of "
                 "%d edges)", graph.num_nodes, graph.num_edges, graph.root,
-                format_size(limit), format_size(budget.working), edges_per_chunk)
+                format_size(limit), format_size(budget.working),
+                budget.chunk_rows(shuffle_bytes_per_edge(0)))
     node_part = _assign(plugin, graph, num_parts, budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
                         limit)
     release_freed_memory()
     counts = np.bincount(node_part, minlength=num_parts)
-    budget = _budget(limit, baseline, graph, num_parts, max_part_nodes=int(counts.max()),
-                     cap=chunk_edges)
-    with staged(root) as tmp:
-        meta = write_parts(tmp, graph, node_part, num_parts, budget, progress)
-        meta["graph_name"] = graph_name
-        meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
-    logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
-    return meta
-
+    return node_part, _budget(limit, baseline, graph, num_parts,
+                              max_part_nodes=int(counts.max()), cap=chunk_edges)
 
 def _budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
             max_part_nodes: int, cap: Optional[int]) -> MemoryBudget:
