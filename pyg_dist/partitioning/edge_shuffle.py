@@ -93,31 +93,40 @@ class EdgeShuffle:
 
     def spill(self, chunk_edges: int, bar: Any) -> None:
         """The shuffle pass: every edge into its owner's spill file."""
-        outs = [open(self._spill(k), "wb") for k in range(self.num_parts)]
+        outs = self.open_spills()
         try:
             for first, src, dst in self.edges.chunks(chunk_edges):
-                owner = self.dst_part[dst]
-                order = np.argsort(owner, kind="stable")
-                bounds = np.zeros(self.num_parts + 1, dtype=np.int64)
-                np.cumsum(np.bincount(owner, minlength=self.num_parts), out=bounds[1:])
-                del owner
-                records = np.empty(src.size, dtype=self.record)
-                records["src"] = src[order]
-                records["dst"] = dst[order]
-                records["eid"] = order
-                records["eid"] += first
-                for name, array in self.edges.arrays.items():
-                    records[ATTRIBUTE_FIELD + name] = array.read_rows(
-                        first, first + src.size)[order]
-                del order
+                records, bounds = self.group(first, src, dst, self.dst_part[dst])
                 for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
                     outs[k].write(records[bounds[k]:bounds[k + 1]].tobytes())
                 self.num_edges += bounds[1:] - bounds[:-1]
                 bar.update(src.size)
                 del records
         finally:
-            for f in outs:
+            for f in outs.values():
                 f.close()
+
+    def open_spills(self, parts: Optional[list[int]] = None) -> dict[int, Any]:
+        """The spill files of ``parts`` (all), opened for appending."""
+        return {k: open(self._spill(k), "ab")
+                for k in (range(self.num_parts) if parts is None else parts)}
+
+    def group(self, first: int, src: np.ndarray, dst: np.ndarray,
+              key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The chunk's records (edge ids from ``first``), sorted stably by
+        ``key`` (an integer in ``[0, num_parts)`` per edge), and the bounds
+        of every key's run."""
+        order = np.argsort(key, kind="stable")
+        bounds = np.zeros(self.num_parts + 1, dtype=np.int64)
+        np.cumsum(np.bincount(key, minlength=self.num_parts), out=bounds[1:])
+        records = np.empty(src.size, dtype=self.record)
+        records["src"] = src[order]
+        records["dst"] = dst[order]
+        records["eid"] = order
+        records["eid"] += first
+        for name, array in self.edges.arrays.items():
+            records[ATTRIBUTE_FIELD + name] = array.read_rows(first, first + src.size)[order]
+        return records, bounds
 
     def _chunks(self, path: Path, chunk_edges: int) -> Iterator[np.ndarray]:
         """Records of a spill file, ``chunk_edges`` at a time."""
@@ -128,7 +137,7 @@ class EdgeShuffle:
                 yield np.fromfile(f, dtype=self.record, count=count)
 
     def write_part(self, tmp: Path, part: int, owned: np.ndarray, halo: np.ndarray,
-                   budget_edges: int, bar: Any) -> PartStats:
+                   budget_edges: int, bar: Any, by_edge_id: bool = False) -> PartStats:
         """Writes the part's edge file of this type from its spill file.
 
         Args:
@@ -139,6 +148,9 @@ class EdgeShuffle:
                 owned by other parts are set (the caller counts and clears).
             budget_edges: Edges that may be sorted at once.
             bar: A tqdm bar advanced by edges.
+            by_edge_id: Order each destination's edges by edge id (spill
+                files filled by several ranks, in no edge order); otherwise
+                the spill order is kept (it is the edge order).
 
         Returns:
             The part's counts of this edge type (``num_halo_nodes`` is left
@@ -170,7 +182,10 @@ class EdgeShuffle:
                 records = np.fromfile(bucket_path, dtype=self.record)
                 if bucket_path != spill:
                     bucket_path.unlink()
-                order = np.argsort(np.searchsorted(owned, records["dst"]), kind="stable")
+                local = np.searchsorted(owned, records["dst"])
+                order = np.lexsort((records["eid"], local)) if by_edge_id else \
+                    np.argsort(local, kind="stable")
+                del local
                 out.write_rows(INDICES, first_edge, records["src"][order])
                 out.write_rows(EDGE_IDS, first_edge, records["eid"][order])
                 for name in self.edges.arrays:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -214,17 +214,23 @@ class EdgeSet:
                                 f"{self.directory} holds {self.num_edges} edges; an edge "
                                 f"attribute needs one row per edge, in edge order")
 
-    def chunks(self, chunk_edges: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    def chunks(self, chunk_edges: int, files: Optional[range] = None
+               ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """``(first edge id, src, dst)`` chunks of at most ``chunk_edges``
         edges (int64), in edge id order, every id checked to be in range.
+
+        Args:
+            chunk_edges: Edges per chunk.
+            files: Read only these files (by index; edge ids stay global).
 
         Raises:
             InvalidPartitionArgumentError: on an id out of range or a null.
         """
         import pyarrow.parquet as pq
 
-        first = 0
-        for edge_file in self.files:
+        files = range(len(self.files)) if files is None else files
+        first = sum(f.num_rows for f in self.files[:files.start])
+        for edge_file in (self.files[i] for i in files):
             # pre_buffer (pyarrow's default) reads whole row groups ahead, and
             # reader threads each grow an allocator arena: both cost RSS
             # beyond the chunk.

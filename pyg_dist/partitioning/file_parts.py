@@ -57,19 +57,9 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
     from tqdm.auto import tqdm
 
     files: dict[str, dict[str, Any]] = {}
-
-    def record(name: str) -> str:
-        path = tmp / name
-        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        return name
-
-    books = _books(graph, node_part)
-    book_entries = []
-    for key, book in books.items():
-        with SafetensorsFile(tmp / book_file(key), {BOOK_KEY: (book.dtype, book.shape)}) as f:
-            f.write_rows(BOOK_KEY, 0, book)
-        book_entries.append({"type": key, "file": record(book_file(key)), "key": BOOK_KEY,
-                             "dtype": str(book.dtype)})
+    record = recorder(tmp, files)
+    books = books_of(graph, node_part)
+    book_entries = write_books(tmp, books, record)
     for k in range(num_parts):
         (tmp / part_dir(k)).mkdir()
     train = {}
@@ -82,89 +72,113 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
                 lambda k, key=key: node_file(k, key))
     release_freed_memory()
     shuffles = _shuffle(tmp / ".spill", graph, books, num_parts, budget, progress)
-    parts, stats, edge_stats = _write_csc(tmp, graph, books, shuffles, train, num_parts,
-                                          budget, progress, record)
+    halo = halo_bitmaps(graph)
+    entries = []
+    with tqdm(total=graph.num_edges, desc="csc", unit="edge", disable=not progress) as bar:
+        for k in range(num_parts):
+            entries.append(write_part_csc(tmp, graph, books, shuffles, k,
+                                          {key: t[k] for key, t in train.items()}, halo,
+                                          budget, bar, record))
     shutil.rmtree(tmp / ".spill")
-    return _meta(graph, books, book_entries, parts, stats, edge_stats, files)
+    return build_meta(graph, books, book_entries, entries, files)
 
 
-def _books(graph: FileGraph, node_part: np.ndarray) -> dict[NodeKey, np.ndarray]:
+def recorder(tmp: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], str]:
+    """A function that checksums a written file (name relative to ``tmp``)
+    into ``files`` and returns its name."""
+    def record(name: str) -> str:
+        path = tmp / name
+        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        return name
+    return record
+
+
+def books_of(graph: FileGraph, node_part: np.ndarray) -> dict[NodeKey, np.ndarray]:
     """The view's assignment cut into one book per node type (views, no copy)."""
     return {key: node_part[start:start + graph.nodes[key].num_nodes]
             for key, start in graph.offsets().items()}
+
+
+def write_books(tmp: Path, books: dict[NodeKey, np.ndarray],
+                record: Callable[[str], str]) -> list[dict[str, Any]]:
+    """Writes every node type's book; returns their ``meta.json`` entries."""
+    entries = []
+    for key, book in books.items():
+        with SafetensorsFile(tmp / book_file(key), {BOOK_KEY: (book.dtype, book.shape)}) as f:
+            f.write_rows(BOOK_KEY, 0, book)
+        entries.append({"type": key, "file": record(book_file(key)), "key": BOOK_KEY,
+                        "dtype": str(book.dtype)})
+    return entries
+
+
+def halo_bitmaps(graph: FileGraph) -> dict[NodeKey, np.ndarray]:
+    """One byte a node, per node type: the scratch of :func:`write_part_csc`."""
+    return {key: np.zeros(n.num_nodes, dtype=np.bool_) for key, n in graph.nodes.items()}
 
 
 def _shuffle(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
              num_parts: int, budget: MemoryBudget, progress: bool) -> dict[EdgeKey, EdgeShuffle]:
     from tqdm.auto import tqdm
 
-    shuffles = {}
+    shuffles = new_shuffles(spill_root, graph, books, num_parts)
     with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
               disable=not progress) as bar:
-        for i, (key, edges) in enumerate(graph.edges.items()):
-            spill_dir = spill_root / str(i)
-            spill_dir.mkdir(parents=True)
-            src, dst = (None, None) if key is None else (key[0], key[2])
-            shuffle = EdgeShuffle(spill_dir, edges, books[dst], num_parts,
-                                  src_part=books[src],
-                                  file_name=lambda k, key=key: edge_file(k, key))
-            shuffle.spill(budget.chunk_rows(shuffle_bytes_per_edge(edges.attribute_row_bytes)),
-                          bar)
-            shuffles[key] = shuffle
+        for key, shuffle in shuffles.items():
+            shuffle.spill(budget.chunk_rows(
+                shuffle_bytes_per_edge(graph.edges[key].attribute_row_bytes)), bar)
             release_freed_memory()
     return shuffles
 
 
-def _write_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
-               shuffles: dict[EdgeKey, EdgeShuffle], train: dict[NodeKey, list[int]],
-               num_parts: int, budget: MemoryBudget, progress: bool,
-               record: Callable[[str], str]) -> tuple[list, list, dict]:
-    """Per part, every edge type's CSC; returns the parts' ``meta.json``
-    entries, their :class:`PartStats` and per edge type its stored edges per
-    part and cut."""
-    from tqdm.auto import tqdm
+def new_shuffles(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
+                 num_parts: int) -> dict[EdgeKey, EdgeShuffle]:
+    """An :class:`EdgeShuffle` per edge type, each with its spill directory."""
+    shuffles = {}
+    for i, (key, edges) in enumerate(graph.edges.items()):
+        spill_dir = spill_root / str(i)
+        spill_dir.mkdir(parents=True)
+        src, dst = (None, None) if key is None else (key[0], key[2])
+        shuffles[key] = EdgeShuffle(spill_dir, edges, books[dst], num_parts,
+                                    src_part=books[src],
+                                    file_name=lambda k, key=key: edge_file(k, key))
+    return shuffles
 
-    halo = {key: np.zeros(n.num_nodes, dtype=np.bool_) for key, n in graph.nodes.items()}
-    edge_stats = {key: ([], 0) for key in graph.edges}
-    parts, stats = [], []
-    with tqdm(total=graph.num_edges, desc="csc", unit="edge", disable=not progress) as bar:
-        for k in range(num_parts):
-            edge_entries = []
-            for key, shuffle in shuffles.items():
-                release_freed_memory()
-                dst = None if key is None else key[2]
-                owned = np.flatnonzero(books[dst] == k)
-                sort_edges = sort_bytes_per_edge(graph.edges[key].attribute_row_bytes)
-                part_stats = shuffle.write_part(tmp, k, owned, halo[None if key is None
-                                                                    else key[0]],
-                                                budget.chunk_rows(sort_edges), bar)
-                del owned
-                stored, cut = edge_stats[key]
-                edge_stats[key] = (stored + [part_stats.num_edges], cut + part_stats.num_cut_edges)
-                edge_entries.append({"type": None if key is None else list(key),
-                                     "file": record(edge_file(k, key)),
-                                     "num_edges": part_stats.num_edges,
-                                     "num_cut_edges": part_stats.num_cut_edges})
-            node_entries = []
-            for key in graph.nodes:
-                node_entries.append({"type": key, "file": record(node_file(k, key)),
-                                     "num_nodes": int(np.count_nonzero(books[key] == k)),
-                                     "num_halo_nodes": int(np.count_nonzero(halo[key])),
-                                     "num_train_nodes": train[key][k]})
-                halo[key][:] = False
-            part_stats = PartStats(
-                num_nodes=sum(e["num_nodes"] for e in node_entries),
-                num_edges=sum(e["num_edges"] for e in edge_entries),
-                num_halo_nodes=sum(e["num_halo_nodes"] for e in node_entries),
-                num_cut_edges=sum(e["num_cut_edges"] for e in edge_entries),
-                num_train_nodes=sum(e["num_train_nodes"] for e in node_entries))
-            if not graph.is_hetero:  # version 1 keeps only the counts of its one type
-                node_entries = [{n: node_entries[0][n] for n in ("type", "file", "num_nodes")}]
-                edge_entries = [{n: edge_entries[0][n] for n in ("type", "file", "num_edges")}]
-            parts.append({"part": k, "dir": part_dir(k), "node_types": node_entries,
-                          "edge_types": edge_entries, "stats": part_stats.to_json()})
-            stats.append(part_stats)
-    return parts, stats, edge_stats
+
+def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
+                   shuffles: dict[EdgeKey, EdgeShuffle], k: int, train: dict[NodeKey, int],
+                   halo: dict[NodeKey, np.ndarray], budget: MemoryBudget, bar: Any,
+                   record: Callable[[str], str], by_edge_id: bool = False) -> dict[str, Any]:
+    """Writes part ``k``'s edge file of every edge type from the spill files
+    and checksums its node files; returns its ``meta.json`` entry with every
+    per-type count (:func:`build_meta` keeps those of its version)."""
+    edge_entries = []
+    for key, shuffle in shuffles.items():
+        release_freed_memory()
+        dst = None if key is None else key[2]
+        owned = np.flatnonzero(books[dst] == k)
+        sort_edges = sort_bytes_per_edge(graph.edges[key].attribute_row_bytes)
+        part_stats = shuffle.write_part(tmp, k, owned, halo[None if key is None else key[0]],
+                                        budget.chunk_rows(sort_edges), bar, by_edge_id)
+        del owned
+        edge_entries.append({"type": None if key is None else list(key),
+                             "file": record(edge_file(k, key)),
+                             "num_edges": part_stats.num_edges,
+                             "num_cut_edges": part_stats.num_cut_edges})
+    node_entries = []
+    for key in graph.nodes:
+        node_entries.append({"type": key, "file": record(node_file(k, key)),
+                             "num_nodes": int(np.count_nonzero(books[key] == k)),
+                             "num_halo_nodes": int(np.count_nonzero(halo[key])),
+                             "num_train_nodes": train[key]})
+        halo[key][:] = False
+    part_stats = PartStats(
+        num_nodes=sum(e["num_nodes"] for e in node_entries),
+        num_edges=sum(e["num_edges"] for e in edge_entries),
+        num_halo_nodes=sum(e["num_halo_nodes"] for e in node_entries),
+        num_cut_edges=sum(e["num_cut_edges"] for e in edge_entries),
+        num_train_nodes=sum(e["num_train_nodes"] for e in node_entries))
+    return {"part": k, "dir": part_dir(k), "node_types": node_entries,
+            "edge_types": edge_entries, "stats": part_stats.to_json()}
 
 
 def _balance(counts: list[int]) -> float:
@@ -179,9 +193,12 @@ def _specs(arrays: dict[str, Any]) -> dict[str, dict[str, Any]]:
             for name, a in arrays.items()}
 
 
-def _meta(graph: FileGraph, books: dict[NodeKey, np.ndarray], book_entries: list,
-          parts: list, stats: list[PartStats], edge_stats: dict, files: dict) -> dict[str, Any]:
+def build_meta(graph: FileGraph, books: dict[NodeKey, np.ndarray], book_entries: list,
+               parts: list[dict[str, Any]], files: dict) -> dict[str, Any]:
+    """``meta.json`` (without the partitioner and graph name) from the parts'
+    entries of :func:`write_part_csc`, in part order."""
     num_parts = len(parts)
+    stats = [PartStats(**p["stats"]) for p in parts]
     node_types, edge_types = [], []
     for key, nodes in graph.nodes.items():
         entry = {"type": key, "num_nodes": nodes.num_nodes, "features": _specs(nodes.arrays)}
@@ -189,14 +206,19 @@ def _meta(graph: FileGraph, books: dict[NodeKey, np.ndarray], book_entries: list
             entry["balance"] = _balance(
                 np.bincount(books[key], minlength=num_parts).tolist())
         node_types.append(entry)
-    for key, edges in graph.edges.items():
+    for i, (key, edges) in enumerate(graph.edges.items()):
         entry = {"type": None if key is None else list(key),
                  "src": None if key is None else key[0], "dst": None if key is None else key[2],
                  "num_edges": edges.num_edges, "features": _specs(edges.arrays)}
         if graph.is_hetero:
-            stored, cut = edge_stats[key]
-            entry["edge_cut"], entry["balance"] = cut, _balance(stored)
+            entry["edge_cut"] = sum(p["edge_types"][i]["num_cut_edges"] for p in parts)
+            entry["balance"] = _balance([p["edge_types"][i]["num_edges"] for p in parts])
         edge_types.append(entry)
+    if not graph.is_hetero:  # version 1 keeps only the counts of its one type
+        parts = [{**p, "node_types": [{n: p["node_types"][0][n]
+                                       for n in ("type", "file", "num_nodes")}],
+                  "edge_types": [{n: p["edge_types"][0][n]
+                                  for n in ("type", "file", "num_edges")}]} for p in parts]
     return {
         "format": FORMAT_NAME,
         "format_version": HETERO_FORMAT_VERSION if graph.is_hetero else FORMAT_VERSION,
