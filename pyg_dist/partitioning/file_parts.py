@@ -99,14 +99,18 @@ def books_of(graph: FileGraph, node_part: np.ndarray) -> dict[NodeKey, np.ndarra
             for key, start in graph.offsets().items()}
 
 
-def write_books(tmp: Path, books: dict[NodeKey, np.ndarray],
-                record: Callable[[str], str]) -> list[dict[str, Any]]:
-    """Writes every node type's book; returns their ``meta.json`` entries."""
+def write_books(tmp: Path, books: dict[NodeKey, np.ndarray], record: Callable[[str], str],
+                write: bool = True) -> list[dict[str, Any]]:
+    """Writes every node type's book (unless ``write`` is false: a rank that
+    does not write them); returns their ``meta.json`` entries."""
     entries = []
     for key, book in books.items():
-        with SafetensorsFile(tmp / book_file(key), {BOOK_KEY: (book.dtype, book.shape)}) as f:
-            f.write_rows(BOOK_KEY, 0, book)
-        entries.append({"type": key, "file": record(book_file(key)), "key": BOOK_KEY,
+        if write:
+            with SafetensorsFile(tmp / book_file(key),
+                                 {BOOK_KEY: (book.dtype, book.shape)}) as f:
+                f.write_rows(BOOK_KEY, 0, book)
+            record(book_file(key))
+        entries.append({"type": key, "file": book_file(key), "key": BOOK_KEY,
                         "dtype": str(book.dtype)})
     return entries
 
