@@ -77,10 +77,10 @@ from pyg_dist.partitioning.memory_limit import (
 from pyg_dist.partitioning.node_slices import NODE_WINDOW_OVERHEAD
 from pyg_dist.partitioning.out_of_core import (
     ASSIGN_BYTES_PER_EDGE,
-    _assign,
-    _book_dtype,
-    _budget,
-    _check_num_parts,
+    assign_parts,
+    book_dtype,
+    check_num_parts,
+    working_budget,
 )
 from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
 from pyg_dist.plugins import PluginRegistry, default_registry
@@ -126,15 +126,16 @@ def partition_files_across_ranks(
             "(run under torchrun; pyg-dist partition --distributed initializes gloo)")
     graph = FileGraph.open(source)
     root = Path(root)
-    _check_num_parts(num_parts, graph.num_nodes)
+    check_num_parts(num_parts, graph.num_nodes)
     registry = registry or default_registry
     plugin = build_partitioner(registry, partitioner, options, ("assign_stream", "assign"))
     with bounded_allocation():
         graph.warm_up()
         release_freed_memory()
         limit = default_limit() if memory_limit is None else int(memory_limit)
-        budget = _budget(limit, current_rss(), graph, num_parts,
-                         max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
+        budget = working_budget(limit, current_rss(), graph, num_parts,
+                                max_part_nodes=-(-graph.num_nodes // num_parts),
+                                cap=chunk_edges)
         node_part = _broadcast_book(plugin, graph, num_parts, budget)
         with _shared_staging(root, overwrite) as (tmp, leader):
             meta = _write(tmp, graph, node_part, num_parts, budget, leader,
@@ -149,10 +150,10 @@ def partition_files_across_ranks(
 
 def _broadcast_book(plugin: Any, graph: FileGraph, num_parts: int, budget: Any) -> np.ndarray:
     if dist.get_rank() == 0:
-        node_part = _assign(plugin, graph, num_parts, budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
-                            budget.limit)
+        node_part = assign_parts(plugin, graph, num_parts,
+                                 budget.chunk_rows(ASSIGN_BYTES_PER_EDGE), budget.limit)
     else:
-        node_part = np.empty(graph.num_nodes, dtype=_book_dtype(num_parts))
+        node_part = np.empty(graph.num_nodes, dtype=book_dtype(num_parts))
     dist.broadcast(torch.from_numpy(node_part), src=0)
     release_freed_memory()
     return node_part

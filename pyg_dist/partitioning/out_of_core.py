@@ -112,7 +112,7 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     """
     graph = source if isinstance(source, FileGraph) else FileGraph.open(source)
     root = Path(root)
-    _check_num_parts(num_parts, graph.num_nodes)
+    check_num_parts(num_parts, graph.num_nodes)
     check_root(root, overwrite)
     limit = default_limit() if memory_limit is None else int(memory_limit)
     registry = registry or default_registry
@@ -143,26 +143,26 @@ def _assign_within(plugin: Any, graph: FileGraph, num_parts: int, limit: int,
     graph.warm_up()
     release_freed_memory()
     baseline = current_rss()
-    budget = _budget(limit, baseline, graph, num_parts,
-                     max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
+    budget = working_budget(limit, baseline, graph, num_parts,
+                            max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
     logger.info("partitioning %d nodes, %d edges from %s under %s (%s working, chunks of "
                 "%d edges)", graph.num_nodes, graph.num_edges, graph.root,
                 format_size(limit), format_size(budget.working),
                 budget.chunk_rows(shuffle_bytes_per_edge(0)))
-    node_part = _assign(plugin, graph, num_parts, budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
+    node_part = assign_parts(plugin, graph, num_parts, budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
                         limit)
     release_freed_memory()
     counts = np.bincount(node_part, minlength=num_parts)
-    return node_part, _budget(limit, baseline, graph, num_parts,
-                              max_part_nodes=int(counts.max()), cap=chunk_edges)
+    return node_part, working_budget(limit, baseline, graph, num_parts,
+                                     max_part_nodes=int(counts.max()), cap=chunk_edges)
 
-def _budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
-            max_part_nodes: int, cap: Optional[int]) -> MemoryBudget:
+def working_budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
+                   max_part_nodes: int, cap: Optional[int]) -> MemoryBudget:
     """The working memory once the process and the per-node state are counted:
     the book (1-2 bytes a node), the halo bitmap (1), the assignment while a
     plugin returns it (8), per part its owned ids, counts and indptr, and what
     pyarrow holds to decode one row group (:data:`ROW_GROUP_BYTES_PER_ROW`)."""
-    per_node = _book_dtype(num_parts).itemsize + 1 + 8
+    per_node = book_dtype(num_parts).itemsize + 1 + 8
     row_group = graph.max_row_group * ROW_GROUP_BYTES_PER_ROW
     state = graph.num_nodes * per_node + 24 * (max_part_nodes + 1) + row_group
     budget = MemoryBudget(limit=limit, baseline=baseline, state=state, max_rows=cap)
@@ -178,11 +178,14 @@ def _budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
     return budget
 
 
-def _book_dtype(num_parts: int) -> np.dtype:
+def book_dtype(num_parts: int) -> np.dtype:
+    """The dtype of a book of ``num_parts`` parts (as the in-memory writer's)."""
     return np.dtype(np.uint8) if num_parts <= 256 else np.dtype(np.int16)
 
 
-def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
+def check_num_parts(num_parts: Any, num_nodes: int) -> None:
+    """Refuses a ``num_parts`` that is not an int in ``[1, min(num_nodes,
+    MAX_PARTS)]`` (:class:`~pyg_dist.errors.InvalidPartitionArgumentError`)."""
     if isinstance(num_parts, bool) or not isinstance(num_parts, int):
         raise InvalidPartitionArgumentError(f"num_parts must be an int, got {num_parts!r}")
     if num_parts < 1 or num_parts > num_nodes:
@@ -193,8 +196,8 @@ def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
             f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
 
 
-def _assign(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
-            limit: int) -> np.ndarray:
+def assign_parts(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
+                 limit: int) -> np.ndarray:
     """The owner of every node, in the book's dtype."""
     if callable(getattr(plugin, "assign_stream", None)):
         assignment = plugin.assign_stream(EdgeStream(graph, chunk_edges), num_parts)
@@ -209,7 +212,7 @@ def _assign(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
     if assignment.size and (int(assignment.min()) < 0 or int(assignment.max()) >= num_parts):
         raise InvalidPartitionArgumentError(
             f"the partitioner's output is invalid: part ids must lie in [0, {num_parts})")
-    return assignment.astype(_book_dtype(num_parts), copy=False)
+    return assignment.astype(book_dtype(num_parts), copy=False)
 
 
 def _assign_in_memory(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
