@@ -192,10 +192,15 @@ def test_partition_from_files_in_a_subprocess_then_info(tmp_path, cora_files, ca
      "needs the whole graph in memory"),
     (["pyg_dist.datasets:cora", "ROOT", "--memory-limit", "4G"], "--from DIR only"),
     (["ROOT", "--from", "FILES", "--num-nodes", "5"], "num_nodes=5"),
+    (["pyg_dist.datasets:cora", "ROOT", "--distributed"], "--from DIR only"),
+    (["ROOT", "--from", "FILES", "--distributed"], "under torchrun"),
+    (["ROOT", "--from", "FILES", "--distributed", "--num-nodes", "5"], "--num-nodes does not"),
 ])
 def test_bad_file_arguments_are_errors_and_write_nothing(tmp_path, cora_files, capsys, argv,
-                                                         message):
+                                                         message, monkeypatch):
     from pyg_dist.partitioning.memory_limit import current_rss
+
+    monkeypatch.delenv("RANK", raising=False)  # as outside torchrun
 
     names = {"ROOT": str(tmp_path / "out"), "FILES": str(cora_files),
              "RSS+64M": str(current_rss() + (64 << 20))}
