@@ -82,6 +82,7 @@ from pyg_dist.partitioning.out_of_core import (
     check_num_parts,
     working_budget,
 )
+from pyg_dist.partitioning.rank_messages import agree_min, any_rank, exchange, gather_json
 from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
 from pyg_dist.plugins import PluginRegistry, default_registry
 
@@ -127,6 +128,7 @@ def partition_files_across_ranks(
     graph = FileGraph.open(source)
     root = Path(root)
     check_num_parts(num_parts, graph.num_nodes)
+    _check_agreement(num_parts, graph)
     registry = registry or default_registry
     plugin = build_partitioner(registry, partitioner, options, ("assign_stream", "assign"))
     with bounded_allocation():
@@ -195,36 +197,23 @@ def _shared_staging(root: Path, overwrite: bool) -> Iterator[tuple[Path, bool]]:
             probe.unlink(missing_ok=True)
 
 
-def _agree_min(value: int) -> int:
-    """The smallest ``value`` of all ranks (chunk sizes must agree)."""
-    t = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return int(t)
+def _check_agreement(num_parts: int, graph: FileGraph) -> None:
+    """Every rank must partition the same graph into as many parts: the
+    rounds and messages below assume it.
 
-
-def _any(flag: bool) -> bool:
-    t = torch.tensor([int(flag)], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t)
-
-
-def _exchange(outgoing: list[bytes]) -> list[memoryview]:
-    """Sends ``outgoing[q]`` to rank ``q``; returns what every rank sent here."""
-    world = dist.get_world_size()
-    sizes = torch.tensor([len(b) for b in outgoing], dtype=torch.int64)
-    got = torch.empty(world, dtype=torch.int64)
-    dist.all_to_all_single(got, sizes)
-    payload = b"".join(outgoing)
-    send = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else \
-        torch.empty(0, dtype=torch.uint8)
-    recv = torch.empty(int(got.sum()), dtype=torch.uint8)
-    dist.all_to_all_single(recv, send, output_split_sizes=got.tolist(),
-                           input_split_sizes=sizes.tolist())
-    view, out, at = memoryview(recv.numpy()), [], 0
-    for size in got.tolist():
-        out.append(view[at:at + size])
-        at += size
-    return out
+    Raises:
+        InvalidPartitionArgumentError: naming what the ranks disagree on.
+    """
+    mine = torch.tensor([num_parts, graph.num_nodes, graph.num_edges, len(graph.nodes),
+                         len(graph.edges)], dtype=torch.int64)
+    low, high = mine.clone(), mine.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    if not torch.equal(low, high):
+        raise InvalidPartitionArgumentError(
+            f"the ranks disagree on (num_parts, nodes, edges, node types, edge types): "
+            f"from {low.tolist()} to {high.tolist()}; give every rank the same "
+            f"arguments and the same files")
 
 
 def _my_parts(num_parts: int) -> list[int]:
@@ -246,7 +235,7 @@ def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int, b
     with tqdm(total=graph.num_nodes, desc="nodes", unit="node", disable=not progress) as bar:
         for key, nodes in graph.nodes.items():
             row_bytes = sum(2 * a.row_bytes for a in nodes.arrays.values())
-            window = _agree_min(budget.chunk_rows(row_bytes + NODE_WINDOW_OVERHEAD,
+            window = agree_min(budget.chunk_rows(row_bytes + NODE_WINDOW_OVERHEAD,
                                                   1 / dist.get_world_size()))
             train[key] = _exchange_nodes(tmp, key, nodes, books[key], num_parts, window, bar)
     release_freed_memory()
@@ -257,7 +246,7 @@ def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int, b
         for key, shuffle in shuffles.items():
             chunk = budget.chunk_rows(shuffle_bytes_per_edge(
                 graph.edges[key].attribute_row_bytes), 1 / dist.get_world_size())
-            _exchange_edges(shuffle, _agree_min(chunk), mine, bar)
+            _exchange_edges(shuffle, agree_min(chunk), mine, bar)
             release_freed_memory()
     halo = halo_bitmaps(graph)
     entries = []
@@ -267,7 +256,7 @@ def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int, b
                                           {key: t.get(k, 0) for key, t in train.items()},
                                           halo, budget, bar, record, by_edge_id=True))
     shutil.rmtree(spill_root)
-    entries, files = _gather_entries(entries, files)
+    entries, files = _merge(gather_json({"entries": entries, "files": files}))
     return build_meta(graph, books, book_entries, entries, files)
 
 
@@ -293,9 +282,9 @@ def _exchange_nodes(tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_p
             files[k] = SafetensorsFile(tmp / node_file(k, key), specs)
             train[k] = 0
         start = lo
-        while _any(start < hi):
+        while any_rank(start < hi):
             stop = min(start + window, hi)
-            outgoing = [bytearray() for _ in range(world)]
+            outgoing: list[list[Any]] = [[] for _ in range(world)]
             if start < stop:
                 owner = book[start:stop]
                 order = np.argsort(owner, kind="stable")
@@ -305,13 +294,12 @@ def _exchange_nodes(tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_p
                 for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
                     sel = order[bounds[k]:bounds[k + 1]]
                     piece = outgoing[k % world]
-                    piece += np.array([k, cursor[k], sel.size], dtype=np.int64).tobytes()
-                    piece += (sel.astype(np.int64) + start).tobytes()
-                    for name in arrays:
-                        piece += np.ascontiguousarray(rows[name][sel]).tobytes()
+                    piece.append(np.array([k, cursor[k], sel.size], dtype=np.int64))
+                    piece.append(sel.astype(np.int64) + start)
+                    piece += [np.ascontiguousarray(rows[name][sel]) for name in arrays]
                     cursor[k] += sel.size
                 bar.update(stop - start)
-            for blob in _exchange([bytes(b) for b in outgoing]):
+            for blob in exchange(outgoing):
                 _write_node_rows(blob, files, arrays, counts, train)
             start = max(stop, start)
     finally:
@@ -351,18 +339,17 @@ def _exchange_edges(shuffle: EdgeShuffle, chunk: int, mine: list[int], bar: Any)
     itemsize = shuffle.record.itemsize
     try:
         item = next(chunks, None)
-        while _any(item is not None):
-            outgoing = [bytearray() for _ in range(world)]
+        while any_rank(item is not None):
+            outgoing: list[list[Any]] = [[] for _ in range(world)]
             if item is not None:
                 first, src, dst = item
                 records, bounds = shuffle.group(first, src, dst, shuffle.dst_part[dst])
                 for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
-                    piece = outgoing[k % world]
-                    piece += np.array([k, bounds[k + 1] - bounds[k]], np.int64).tobytes()
-                    piece += records[bounds[k]:bounds[k + 1]].tobytes()
+                    outgoing[k % world] += [np.array([k, bounds[k + 1] - bounds[k]], np.int64),
+                                            records[bounds[k]:bounds[k + 1]].view(np.uint8)]
                 bar.update(src.size)
-                del records, src, dst
-            for blob in _exchange([bytes(b) for b in outgoing]):
+                del src, dst
+            for blob in exchange(outgoing):
                 at = 0
                 while at < len(blob):
                     k, n = (int(v) for v in np.frombuffer(blob, np.int64, 2, at))
@@ -379,22 +366,10 @@ def _exchange_edges(shuffle: EdgeShuffle, chunk: int, mine: list[int], bar: Any)
             f.close()
 
 
-def _gather_entries(entries: list[dict[str, Any]], files: dict[str, Any]
-                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every rank's part entries (in part order) and file checksums."""
-    blob = json.dumps({"entries": entries, "files": files}).encode()
-    size = torch.tensor([len(blob)], dtype=torch.int64)
-    sizes = [torch.empty(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
-    dist.all_gather(sizes, size)
-    longest = max(int(s) for s in sizes)
-    mine = torch.zeros(longest, dtype=torch.uint8)
-    mine[:len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
-    got = [torch.empty(longest, dtype=torch.uint8) for _ in sizes]
-    dist.all_gather(got, mine)
-    all_entries, all_files = [], {}
-    for tensor, n in zip(got, sizes):
-        value = json.loads(bytes(tensor[:int(n)].tolist()))
-        all_entries += value["entries"]
-        all_files.update(value["files"])
-    all_entries.sort(key=lambda e: e["part"])
-    return all_entries, all_files
+def _merge(values: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every rank's part entries (in part order) and file checksums, joined."""
+    entries, files = [], {}
+    for value in values:
+        entries += value["entries"]
+        files.update(value["files"])
+    return sorted(entries, key=lambda e: e["part"]), files
