@@ -183,7 +183,12 @@ def bounded_allocation() -> Iterator[None]:
     after; a buffer remembers its pool, so buffers alive across the switch
     are safe) and glibc's mmap threshold is fixed at :data:`MMAP_THRESHOLD`
     (``mallopt``; process-wide and left so: it only stops the threshold from
-    growing, each large array is then mapped and unmapped on its own).
+    growing, each large array is then mapped and unmapped on its own). This
+    is the opposite of :func:`pyg_dist.malloc_tuning.tune_malloc` (a 1 GiB
+    threshold, so that serving and training reuse their per-batch buffers):
+    a process that partitions and then serves or trains should call
+    ``tune_malloc()`` again (glibc has no call that reads the threshold
+    back, so it cannot be restored here).
     """
     _fix_mmap_threshold()
     try:
