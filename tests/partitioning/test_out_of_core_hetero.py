@@ -149,3 +149,11 @@ def test_metis_gets_the_typed_graph_in_memory_when_it_fits(tmp_path):
     assert balance["paper"] <= 1.1 and balance["author"] <= 1.1
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["partitioner"][
         "name"] == "metis"
+
+
+def test_a_node_count_for_a_typed_layout_is_refused(tmp_path):
+    from pyg_dist.partitioning.file_source import FileGraph
+
+    source = write_hetero_data_files(_hetero(), tmp_path / "files")
+    with pytest.raises(InvalidPartitionArgumentError, match="graph.json"):
+        FileGraph.open(source, num_nodes=5)
