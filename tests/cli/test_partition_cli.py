@@ -226,3 +226,26 @@ def test_partition_imdb_from_typed_files_then_info_prints_per_type_counts(tmp_pa
     assert any(line.split()[:2] == ["actor", "5841"] for line in out.splitlines())
     assert any(r.startswith("actor -> movie (acted_in)") and " 13983 " in r
                for r in out.splitlines())
+
+
+def test_partition_from_files_across_two_torchrun_ranks_then_info(tmp_path, cora_files,
+                                                                   capsys):
+    from support.servers import run_process_tree
+
+    from pyg_dist.partitioning.out_of_core import partition_files
+
+    partition_files(cora_files, 2, tmp_path / "one-host", "hash", graph_name="cora")
+    root = tmp_path / "two-ranks"
+    done = run_process_tree(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+         "-m", "pyg_dist", "partition", "--from", str(cora_files), str(root), "-n", "2",
+         "-p", "hash", "--distributed", "--name", "cora", "--no-progress"], timeout=300,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "edge cut:" in done.stdout  # rank 0's summary
+    for path in sorted((tmp_path / "one-host").rglob("*")):
+        if path.is_file():
+            name = path.relative_to(tmp_path / "one-host")
+            assert (root / name).read_bytes() == path.read_bytes(), name
+    assert main(["info", str(root), "--verify"]) == 0
+    assert "checksums: all 5 files verified" in capsys.readouterr().out
