@@ -13,10 +13,17 @@ the row reports its wall time, its peak RSS (``VmHWM`` of that child),
 bytes written, the edge cut (from ``meta.json``) and edges/s, with the load
 average beside them.
 
+With ``--ranks 2,...`` each partitioner runs again under ``torchrun
+--nproc-per-node N --standalone`` with ``--distributed`` (N ranks on this
+host over loopback, each with ``--memory-limit``; the row's peak is the
+largest rank's): a stand-in for N hosts that shares this machine's cores and
+disk.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_partition_files.py [--scale 0.005] \\
-        [--parts 8] [--memory-limit 4G] [--partitioners hash,streaming,random]
+        [--parts 8] [--memory-limit 4G] [--partitioners hash,streaming,random] \\
+        [--ranks 2]
 """
 
 from __future__ import annotations
@@ -52,7 +59,10 @@ def generate(out: Path, num_nodes: int, num_edges: int, features: int, seed: int
     cdf /= cdf[-1]
     order = rng.permutation(num_nodes)
     del weights
-    chunk, shard_edges = 1 << 22, 1 << 25
+    # At least 16 shards (of 1M-32M edges): ranks of a --distributed run
+    # each read a range of them.
+    chunk = 1 << 22
+    shard_edges = min(1 << 25, max(1 << 20, num_edges // 16))
     schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
     writer, written = None, 0
     for start in range(0, num_edges, chunk):
@@ -84,25 +94,42 @@ def generate(out: Path, num_nodes: int, num_edges: int, features: int, seed: int
 # The CLI, then the child's own peak RSS on stderr: VmHWM, the high-water mark
 # of its address space. (ru_maxrss would do no good: Linux carries it over
 # exec from the forking parent, whose generation arrays would count.)
-_CHILD = ("import sys\nfrom pyg_dist.cli import main\nrc = main(sys.argv[1:])\n"
+# Each rank writes its peak to PEAK_DIR/rank-RANK (torchrun shows rank 0's
+# output only).
+_CHILD = ("import os, sys\nfrom pyg_dist.cli import main\nrc = main(sys.argv[1:])\n"
           "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
-          "print('PEAK_KB', hwm.split()[1], file=sys.stderr)\nsys.exit(rc)")
+          "path = os.path.join(os.environ['PEAK_DIR'], 'rank-' + os.environ.get('RANK', '0'))\n"
+          "open(path, 'w').write(hwm.split()[1])\nsys.exit(rc)")
 
 
-def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str) -> dict:
-    """Partitions in a child process; its wall time, peak RSS and results."""
+def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str,
+            ranks: int = 1) -> dict:
+    """Partitions in a child process (or ``ranks`` torchrun ranks); its wall
+    time, peak RSS (the largest rank's) and results."""
+    peaks = root.parent / f"peaks-{root.name}"
+    shutil.rmtree(peaks, ignore_errors=True)
+    peaks.mkdir()
+    script = peaks / "child.py"
+    script.write_text(_CHILD)
+    launcher = [sys.executable] if ranks == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+        "--standalone"]
+    extra = ["--distributed"] if ranks > 1 else []
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, "partition", "--from", str(source), str(root),
+        [*launcher, str(script), "partition", "--from", str(source), str(root),
          "-n", str(parts), "-p", partitioner, "--memory-limit", limit, "--no-progress",
-         "--overwrite"], capture_output=True, text=True)
+         "--overwrite", *extra], capture_output=True, text=True,
+        env=dict(os.environ, PEAK_DIR=str(peaks)))
     wall = time.perf_counter() - start
     if done.returncode != 0:
-        return {"partitioner": partitioner, "error": done.stderr.strip()[-500:]}
-    peak = int(done.stderr.rsplit("PEAK_KB ", 1)[1].split()[0]) * 1024
+        return {"partitioner": partitioner, "ranks": ranks,
+                "error": done.stderr.strip()[-500:]}
+    peak = max(int(p.read_text()) for p in peaks.glob("rank-*")) * 1024
+    shutil.rmtree(peaks)
     meta = json.loads((root / "meta.json").read_text())
     written = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    return {"partitioner": partitioner, "wall_s": round(wall, 1),
+    return {"partitioner": partitioner, "ranks": ranks, "wall_s": round(wall, 1),
             "peak_rss_mb": round(peak / 2**20, 1), "bytes_written": written,
             "edge_cut_fraction": round(meta["stats"]["edge_cut_fraction"], 4),
             "node_balance": round(meta["stats"]["node_balance"], 3),
@@ -118,6 +145,9 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=8)
     parser.add_argument("--memory-limit", default="4G")
     parser.add_argument("--partitioners", default="hash,streaming,random")
+    parser.add_argument("--ranks", default="",
+                        help="also run each partitioner with these numbers of torchrun ranks "
+                             "(--distributed), e.g. 2")
     parser.add_argument("--dir", help="work directory (default: a temporary one, removed)")
     args = parser.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench-partition-files-"))
@@ -129,12 +159,14 @@ def main() -> None:
                                         "input_bytes": size, "scale": args.scale,
                                         "seconds": round(time.perf_counter() - started, 1)}}),
               flush=True)
+        ranks = [1] + [int(r) for r in args.ranks.split(",") if r]
         for name in args.partitioners.split(","):
-            row = run_one(work / "input", work / f"out-{name}", name, args.parts,
-                          args.memory_limit)
-            row.update(scale=args.scale, parts=args.parts, memory_limit=args.memory_limit)
-            print(json.dumps(row), flush=True)
-            shutil.rmtree(work / f"out-{name}", ignore_errors=True)
+            for n in ranks:
+                row = run_one(work / "input", work / f"out-{name}", name, args.parts,
+                              args.memory_limit, n)
+                row.update(scale=args.scale, parts=args.parts, memory_limit=args.memory_limit)
+                print(json.dumps(row), flush=True)
+                shutil.rmtree(work / f"out-{name}", ignore_errors=True)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from pyg_dist.errors import InvalidPartitionArgumentError
@@ -21,9 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "to a part with a partitioner plugin, and writes ROOT atomically: on any error "
             "nothing is left behind. 'pyg-dist plugins' lists the partitioners. With --from "
             "DIR (and no DATASET) the graph is read from files instead (DIR/edges/*.parquet "
-            "with int columns src, dst; DIR/nodes/NAME.npy, one array per node attribute) "
-            "in passes over chunks, so that the process stays under --memory-limit whatever "
-            "the graph's size; the same dataset format comes out."))
+            "with int columns src, dst, DIR/edges/NAME.npy per edge attribute, "
+            "DIR/nodes/NAME.npy per node attribute; by type DIR/edges/SRC__REL__DST/ and "
+            "DIR/nodes/TYPE/) in passes over chunks, so that the process stays under "
+            "--memory-limit whatever the graph's size; the same dataset format comes out."))
     p.add_argument("dataset", metavar="DATASET", nargs="?",
                    help="module:callable returning a Data or HeteroData (not with --from)")
     p.add_argument("root", metavar="ROOT", nargs="?",
@@ -46,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="store the node feature matrices (floating point, 2-D such as x) in "
                         "this precision: half the bytes to serve; the model casts on the "
                         "GPU (not with --from)")
+    p.add_argument("--distributed", action="store_true",
+                   help="with --from, under torchrun: every rank reads a share of DIR and "
+                        "writes the parts k with k %% WORLD_SIZE == RANK (gloo)")
     p.add_argument("--name", help="graph name recorded in meta.json (default: DATASET or DIR)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty ROOT")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -86,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset is None or args.root is None:
         raise InvalidPartitionArgumentError(
             "give DATASET and ROOT, or --from DIR and ROOT")
-    if args.memory_limit is not None or args.num_nodes is not None:
+    if args.memory_limit is not None or args.num_nodes is not None or args.distributed:
         raise InvalidPartitionArgumentError(
-            "--memory-limit and --num-nodes apply to --from DIR only")
+            "--memory-limit, --num-nodes and --distributed apply to --from DIR only")
     from pyg_dist.datasets import load_dataset
     from pyg_dist.partitioning import partition
 
@@ -115,6 +120,8 @@ def _run_from_files(args: argparse.Namespace, options: dict[str, Any]) -> int:
             "with --from DIR give ROOT only (no DATASET): pyg-dist partition --from DIR ROOT")
     root = args.dataset
     limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
+    if args.distributed:
+        return _run_across_ranks(args, root, limit, options)
     graph = FileGraph.open(args.from_dir, num_nodes=args.num_nodes)
     meta = partition_files(graph, args.num_parts, root, args.partitioner or "streaming",
                            memory_limit=limit, overwrite=args.overwrite,
@@ -122,4 +129,41 @@ def _run_from_files(args: argparse.Namespace, options: dict[str, Any]) -> int:
                            graph_name=args.name or args.from_dir, **options)
     print(f"wrote {root}")
     print(format_summary(meta))
+    return 0
+
+
+def _run_across_ranks(args: argparse.Namespace, root: str, limit: Any,
+                      options: dict[str, Any]) -> int:
+    """``--from DIR ROOT --distributed``: one rank of a torchrun job."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from pyg_dist.cli.info import format_summary
+    from pyg_dist.partitioning.cross_host import partition_files_across_ranks
+
+    if args.num_nodes is not None:
+        raise InvalidPartitionArgumentError(
+            "--num-nodes does not apply with --distributed; add a node array to DIR/nodes")
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise InvalidPartitionArgumentError(
+            "--distributed runs under torchrun (RANK and WORLD_SIZE are unset), e.g. "
+            "torchrun --nproc-per-node 2 -m pyg_dist partition --from DIR ROOT -n 4 "
+            "--distributed")
+    owned = not dist.is_initialized()
+    if owned:
+        # A rank that fails leaves the others in a collective: they give up
+        # after this long instead of hanging.
+        dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
+    try:
+        meta = partition_files_across_ranks(
+            args.from_dir, args.num_parts, root, args.partitioner or "streaming",
+            memory_limit=limit, overwrite=args.overwrite, progress=not args.no_progress,
+            graph_name=args.name or args.from_dir, **options)
+    finally:
+        if owned:
+            dist.destroy_process_group()
+    if int(os.environ["RANK"]) == 0:
+        print(f"wrote {root}")
+        print(format_summary(meta))
     return 0

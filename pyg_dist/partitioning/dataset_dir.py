@@ -42,15 +42,21 @@ def check_root(root: Path, overwrite: bool) -> None:
 
 
 @contextmanager
-def staged(root: Path) -> Iterator[Path]:
+def staged(root: Path, token: Optional[str] = None) -> Iterator[Path]:
     """Yields a fresh staging directory that becomes ``root`` when the block
     ends without error, and is removed otherwise.
+
+    Args:
+        root: The dataset directory to create.
+        token: Names the staging directory (``.ROOT.tmp-TOKEN``; default a
+            random one), so that the other ranks of a cross-host run can
+            find it.
 
     Raises:
         InvalidPartitionArgumentError: the staging directory cannot be made.
         PartitionError: the system refused a write; nothing is left behind.
     """
-    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = staging_dir(root, token or uuid.uuid4().hex[:8])
     created = _first_missing(root.parent)
     try:
         tmp.mkdir(parents=True)
@@ -73,6 +79,11 @@ def staged(root: Path) -> Iterator[Path]:
         if tmp.exists():
             shutil.rmtree(created or tmp, ignore_errors=True)
         raise
+
+
+def staging_dir(root: Path, token: str) -> Path:
+    """The staging directory :func:`staged` makes for ``token``."""
+    return root.parent / f".{root.name}.tmp-{token}"
 
 
 def _first_missing(path: Path) -> Optional[Path]:

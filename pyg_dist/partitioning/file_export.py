@@ -1,11 +1,14 @@
 """Writing a graph into the file layout ``pyg-dist partition --from`` reads
-(``DIR/edges/*.parquet``, ``DIR/nodes/NAME.npy``): from a PyG ``Data``
-(:func:`write_data_files`) or from an OGB-style raw directory
+(``DIR/edges/*.parquet``, ``DIR/edges/NAME.npy``, ``DIR/nodes/NAME.npy``; by
+type ``DIR/edges/SRC__REL__DST/``, ``DIR/nodes/TYPE/`` and ``graph.json``):
+from a PyG ``Data`` (:func:`write_data_files`), a ``HeteroData``
+(:func:`write_hetero_data_files`) or an OGB-style raw directory
 (:func:`write_ogb_files`), the latter in bounded memory.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -23,13 +26,14 @@ ROW_GROUP_EDGES = 1 << 20
 this bounds what a reader holds (about 16 bytes an edge)."""
 
 
-def _edge_writer(out: Path, name: str = "part-00000.parquet") -> Any:
+def _edge_writer(out: Path, name: str = "part-00000.parquet", subdir: str = "") -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    (out / "edges").mkdir(parents=True, exist_ok=True)
+    directory = out / "edges" / subdir
+    directory.mkdir(parents=True, exist_ok=True)
     schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
-    return pq.ParquetWriter(out / "edges" / name, schema)
+    return pq.ParquetWriter(directory / name, schema)
 
 
 def _write_edges(writer: Any, src: np.ndarray, dst: np.ndarray) -> None:
@@ -44,38 +48,72 @@ def write_data_files(data: Any, out: Union[str, os.PathLike]) -> Path:
     """Writes a homogeneous PyG ``Data`` into the file layout.
 
     Node-level tensors (as :func:`~pyg_dist.partitioning.inputs.split_attributes`
-    sorts them) become ``nodes/NAME.npy``; edges become
-    ``edges/part-00000.parquet`` in ``edge_index`` column order, so edge ids
-    are kept. Edge-level tensors are not carried by the layout (a warning
-    names them).
+    sorts them) become ``nodes/NAME.npy``, edge-level tensors
+    ``edges/NAME.npy``; edges become ``edges/part-00000.parquet`` in
+    ``edge_index`` column order, so edge ids are kept.
 
     Raises:
-        InvalidPartitionArgumentError: ``data`` is not a valid ``Data``, a
-            node attribute has a dtype numpy lacks, or ``out`` is not empty.
+        InvalidPartitionArgumentError: ``data`` is not a valid ``Data``, an
+            attribute has a dtype numpy lacks, or ``out`` is not empty.
     """
     from pyg_dist.partitioning.inputs import split_attributes
 
     graph = split_attributes(data)
     out = _fresh_dir(out)
-    for name, value in graph.node_features.items():
-        try:
-            array = value.detach().cpu().contiguous().numpy()
-        except TypeError as exc:
-            raise InvalidPartitionArgumentError(
-                f"node attribute {name!r} has dtype {value.dtype}, which .npy cannot "
-                f"hold; convert it first") from exc
-        (out / "nodes").mkdir(exist_ok=True)
-        np.save(out / "nodes" / f"{name}.npy", array)
-    if graph.edge_features:
-        logger.warning("edge attributes %s are not written: the file layout carries node "
-                       "attributes only", sorted(graph.edge_features))
-    edge_index = graph.edge_index.numpy()
-    writer = _edge_writer(out)
+    _save_arrays(out / "nodes", graph.node_features, "node")
+    _write_edge_type(out, "", graph.edge_index.numpy(), graph.edge_features)
+    return out
+
+
+def write_hetero_data_files(data: Any, out: Union[str, os.PathLike]) -> Path:
+    """Writes a PyG ``HeteroData`` into the layout by type: per node type
+    ``nodes/TYPE/NAME.npy``, per edge type ``edges/SRC__REL__DST/`` (a
+    parquet file in ``edge_index`` column order and ``NAME.npy`` per edge
+    attribute), and ``graph.json`` with the types in the graph's order and
+    every node count (a type may have no attribute).
+
+    Raises:
+        InvalidPartitionArgumentError: ``data`` is not a valid
+            ``HeteroData`` (as :func:`~pyg_dist.partitioning.hetero_inputs.split_hetero_attributes`
+            checks it), an attribute has a dtype numpy lacks, or ``out`` is
+            not empty.
+    """
+    from pyg_dist.partitioning.hetero_inputs import split_hetero_attributes
+
+    graph = split_hetero_attributes(data)
+    out = _fresh_dir(out)
+    for node_type in graph.node_types:
+        _save_arrays(out / "nodes" / node_type, graph.node_features[node_type], "node")
+    for edge_type in graph.edge_types:
+        _write_edge_type(out, "__".join(edge_type), graph.edge_index[edge_type].numpy(),
+                         graph.edge_features[edge_type])
+    (out / "graph.json").write_text(json.dumps({
+        "node_types": graph.num_nodes,
+        "edge_types": [list(et) for et in graph.edge_types]}, indent=1))
+    return out
+
+
+def _write_edge_type(out: Path, subdir: str, edge_index: np.ndarray,
+                     features: dict[str, Any]) -> None:
+    writer = _edge_writer(out, subdir=subdir)
     try:
         _write_edges(writer, edge_index[0], edge_index[1])
     finally:
         writer.close()
-    return out
+    _save_arrays(out / "edges" / subdir, features, "edge")
+
+
+def _save_arrays(directory: Path, tensors: dict[str, Any], what: str) -> None:
+    """Every tensor as ``directory/NAME.npy``."""
+    for name, value in tensors.items():
+        try:
+            array = value.detach().cpu().contiguous().numpy()
+        except TypeError as exc:
+            raise InvalidPartitionArgumentError(
+                f"{what} attribute {name!r} has dtype {value.dtype}, which .npy cannot "
+                f"hold; convert it first") from exc
+        directory.mkdir(parents=True, exist_ok=True)
+        np.save(directory / f"{name}.npy", array)
 
 
 def _fresh_dir(out: Union[str, os.PathLike]) -> Path:

@@ -1,201 +1,147 @@
 """A graph read from files, in chunks: the input of ``pyg-dist partition --from DIR``.
 
-The layout (``docs/partition-format.md``, "Input from files")::
+Two layouts (``docs/partition-format.md``, "Input from files")::
 
-    DIR/edges/*.parquet    columns src, dst (integers): one directed edge a row;
-                           files are read in name order, rows in file order, so
-                           edge ids are their running position
-    DIR/nodes/NAME.npy     one array per node attribute (x.npy, y.npy,
-                           train_mask.npy, ...); their first dimension is the
-                           node count
+    homogeneous                           heterogeneous (by type)
+    DIR/edges/*.parquet                   DIR/edges/SRC__REL__DST/*.parquet
+    DIR/edges/NAME.npy  (edge attribute)  DIR/edges/SRC__REL__DST/NAME.npy
+    DIR/nodes/NAME.npy  (node attribute)  DIR/nodes/TYPE/NAME.npy
+                                          DIR/graph.json (optional: type order
+                                          and node counts)
 
-Nothing here reads a whole column: edges come in record batches
-(``pyarrow.parquet`` ``iter_batches``), node rows by ``pread`` of a window.
-Node arrays are opened with ``np.load(mmap_mode="r")`` only to read their
-header: rows are then read with ``pread`` because the pages of a mapping,
-once touched, count in the process's RSS until it is unmapped.
+Parquet files hold integer columns ``src``, ``dst``, one directed edge a
+row; files are read in name order, rows in file order, so edge ids are their
+running position, and row ``j`` of an edge attribute belongs to edge ``j``.
+The first dimension of the node arrays is the node count.
 
-Everything read is checked before use (ids in range, integer columns, no
-nulls, no object arrays, names usable in the format), and problems are
-:class:`~pyg_dist.errors.InvalidPartitionArgumentError` naming the file.
+:class:`FileGraph` serves both, keyed by type as the partition format is
+(``None`` for a homogeneous graph), and gives partitioner plugins the same
+homogeneous view :meth:`HeteroGraphParts.partition_input
+<pyg_dist.partitioning.hetero_inputs.HeteroGraphParts.partition_input>` gives
+them in memory: node types concatenated in the graph's order, every edge type
+shifted alike, edge types in order.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 
-from pyg_dist.errors import InvalidPartitionArgumentError
-from pyg_dist.partitioning.file_names import RESERVED_NODE_NAMES
-from pyg_dist.partitioning.safetensors_stream import NUMPY_DTYPES
+from pyg_dist.partitioning.file_arrays import (
+    EdgeSet,
+    RowArray,
+    bad_input,
+    common_rows,
+    open_edge_file,
+    open_row_arrays,
+)
+from pyg_dist.partitioning.file_names import (
+    RESERVED_EDGE_NAMES,
+    RESERVED_NODE_NAMES,
+    type_name_problem,
+)
 
 logger = logging.getLogger(__name__)
 
-ATTRIBUTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-"""What a node attribute's file stem must look like (it becomes a tensor name)."""
-EDGE_COLUMNS = ("src", "dst")
-
-
-def _bad(message: str) -> InvalidPartitionArgumentError:
-    return InvalidPartitionArgumentError(message)
-
-
-@dataclass(frozen=True)
-class NodeArray:
-    """One node attribute, ``DIR/nodes/NAME.npy``, read by row windows.
-
-    Args:
-        name: The attribute (the file's stem).
-        path: The file.
-        dtype: Its dtype (one of the partition format's).
-        shape: Its shape; ``shape[0]`` is the node count.
-        offset: Byte offset of the data in the file.
-    """
-
-    name: str
-    path: Path
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    offset: int
-
-    @property
-    def row_bytes(self) -> int:
-        """Bytes of one row."""
-        return self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
-
-    def read_rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` as a fresh array (one ``pread``)."""
-        count = stop - start
-        buf = bytearray(count * self.row_bytes)
-        with open(self.path, "rb", buffering=0) as f:
-            view, pos = memoryview(buf), self.offset + start * self.row_bytes
-            while view.nbytes:
-                got = os.preadv(f.fileno(), [view], pos)
-                if got == 0:
-                    raise _bad(f"{self.path} is shorter than its header says; rewrite it")
-                view, pos = view[got:], pos + got
-        return np.frombuffer(buf, dtype=self.dtype).reshape((count, *self.shape[1:]))
-
-
-def open_node_array(path: Path) -> NodeArray:
-    """Reads and checks the header of a ``.npy`` node attribute.
-
-    Raises:
-        InvalidPartitionArgumentError: if the name is unusable or reserved,
-            the file is not a C-ordered ``.npy`` of a supported dtype with at
-            least one dimension, or it holds objects.
-    """
-    name = path.stem
-    if not ATTRIBUTE_NAME.match(name) or name in RESERVED_NODE_NAMES:
-        raise _bad(f"{path}: node attribute names must match {ATTRIBUTE_NAME.pattern} and "
-                   f"not be one of {sorted(RESERVED_NODE_NAMES)}; rename the file")
-    try:
-        array = np.load(path, mmap_mode="r")  # allow_pickle=False: objects refused
-    except (OSError, ValueError) as exc:
-        raise _bad(f"{path} is not a readable .npy array: {str(exc)[:200]}") from exc
-    if not isinstance(array, np.memmap):
-        raise _bad(f"{path} is not a plain .npy array (a .npz or object array?)")
-    try:
-        if array.dtype not in NUMPY_DTYPES or array.dtype.byteorder == ">":
-            raise _bad(f"{path}: dtype {array.dtype} is not one of "
-                       f"{sorted(str(d) for d in NUMPY_DTYPES)} (little-endian)")
-        if array.ndim < 1 or (array.ndim > 1 and not array.flags.c_contiguous):
-            raise _bad(f"{path} must be a C-ordered array with a first (node) dimension")
-        return NodeArray(name, path, array.dtype.newbyteorder("="), tuple(array.shape),
-                         int(array.offset))
-    finally:
-        mapping = getattr(array, "_mmap", None)
-        del array
-        if mapping is not None:
-            mapping.close()
+GRAPH_FILE = "graph.json"
+MAX_GRAPH_FILE_BYTES = 1 << 20
+NodeKey = Optional[str]
+EdgeKey = Optional[tuple[str, str, str]]
 
 
 @dataclass
-class EdgeFile:
-    """One parquet file of edges: its path, rows and largest row group."""
+class NodeSet:
+    """The nodes of one node type: their count and attributes by name."""
 
-    path: Path
-    num_rows: int
-    max_row_group: int
+    num_nodes: int
+    arrays: dict[str, RowArray] = field(default_factory=dict)
 
 
 @dataclass
 class FileGraph:
-    """A homogeneous graph laid out in files (see the module docstring).
+    """A graph laid out in files (see the module docstring), by type.
 
     Build it with :meth:`open`, which reads only headers and footers.
 
     Args:
         root: ``DIR``.
-        num_nodes: The node count (the node arrays' first dimension).
-        edge_files: The edge files in reading order.
-        node_arrays: The node attributes by name.
+        nodes: Node type (``None`` when homogeneous) -> its nodes, in order.
+        edges: Edge type (``None`` when homogeneous) -> its edges, in order.
     """
 
     root: Path
-    num_nodes: int
-    edge_files: list[EdgeFile]
-    node_arrays: dict[str, NodeArray] = field(default_factory=dict)
+    nodes: dict[NodeKey, NodeSet]
+    edges: dict[EdgeKey, EdgeSet]
+
+    @property
+    def is_hetero(self) -> bool:
+        """Whether the graph has named types."""
+        return None not in self.nodes
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes over all node types."""
+        return sum(n.num_nodes for n in self.nodes.values())
 
     @property
     def num_edges(self) -> int:
-        """Number of directed edges (rows of all edge files)."""
-        return sum(f.num_rows for f in self.edge_files)
+        """Directed edges over all edge types."""
+        return sum(e.num_edges for e in self.edges.values())
 
     @property
     def max_row_group(self) -> int:
         """Rows of the largest parquet row group (read whole by pyarrow)."""
-        return max((f.max_row_group for f in self.edge_files), default=0)
+        return max((e.max_row_group for e in self.edges.values()), default=0)
+
+    @property
+    def node_arrays(self) -> dict[str, RowArray]:
+        """The node attributes of a homogeneous graph."""
+        return self.nodes[None].arrays if None in self.nodes else {}
+
+    def offsets(self) -> dict[NodeKey, int]:
+        """Node type -> the view id of its first node."""
+        out, start = {}, 0
+        for key, node_set in self.nodes.items():
+            out[key] = start
+            start += node_set.num_nodes
+        return out
 
     @classmethod
-    def open(cls, root: os.PathLike | str, num_nodes: Optional[int] = None) -> FileGraph:
-        """Finds and checks the files of ``root``.
+    def open(cls, root: Union[os.PathLike, str], num_nodes: Optional[int] = None) -> FileGraph:
+        """Finds and checks the files of ``root`` (either layout).
 
         Args:
             root: The input directory.
-            num_nodes: The node count when ``DIR/nodes`` holds no array
-                (otherwise it must agree with them).
+            num_nodes: The node count of a homogeneous graph whose
+                ``DIR/nodes`` holds no array (otherwise it must agree with
+                them).
 
         Raises:
             InvalidPartitionArgumentError: if the layout is missing or
-                malformed, or the node count is unknown or inconsistent.
+                malformed, or a node count is unknown or inconsistent.
         """
         root = Path(root)
-        edge_dir, node_dir = root / "edges", root / "nodes"
+        edge_dir = root / "edges"
         if not edge_dir.is_dir():
-            raise _bad(f"{root} has no edges/ directory; see docs/partition-format.md, "
-                       f"'Input from files', for the layout")
-        paths = sorted(edge_dir.glob("*.parquet"))
-        if not paths:
-            raise _bad(f"{edge_dir} holds no .parquet file")
-        edge_files = [_open_edge_file(p) for p in paths]
-        arrays = {}
-        if node_dir.is_dir():
-            for path in sorted(node_dir.glob("*.npy")):
-                array = open_node_array(path)
-                arrays[array.name] = array
-        counts = {a.shape[0] for a in arrays.values()}
-        if len(counts) > 1:
-            raise _bad(f"the arrays in {node_dir} disagree on the node count: "
-                       + ", ".join(f"{a.name}: {a.shape[0]}" for a in arrays.values()))
-        if counts and num_nodes is not None and num_nodes not in counts:
-            raise _bad(f"num_nodes={num_nodes} but the arrays in {node_dir} have "
-                       f"{counts.pop()} rows")
-        count = counts.pop() if counts else num_nodes
-        if not count:
-            raise _bad(f"the node count of {root} is unknown or zero: add a node array "
-                       f"(e.g. nodes/x.npy) or pass --num-nodes")
-        mask = arrays.get("train_mask")
-        if mask is not None and (mask.dtype != np.bool_ or len(mask.shape) != 1):
-            raise _bad(f"{mask.path}: train_mask must be a 1-D bool array")
-        return cls(root, int(count), edge_files, arrays)
+            raise bad_input(f"{root} has no edges/ directory; see docs/partition-format.md, "
+                            f"'Input from files', for the layout")
+        typed = sorted(p for p in edge_dir.iterdir() if p.is_dir())
+        if typed or (root / GRAPH_FILE).exists():
+            if list(edge_dir.glob("*.parquet")):
+                raise bad_input(f"{edge_dir} mixes parquet files with edge type directories; "
+                                f"a heterogeneous graph keeps every edge in SRC__REL__DST/")
+            if num_nodes is not None:
+                raise bad_input("--num-nodes is for a homogeneous graph; give the node "
+                                f"counts of a heterogeneous one in {root / GRAPH_FILE}")
+            return _open_hetero(root, typed)
+        return _open_homogeneous(root, num_nodes)
 
     def warm_up(self) -> None:
         """Decodes a few rows of the first edge file and drops them.
@@ -205,69 +151,186 @@ class FileGraph:
         doing it before the memory budget measures the process counts that
         cost as the footprint it is, not as working memory.
         """
-        for _ in self.edge_chunks(1024):
-            break
+        for edge_set in self.edges.values():
+            if edge_set.files:
+                for _ in edge_set.chunks(1024):
+                    break
+                return
 
-    def edge_chunks(self, chunk_edges: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """``(first edge id, src, dst)`` chunks of at most ``chunk_edges``
-        edges (int64), in edge id order, every id checked to lie in
-        ``[0, num_nodes)``.
+    def view_chunks(self, chunk_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(src, dst)`` of the homogeneous view, ``chunk_edges`` edges a
+        chunk (the last may be short) whatever the files' batches: the chunks
+        an in-memory partitioner cuts from the view's ``edge_index``."""
+        offsets = self.offsets()
+        held: list[tuple[np.ndarray, np.ndarray]] = []
+        size = 0
+        for key, edge_set in self.edges.items():
+            shift_src = offsets[None if key is None else key[0]]
+            shift_dst = offsets[None if key is None else key[2]]
+            for _, src, dst in edge_set.chunks(chunk_edges):
+                # pyarrow's int64 columns come read-only: shift into copies.
+                src = src + shift_src if shift_src else src
+                dst = dst + shift_dst if shift_dst else dst
+                while src.size:
+                    take = min(src.size, chunk_edges - size)
+                    held.append((src[:take], dst[:take]))
+                    size += take
+                    src, dst = src[take:], dst[take:]
+                    if size == chunk_edges:
+                        yield _joined(held)
+                        held, size = [], 0
+        if size:
+            yield _joined(held)
 
-        Raises:
-            InvalidPartitionArgumentError: on an id out of range or a null.
-        """
-        import pyarrow.parquet as pq
+    def has_train_mask(self) -> bool:
+        """Whether some node type has a ``train_mask``."""
+        return any("train_mask" in n.arrays for n in self.nodes.values())
 
-        first = 0
-        for edge_file in self.edge_files:
-            # pre_buffer (pyarrow's default) reads whole row groups ahead, and
-            # reader threads each grow an allocator arena: both cost RSS
-            # beyond the chunk.
-            with pq.ParquetFile(edge_file.path, pre_buffer=False,
-                                buffer_size=1 << 20) as reader:
-                for batch in reader.iter_batches(batch_size=max(1, chunk_edges),
-                                                 columns=list(EDGE_COLUMNS),
-                                                 use_threads=False):
-                    src = self._column(batch, "src", edge_file.path, first)
-                    dst = self._column(batch, "dst", edge_file.path, first)
-                    yield first, src, dst
-                    first += len(src)
-
-    def _column(self, batch: Any, name: str, path: Path, first: int) -> np.ndarray:
-        column = batch.column(name)
-        if column.null_count:
-            raise _bad(f"{path}: column {name!r} holds nulls (edges {first}..); every "
-                       f"edge needs both ends")
-        ids = column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
-            raise _bad(f"{path}: column {name!r} holds ids outside [0, {self.num_nodes}) "
-                       f"(edges {first}..{first + ids.size - 1}); fix the files or the "
-                       f"node count")
-        return ids
+    def view_train_mask(self, start: int, stop: int) -> np.ndarray:
+        """``train_mask`` of view nodes ``start:stop`` (``False`` for types
+        without one)."""
+        out = np.zeros(stop - start, dtype=np.bool_)
+        for key, first in self.offsets().items():
+            node_set = self.nodes[key]
+            lo, hi = max(start, first), min(stop, first + node_set.num_nodes)
+            mask = node_set.arrays.get("train_mask")
+            if lo < hi and mask is not None:
+                out[lo - start:hi - start] = mask.read_rows(lo - first, hi - first)
+        return out
 
 
-def _open_edge_file(path: Path) -> EdgeFile:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def _joined(held: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    if len(held) == 1:
+        return held[0]
+    return np.concatenate([s for s, _ in held]), np.concatenate([d for _, d in held])
 
+
+def _edge_set(directory: Path, num_src: int, num_dst: int) -> EdgeSet:
+    paths = sorted(directory.glob("*.parquet"))
+    if not paths:
+        raise bad_input(f"{directory} holds no .parquet file")
+    edges = EdgeSet(directory, [open_edge_file(p) for p in paths], num_src, num_dst,
+                    open_row_arrays(directory, RESERVED_EDGE_NAMES))
+    edges.check_arrays()
+    return edges
+
+
+def _check_train_mask(arrays: dict[str, RowArray]) -> None:
+    mask = arrays.get("train_mask")
+    if mask is not None and (mask.dtype != np.bool_ or len(mask.shape) != 1):
+        raise bad_input(f"{mask.path}: train_mask must be a 1-D bool array")
+
+
+def _open_homogeneous(root: Path, num_nodes: Optional[int]) -> FileGraph:
+    node_dir = root / "nodes"
+    arrays = open_row_arrays(node_dir, RESERVED_NODE_NAMES)
+    rows = common_rows(arrays, node_dir)
+    if rows is not None and num_nodes is not None and num_nodes != rows:
+        raise bad_input(f"num_nodes={num_nodes} but the arrays in {node_dir} have {rows} rows")
+    count = rows if rows is not None else num_nodes
+    if not count:
+        raise bad_input(f"the node count of {root} is unknown or zero: add a node array "
+                        f"(e.g. nodes/x.npy) or pass --num-nodes")
+    _check_train_mask(arrays)
+    edges = _edge_set(root / "edges", int(count), int(count))
+    return FileGraph(root, {None: NodeSet(int(count), arrays)}, {None: edges})
+
+
+def _open_hetero(root: Path, edge_dirs: list[Path]) -> FileGraph:
+    declared_nodes, declared_edges = _read_graph_file(root / GRAPH_FILE)
+    edge_types = {}
+    for path in edge_dirs:
+        parts = path.name.split("__")
+        if len(parts) != 3 or any(type_name_problem(p) for p in parts):
+            raise bad_input(f"{path}: an edge type directory is named SRC__REL__DST, three "
+                            f"type names without '__' (docs/partition-format.md)")
+        edge_types[tuple(parts)] = path
+    node_dir = root / "nodes"
+    node_dirs = {p.name: p for p in sorted(node_dir.iterdir()) if p.is_dir()} \
+        if node_dir.is_dir() else {}
+    names = set(node_dirs) | {t for et in edge_types for t in (et[0], et[2])}
+    order = list(declared_nodes) if declared_nodes is not None else sorted(names)
+    if declared_nodes is not None and not names <= set(order):
+        raise bad_input(f"{root / GRAPH_FILE} does not list the node types "
+                        f"{sorted(names - set(order))[:10]} that {root} holds")
+    _check_type_names(order, root)
+    nodes = {t: _node_set(t, node_dirs.get(t), declared_nodes, root) for t in order}
+    if not sum(n.num_nodes for n in nodes.values()):
+        raise bad_input(f"{root} has no nodes; there is nothing to partition")
+    if declared_edges is not None:
+        if set(declared_edges) != set(edge_types) or len(declared_edges) != len(edge_types):
+            raise bad_input(f"{root / GRAPH_FILE} lists edge types that differ from the "
+                            f"directories in {root / 'edges'}; list each once")
+        edge_types = {et: edge_types[et] for et in declared_edges}
+    if not edge_types:
+        raise bad_input(f"{root / 'edges'} holds no edge type directory")
+    edges = {et: _edge_set(path, nodes[et[0]].num_nodes, nodes[et[2]].num_nodes)
+             for et, path in edge_types.items()}
+    return FileGraph(root, nodes, edges)
+
+
+def _node_set(name: str, directory: Optional[Path], declared: Optional[dict[str, int]],
+              root: Path) -> NodeSet:
+    arrays = open_row_arrays(directory, RESERVED_NODE_NAMES) if directory else {}
+    rows = common_rows(arrays, directory or root)
+    given = None if declared is None else declared.get(name)
+    if rows is not None and given is not None and rows != given:
+        raise bad_input(f"{root / GRAPH_FILE} gives node type {name!r} {given} nodes but "
+                        f"the arrays in {directory} have {rows} rows")
+    count = rows if rows is not None else given
+    if count is None:
+        raise bad_input(f"the node count of type {name!r} is unknown: add an array "
+                        f"(nodes/{name}/x.npy) or give it in {root / GRAPH_FILE}")
+    _check_train_mask(arrays)
+    return NodeSet(int(count), arrays)
+
+
+def _check_type_names(names: list[str], root: Path) -> None:
+    folded: dict[str, str] = {}
+    for name in names:
+        problem = type_name_problem(name)
+        if problem is not None:
+            raise bad_input(f"{root}: node type {name[:80]!r} {problem}; type names become "
+                            f"file names: rename it")
+        other = folded.setdefault(name.casefold(), name)
+        if other != name:
+            raise bad_input(f"{root}: node types {other!r} and {name!r} differ only in case; "
+                            f"their files would collide on case-insensitive file systems")
+
+
+def _read_graph_file(path: Path) -> tuple[Optional[dict[str, int]],
+                                          Optional[list[tuple[str, str, str]]]]:
+    """``graph.json``: ``{"node_types": {TYPE: COUNT, ...}, "edge_types":
+    [[SRC, REL, DST], ...]}``, both optional; order matters."""
+    if not path.exists():
+        return None, None
+    if not path.is_file() or path.stat().st_size > MAX_GRAPH_FILE_BYTES:
+        raise bad_input(f"{path} must be a regular file of at most {MAX_GRAPH_FILE_BYTES} "
+                        f"bytes")
     try:
-        with pq.ParquetFile(path) as reader:
-            schema = reader.schema_arrow
-            meta = reader.metadata
-    except (OSError, pa.ArrowException) as exc:
-        raise _bad(f"{path} is not a readable parquet file: {str(exc)[:200]}") from exc
-    for name in EDGE_COLUMNS:
-        index = schema.get_field_index(name)
-        if index < 0 or not pa.types.is_integer(schema.field(index).type):
-            raise _bad(f"{path} needs integer columns 'src' and 'dst'; it has "
-                       f"{', '.join(f'{f.name}: {f.type}' for f in schema)[:300]}")
-    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    return EdgeFile(path, int(meta.num_rows), max(groups, default=0))
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad_input(f"{path} is not JSON: {str(exc)[:200]}") from exc
+    if not isinstance(value, dict) or set(value) - {"node_types", "edge_types"}:
+        raise bad_input(f"{path} must be an object with keys node_types and edge_types only")
+    nodes, edges = value.get("node_types"), value.get("edge_types")
+    if nodes is not None and not (isinstance(nodes, dict) and all(
+            isinstance(k, str) and type(v) is int and 0 <= v < (1 << 62)
+            for k, v in nodes.items())):
+        raise bad_input(f"{path}: node_types must map each type name to its node count "
+                        f"(a non-negative integer)")
+    if edges is not None and not (isinstance(edges, list) and all(
+            isinstance(e, list) and len(e) == 3 and all(isinstance(s, str) for s in e)
+            for e in edges)):
+        raise bad_input(f"{path}: edge_types must be a list of [src, rel, dst] lists of "
+                        f"type names")
+    return nodes, None if edges is None else [tuple(e) for e in edges]
 
 
 class EdgeStream:
-    """What a streaming partitioner sees: the node count, the edges in
-    chunks (as many passes as it likes) and the training mask by windows.
+    """What a streaming partitioner sees: the homogeneous view's node count,
+    its edges in chunks (as many passes as it likes) and its training mask by
+    windows.
 
     Args:
         graph: The file graph.
@@ -289,20 +352,26 @@ class EdgeStream:
         return self._graph.num_edges
 
     @property
+    def node_type_counts(self) -> Optional[list[int]]:
+        """Nodes of every node type, in view order (``None`` when homogeneous):
+        view node ``i`` has the type whose range holds ``i``."""
+        if not self._graph.is_hetero:
+            return None
+        return [n.num_nodes for n in self._graph.nodes.values()]
+
+    @property
     def has_train_mask(self) -> bool:
-        """Whether ``nodes/train_mask.npy`` exists."""
-        return "train_mask" in self._graph.node_arrays
+        """Whether a ``train_mask`` exists."""
+        return self._graph.has_train_mask()
 
     def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(src, dst)`` int64 arrays of at most :attr:`chunk_edges` edges,
-        in edge id order; every call starts a new pass."""
-        for _, src, dst in self._graph.edge_chunks(self.chunk_edges):
-            yield src, dst
+        """``(src, dst)`` int64 arrays of :attr:`chunk_edges` edges (the last
+        may be short), in view edge order; every call starts a new pass."""
+        yield from self._graph.view_chunks(self.chunk_edges)
 
     def train_mask(self, start: int, stop: int) -> Optional[np.ndarray]:
         """``train_mask`` of nodes ``start:stop`` (``None`` without one)."""
-        array = self._graph.node_arrays.get("train_mask")
-        return None if array is None else array.read_rows(start, stop)
+        return self._graph.view_train_mask(start, stop) if self.has_train_mask else None
 
 
 @runtime_checkable
@@ -319,3 +388,4 @@ class StreamingPartitioner(Protocol):
         ``stream.num_nodes``); memory beyond that array must stay within
         a few chunks of ``stream.chunk_edges`` edges."""
         ...
+

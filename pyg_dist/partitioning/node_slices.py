@@ -1,7 +1,8 @@
 """The node files of every part, written in one pass over node windows.
 
-Each part's ``nodes.safetensors`` holds its owned ids (sorted) and their rows
-of every node attribute. Counts per part are known from the book, so all K
+Each part's node file (``nodes.safetensors``; per type
+``nodes__TYPE.safetensors``) holds its owned ids (sorted) and their rows of
+every node attribute. Counts per part are known from the book, so all K
 files are laid out first; then a window of consecutive node ids is read from
 every array, its rows are grouped by owner (a stable sort keeps them in id
 order) and appended to each part's file at that part's running row. Every
@@ -10,13 +11,14 @@ input byte is read once, whatever K.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pyg_dist.partitioning.file_names import NODE_IDS, part_dir
-from pyg_dist.partitioning.file_source import FileGraph
+from pyg_dist.partitioning.file_source import NodeSet
 from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
 
 NODE_WINDOW_OVERHEAD = 24
@@ -28,34 +30,36 @@ def node_file_name(part: int) -> str:
     return f"{part_dir(part)}/nodes.safetensors"
 
 
-def write_node_files(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
-                     window: int, bar: Any) -> list[int]:
-    """Writes ``part-K/nodes.safetensors`` for every part.
+def write_node_files(tmp: Path, nodes: NodeSet, node_part: np.ndarray, num_parts: int,
+                     window: int, bar: Any,
+                     file_name: Callable[[int], str] = node_file_name) -> list[int]:
+    """Writes the node file of one node type for every part.
 
     Args:
         tmp: The staging directory (``part-K/`` must exist).
-        graph: The input.
-        node_part: Owner of every node.
+        nodes: The input nodes (of one type).
+        node_part: Owner of every node (of that type).
         num_parts: K.
         window: Nodes per window (sized from the memory limit).
         bar: A tqdm bar advanced by nodes.
+        file_name: Part -> its node file of this type, relative to ``tmp``.
 
     Returns:
         The owned training nodes of every part (0s without ``train_mask``).
     """
     counts = np.bincount(node_part, minlength=num_parts)
-    arrays = graph.node_arrays
+    arrays = nodes.arrays
     files = []
     try:
         for k in range(num_parts):
             specs = {NODE_IDS: (np.dtype(np.int64), (int(counts[k]),))}
             for name, array in arrays.items():
                 specs[name] = (array.dtype, (int(counts[k]), *array.shape[1:]))
-            files.append(SafetensorsFile(tmp / node_file_name(k), specs))
+            files.append(SafetensorsFile(tmp / file_name(k), specs))
         cursor = np.zeros(num_parts, dtype=np.int64)
         train = np.zeros(num_parts, dtype=np.int64)
-        for start in range(0, graph.num_nodes, window):
-            stop = min(start + window, graph.num_nodes)
+        for start in range(0, nodes.num_nodes, window):
+            stop = min(start + window, nodes.num_nodes)
             owner = node_part[start:stop]
             order = np.argsort(owner, kind="stable")
             bounds = np.zeros(num_parts + 1, dtype=np.int64)

@@ -40,44 +40,24 @@ from pyg_dist.partitioning.dataset_dir import (
     partitioner_record,
     staged,
 )
-from pyg_dist.partitioning.edge_shuffle import (
-    SORT_BYTES_PER_EDGE,
-    EdgeShuffle,
-    edge_file_name,
-)
-from pyg_dist.partitioning.file_names import (
-    BOOK_FILE,
-    BOOK_KEY,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    META_FILE,
-    part_dir,
-    sha256_file,
-)
+from pyg_dist.partitioning.edge_shuffle import shuffle_bytes_per_edge
+from pyg_dist.partitioning.file_names import META_FILE
+from pyg_dist.partitioning.file_parts import write_parts
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph
 from pyg_dist.partitioning.memory_limit import (
     MIN_WORKING_BYTES,
     MemoryBudget,
+    bounded_allocation,
     current_rss,
     default_limit,
     format_size,
     memory_error,
     release_freed_memory,
 )
-from pyg_dist.partitioning.node_slices import (
-    NODE_WINDOW_OVERHEAD,
-    node_file_name,
-    write_node_files,
-)
-from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
-from pyg_dist.partitioning.stats import PartStats, summarize
 from pyg_dist.plugins import PluginRegistry, default_registry
 
 logger = logging.getLogger(__name__)
 
-SHUFFLE_BYTES_PER_EDGE = 128
-"""Bytes per edge of a chunk in flight: pyarrow's columns, their int64
-copies, the owner and sort order, the spilled triples."""
 ASSIGN_BYTES_PER_EDGE = 192
 """Bytes per edge of a chunk a streaming partitioner may hold (its
 ``EdgeStream`` is sized by it): the chunk itself (16), both directions, their
@@ -132,46 +112,57 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     """
     graph = source if isinstance(source, FileGraph) else FileGraph.open(source)
     root = Path(root)
-    _check_num_parts(num_parts, graph.num_nodes)
+    check_num_parts(num_parts, graph.num_nodes)
     check_root(root, overwrite)
     limit = default_limit() if memory_limit is None else int(memory_limit)
     registry = registry or default_registry
     plugin = build_partitioner(registry, partitioner, options, ("assign_stream", "assign"))
-    # The footprint is measured once, before any pass, with the plugin loaded
-    # (random and metis import torch) and once pyarrow has decoded something:
-    # memory a pass frees may stay with the process (the allocator keeps it),
-    # but the next pass reuses it.
-    graph.warm_up()
-    release_freed_memory()
-    baseline = current_rss()
-    budget = _budget(limit, baseline, graph, num_parts,
-                     max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
-    edges_per_chunk = budget.chunk_rows(SHUFFLE_BYTES_PER_EDGE)
-    logger.info("partitioning %d nodes, %d edges from %s under %s (%s working, chunks of "
-                "%d edges)", graph.num_nodes, graph.num_edges, graph.root,
-                format_size(limit), format_size(budget.working), edges_per_chunk)
-    node_part = _assign(plugin, graph, num_parts, budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
-                        limit)
-    release_freed_memory()
-    counts = np.bincount(node_part, minlength=num_parts)
-    budget = _budget(limit, baseline, graph, num_parts, max_part_nodes=int(counts.max()),
-                     cap=chunk_edges)
-    with staged(root) as tmp:
-        meta = _write(tmp, graph, node_part, num_parts, budget, progress)
-        meta["graph_name"] = graph_name
-        meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    # Freed chunks must leave the RSS within a pass, not only between passes
+    # (memory_limit.bounded_allocation: pyarrow on malloc, a fixed mmap threshold).
+    with bounded_allocation():
+        node_part, budget = _assign_within(plugin, graph, num_parts, limit, chunk_edges)
+        with staged(root) as tmp:
+            meta = write_parts(tmp, graph, node_part, num_parts, budget, progress)
+            meta["graph_name"] = graph_name
+            meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
     logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
     return meta
 
 
-def _budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
-            max_part_nodes: int, cap: Optional[int]) -> MemoryBudget:
+
+def _assign_within(plugin: Any, graph: FileGraph, num_parts: int, limit: int,
+                   chunk_edges: Optional[int]) -> tuple[np.ndarray, MemoryBudget]:
+    """The owner of every node and the budget of the writing passes.
+
+    The footprint is measured once, before any pass, with the plugin loaded
+    (random and metis import torch) and once pyarrow has decoded something:
+    memory a pass frees may stay with the process (the allocator keeps it),
+    but the next pass reuses it.
+    """
+    graph.warm_up()
+    release_freed_memory()
+    baseline = current_rss()
+    budget = working_budget(limit, baseline, graph, num_parts,
+                            max_part_nodes=-(-graph.num_nodes // num_parts), cap=chunk_edges)
+    logger.info("partitioning %d nodes, %d edges from %s under %s (%s working, chunks of "
+                "%d edges)", graph.num_nodes, graph.num_edges, graph.root,
+                format_size(limit), format_size(budget.working),
+                budget.chunk_rows(shuffle_bytes_per_edge(0)))
+    node_part = assign_parts(plugin, graph, num_parts, budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
+                        limit)
+    release_freed_memory()
+    counts = np.bincount(node_part, minlength=num_parts)
+    return node_part, working_budget(limit, baseline, graph, num_parts,
+                                     max_part_nodes=int(counts.max()), cap=chunk_edges)
+
+def working_budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
+                   max_part_nodes: int, cap: Optional[int]) -> MemoryBudget:
     """The working memory once the process and the per-node state are counted:
     the book (1-2 bytes a node), the halo bitmap (1), the assignment while a
     plugin returns it (8), per part its owned ids, counts and indptr, and what
     pyarrow holds to decode one row group (:data:`ROW_GROUP_BYTES_PER_ROW`)."""
-    per_node = _book_dtype(num_parts).itemsize + 1 + 8
+    per_node = book_dtype(num_parts).itemsize + 1 + 8
     row_group = graph.max_row_group * ROW_GROUP_BYTES_PER_ROW
     state = graph.num_nodes * per_node + 24 * (max_part_nodes + 1) + row_group
     budget = MemoryBudget(limit=limit, baseline=baseline, state=state, max_rows=cap)
@@ -187,11 +178,14 @@ def _budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
     return budget
 
 
-def _book_dtype(num_parts: int) -> np.dtype:
+def book_dtype(num_parts: int) -> np.dtype:
+    """The dtype of a book of ``num_parts`` parts (as the in-memory writer's)."""
     return np.dtype(np.uint8) if num_parts <= 256 else np.dtype(np.int16)
 
 
-def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
+def check_num_parts(num_parts: Any, num_nodes: int) -> None:
+    """Refuses a ``num_parts`` that is not an int in ``[1, min(num_nodes,
+    MAX_PARTS)]`` (:class:`~pyg_dist.errors.InvalidPartitionArgumentError`)."""
     if isinstance(num_parts, bool) or not isinstance(num_parts, int):
         raise InvalidPartitionArgumentError(f"num_parts must be an int, got {num_parts!r}")
     if num_parts < 1 or num_parts > num_nodes:
@@ -202,8 +196,8 @@ def _check_num_parts(num_parts: Any, num_nodes: int) -> None:
             f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
 
 
-def _assign(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
-            limit: int) -> np.ndarray:
+def assign_parts(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
+                 limit: int) -> np.ndarray:
     """The owner of every node, in the book's dtype."""
     if callable(getattr(plugin, "assign_stream", None)):
         assignment = plugin.assign_stream(EdgeStream(graph, chunk_edges), num_parts)
@@ -218,7 +212,7 @@ def _assign(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
     if assignment.size and (int(assignment.min()) < 0 or int(assignment.max()) >= num_parts):
         raise InvalidPartitionArgumentError(
             f"the partitioner's output is invalid: part ids must lie in [0, {num_parts})")
-    return assignment.astype(_book_dtype(num_parts), copy=False)
+    return assignment.astype(book_dtype(num_parts), copy=False)
 
 
 def _assign_in_memory(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
@@ -245,81 +239,19 @@ def _assign_in_memory(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges
     from pyg_dist.partitioning.graph import PartitionInput
 
     edge_index = torch.empty(2, graph.num_edges, dtype=torch.int64)
-    view = edge_index.numpy()  # pyarrow's arrays are read-only: copy through numpy
-    for first, src, dst in graph.edge_chunks(chunk_edges):
+    view, first = edge_index.numpy(), 0  # pyarrow's arrays are read-only: copy
+    for src, dst in graph.view_chunks(chunk_edges):
         view[0, first:first + src.size] = src
         view[1, first:first + src.size] = dst
-    mask = graph.node_arrays.get("train_mask")
-    train_mask = None if mask is None else torch.from_numpy(
-        mask.read_rows(0, graph.num_nodes).copy())
-    result = plugin.assign(PartitionInput(graph.num_nodes, edge_index, train_mask=train_mask),
+        first += src.size
+    train_mask = torch.from_numpy(graph.view_train_mask(0, graph.num_nodes)) \
+        if graph.has_train_mask() else None
+    node_type, node_types = None, None
+    if graph.is_hetero:
+        node_types = list(graph.nodes)
+        counts = torch.tensor([n.num_nodes for n in graph.nodes.values()])
+        node_type = torch.repeat_interleave(torch.arange(len(node_types)), counts)
+    result = plugin.assign(PartitionInput(graph.num_nodes, edge_index, train_mask=train_mask,
+                                          node_type=node_type, node_types=node_types),
                            num_parts)
     return result.numpy() if isinstance(result, torch.Tensor) else result
-
-
-def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
-           budget: MemoryBudget, progress: bool) -> dict[str, Any]:
-    """The book, node and edge files of every part; returns ``meta.json``
-    without the partitioner and name."""
-    from tqdm.auto import tqdm
-
-    files: dict[str, dict[str, Any]] = {}
-
-    def record(name: str) -> str:
-        path = tmp / name
-        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        return name
-
-    with SafetensorsFile(tmp / BOOK_FILE, {BOOK_KEY: (node_part.dtype, node_part.shape)}) as f:
-        f.write_rows(BOOK_KEY, 0, node_part)
-    record(BOOK_FILE)
-    for k in range(num_parts):
-        (tmp / part_dir(k)).mkdir()
-    row_bytes = sum(2 * a.row_bytes for a in graph.node_arrays.values()) + NODE_WINDOW_OVERHEAD
-    with tqdm(total=graph.num_nodes, desc="nodes", unit="node", disable=not progress) as bar:
-        train = write_node_files(tmp, graph, node_part, num_parts,
-                                 budget.chunk_rows(row_bytes), bar)
-    release_freed_memory()
-    spill_dir = tmp / ".spill"
-    spill_dir.mkdir()
-    shuffle = EdgeShuffle(spill_dir, node_part, num_parts)
-    with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
-              disable=not progress) as bar:
-        shuffle.spill(graph, budget.chunk_rows(SHUFFLE_BYTES_PER_EDGE), bar)
-    release_freed_memory()
-    halo = np.zeros(graph.num_nodes, dtype=np.bool_)
-    stats: list[PartStats] = []
-    parts = []
-    with tqdm(total=graph.num_edges, desc="csc", unit="edge", disable=not progress) as bar:
-        for k in range(num_parts):
-            release_freed_memory()
-            owned = np.flatnonzero(node_part == k)
-            part_stats = shuffle.write_part(tmp, k, owned, halo,
-                                            budget.chunk_rows(SORT_BYTES_PER_EDGE), bar)
-            part_stats.num_train_nodes = train[k]
-            del owned
-            stats.append(part_stats)
-            parts.append({
-                "part": k, "dir": part_dir(k),
-                "node_types": [{"type": None, "file": record(node_file_name(k)),
-                                "num_nodes": part_stats.num_nodes}],
-                "edge_types": [{"type": None, "file": record(edge_file_name(k)),
-                                "num_edges": part_stats.num_edges}],
-                "stats": part_stats.to_json(),
-            })
-    spill_dir.rmdir()
-    return {
-        "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
-        "num_parts": num_parts, "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges, "is_hetero": False,
-        "node_types": [{"type": None, "num_nodes": graph.num_nodes,
-                        "features": {name: {"dtype": str(a.dtype), "shape": list(a.shape[1:])}
-                                     for name, a in graph.node_arrays.items()}}],
-        "edge_types": [{"type": None, "src": None, "dst": None, "num_edges": graph.num_edges,
-                        "features": {}}],
-        "books": [{"type": None, "file": BOOK_FILE, "key": BOOK_KEY,
-                   "dtype": str(node_part.dtype)}],
-        "parts": parts,
-        "stats": summarize(stats, graph.num_nodes, graph.num_edges),
-        "files": files,
-    }

@@ -192,10 +192,15 @@ def test_partition_from_files_in_a_subprocess_then_info(tmp_path, cora_files, ca
      "needs the whole graph in memory"),
     (["pyg_dist.datasets:cora", "ROOT", "--memory-limit", "4G"], "--from DIR only"),
     (["ROOT", "--from", "FILES", "--num-nodes", "5"], "num_nodes=5"),
+    (["pyg_dist.datasets:cora", "ROOT", "--distributed"], "--from DIR only"),
+    (["ROOT", "--from", "FILES", "--distributed"], "under torchrun"),
+    (["ROOT", "--from", "FILES", "--distributed", "--num-nodes", "5"], "--num-nodes does not"),
 ])
 def test_bad_file_arguments_are_errors_and_write_nothing(tmp_path, cora_files, capsys, argv,
-                                                         message):
+                                                         message, monkeypatch):
     from pyg_dist.partitioning.memory_limit import current_rss
+
+    monkeypatch.delenv("RANK", raising=False)  # as outside torchrun
 
     names = {"ROOT": str(tmp_path / "out"), "FILES": str(cora_files),
              "RSS+64M": str(current_rss() + (64 << 20))}
@@ -203,3 +208,44 @@ def test_bad_file_arguments_are_errors_and_write_nothing(tmp_path, cora_files, c
     assert main(["partition", *argv, "-n", "2", "--no-progress"]) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_partition_imdb_from_typed_files_then_info_prints_per_type_counts(tmp_path, capsys):
+    from pyg_dist.datasets import load_dataset
+    from pyg_dist.partitioning.file_export import write_hetero_data_files
+
+    files = write_hetero_data_files(load_dataset("pyg_dist.datasets:imdb"), tmp_path / "f")
+    root = tmp_path / "imdb-2"
+    assert main(["partition", "--from", str(files), str(root), "-n", "2", "-p", "hash",
+                 "--no-progress"]) == 0
+    meta = json.loads((root / "meta.json").read_text())
+    assert meta["format_version"] == 2 and meta["num_nodes"] == 4661 + 2270 + 5841
+    capsys.readouterr()
+    assert main(["info", str(root), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert any(line.split()[:2] == ["actor", "5841"] for line in out.splitlines())
+    assert any(r.startswith("actor -> movie (acted_in)") and " 13983 " in r
+               for r in out.splitlines())
+
+
+def test_partition_from_files_across_two_torchrun_ranks_then_info(tmp_path, cora_files,
+                                                                   capsys):
+    from support.servers import run_process_tree
+
+    from pyg_dist.partitioning.out_of_core import partition_files
+
+    partition_files(cora_files, 2, tmp_path / "one-host", "hash", graph_name="cora")
+    root = tmp_path / "two-ranks"
+    done = run_process_tree(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+         "-m", "pyg_dist", "partition", "--from", str(cora_files), str(root), "-n", "2",
+         "-p", "hash", "--distributed", "--name", "cora", "--no-progress"], timeout=300,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "edge cut:" in done.stdout  # rank 0's summary
+    for path in sorted((tmp_path / "one-host").rglob("*")):
+        if path.is_file():
+            name = path.relative_to(tmp_path / "one-host")
+            assert (root / name).read_bytes() == path.read_bytes(), name
+    assert main(["info", str(root), "--verify"]) == 0
+    assert "checksums: all 5 files verified" in capsys.readouterr().out

@@ -51,9 +51,14 @@ class RandomPartitioner:
 
     def assign_stream(self, stream: Any, num_parts: int) -> Tensor:
         """One part id per node of a graph read from files: the same parts as
-        :meth:`assign` for the same seed. Edges are not read; the permutation
-        takes 8 bytes a node."""
-        view = PartitionInput(int(stream.num_nodes), torch.empty(2, 0, dtype=torch.int64))
+        :meth:`assign` for the same seed (dealt per node type when the files
+        are laid out by type). Edges are not read; the permutation takes 8
+        bytes a node (16 by type)."""
+        counts = getattr(stream, "node_type_counts", None)
+        node_type = None if counts is None else torch.repeat_interleave(
+            torch.arange(len(counts)), torch.tensor(counts, dtype=torch.int64))
+        view = PartitionInput(int(stream.num_nodes), torch.empty(2, 0, dtype=torch.int64),
+                              node_type=node_type)
         return self.assign(view, num_parts)
 
     def options(self) -> dict[str, Any]:

@@ -1,0 +1,233 @@
+"""Writing the dataset of a graph read from files once every node has an
+owner: the book(s), then per node type its node files (one pass over node
+windows), per edge type its shuffle into spill files, then per part the CSC
+of every edge type. A homogeneous graph gives format version 1, a graph by
+type version 2, and ``meta.json`` exactly as the in-memory writers
+(:mod:`~pyg_dist.partitioning.writer`, :mod:`~pyg_dist.partitioning.hetero_writer`)
+build it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pyg_dist.partitioning.edge_shuffle import (
+    EdgeShuffle,
+    shuffle_bytes_per_edge,
+    sort_bytes_per_edge,
+)
+from pyg_dist.partitioning.file_names import (
+    BOOK_KEY,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    HETERO_FORMAT_VERSION,
+    book_file,
+    edge_file,
+    node_file,
+    part_dir,
+    sha256_file,
+)
+from pyg_dist.partitioning.file_source import EdgeKey, FileGraph, NodeKey
+from pyg_dist.partitioning.memory_limit import MemoryBudget, release_freed_memory
+from pyg_dist.partitioning.node_slices import NODE_WINDOW_OVERHEAD, write_node_files
+from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
+from pyg_dist.partitioning.stats import PartStats, summarize
+
+
+def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
+                budget: MemoryBudget, progress: bool) -> dict[str, Any]:
+    """Writes every file of the dataset into ``tmp``.
+
+    Args:
+        tmp: The staging directory.
+        graph: The input.
+        node_part: Owner of every node of the homogeneous view.
+        num_parts: K.
+        budget: Sizes the windows, chunks and buckets.
+        progress: Show a tqdm bar per pass.
+
+    Returns:
+        ``meta.json``'s content without the partitioner and graph name.
+    """
+    from tqdm.auto import tqdm
+
+    files: dict[str, dict[str, Any]] = {}
+    record = recorder(tmp, files)
+    books = books_of(graph, node_part)
+    book_entries = write_books(tmp, books, record)
+    for k in range(num_parts):
+        (tmp / part_dir(k)).mkdir()
+    train = {}
+    with tqdm(total=graph.num_nodes, desc="nodes", unit="node", disable=not progress) as bar:
+        for key, nodes in graph.nodes.items():
+            row_bytes = sum(2 * a.row_bytes for a in nodes.arrays.values())
+            train[key] = write_node_files(
+                tmp, nodes, books[key], num_parts,
+                budget.chunk_rows(row_bytes + NODE_WINDOW_OVERHEAD), bar,
+                lambda k, key=key: node_file(k, key))
+    release_freed_memory()
+    shuffles = _shuffle(tmp / ".spill", graph, books, num_parts, budget, progress)
+    halo = halo_bitmaps(graph)
+    entries = []
+    with tqdm(total=graph.num_edges, desc="csc", unit="edge", disable=not progress) as bar:
+        for k in range(num_parts):
+            entries.append(write_part_csc(tmp, graph, books, shuffles, k,
+                                          {key: t[k] for key, t in train.items()}, halo,
+                                          budget, bar, record))
+    shutil.rmtree(tmp / ".spill")
+    return build_meta(graph, books, book_entries, entries, files)
+
+
+def recorder(tmp: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], str]:
+    """A function that checksums a written file (name relative to ``tmp``)
+    into ``files`` and returns its name."""
+    def record(name: str) -> str:
+        path = tmp / name
+        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        return name
+    return record
+
+
+def books_of(graph: FileGraph, node_part: np.ndarray) -> dict[NodeKey, np.ndarray]:
+    """The view's assignment cut into one book per node type (views, no copy)."""
+    return {key: node_part[start:start + graph.nodes[key].num_nodes]
+            for key, start in graph.offsets().items()}
+
+
+def write_books(tmp: Path, books: dict[NodeKey, np.ndarray], record: Callable[[str], str],
+                write: bool = True) -> list[dict[str, Any]]:
+    """Writes every node type's book (unless ``write`` is false: a rank that
+    does not write them); returns their ``meta.json`` entries."""
+    entries = []
+    for key, book in books.items():
+        if write:
+            with SafetensorsFile(tmp / book_file(key),
+                                 {BOOK_KEY: (book.dtype, book.shape)}) as f:
+                f.write_rows(BOOK_KEY, 0, book)
+            record(book_file(key))
+        entries.append({"type": key, "file": book_file(key), "key": BOOK_KEY,
+                        "dtype": str(book.dtype)})
+    return entries
+
+
+def halo_bitmaps(graph: FileGraph) -> dict[NodeKey, np.ndarray]:
+    """One byte a node, per node type: the scratch of :func:`write_part_csc`."""
+    return {key: np.zeros(n.num_nodes, dtype=np.bool_) for key, n in graph.nodes.items()}
+
+
+def _shuffle(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
+             num_parts: int, budget: MemoryBudget, progress: bool) -> dict[EdgeKey, EdgeShuffle]:
+    from tqdm.auto import tqdm
+
+    shuffles = new_shuffles(spill_root, graph, books, num_parts)
+    with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
+              disable=not progress) as bar:
+        for key, shuffle in shuffles.items():
+            shuffle.spill(budget.chunk_rows(
+                shuffle_bytes_per_edge(graph.edges[key].attribute_row_bytes)), bar)
+            release_freed_memory()
+    return shuffles
+
+
+def new_shuffles(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
+                 num_parts: int) -> dict[EdgeKey, EdgeShuffle]:
+    """An :class:`EdgeShuffle` per edge type, each with its spill directory."""
+    shuffles = {}
+    for i, (key, edges) in enumerate(graph.edges.items()):
+        spill_dir = spill_root / str(i)
+        spill_dir.mkdir(parents=True)
+        src, dst = (None, None) if key is None else (key[0], key[2])
+        shuffles[key] = EdgeShuffle(spill_dir, edges, books[dst], num_parts,
+                                    src_part=books[src],
+                                    file_name=lambda k, key=key: edge_file(k, key))
+    return shuffles
+
+
+def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
+                   shuffles: dict[EdgeKey, EdgeShuffle], k: int, train: dict[NodeKey, int],
+                   halo: dict[NodeKey, np.ndarray], budget: MemoryBudget, bar: Any,
+                   record: Callable[[str], str], by_edge_id: bool = False) -> dict[str, Any]:
+    """Writes part ``k``'s edge file of every edge type from the spill files
+    and checksums its node files; returns its ``meta.json`` entry with every
+    per-type count (:func:`build_meta` keeps those of its version)."""
+    edge_entries = []
+    for key, shuffle in shuffles.items():
+        release_freed_memory()
+        dst = None if key is None else key[2]
+        owned = np.flatnonzero(books[dst] == k)
+        sort_edges = sort_bytes_per_edge(graph.edges[key].attribute_row_bytes)
+        part_stats = shuffle.write_part(tmp, k, owned, halo[None if key is None else key[0]],
+                                        budget.chunk_rows(sort_edges), bar, by_edge_id)
+        del owned
+        edge_entries.append({"type": None if key is None else list(key),
+                             "file": record(edge_file(k, key)),
+                             "num_edges": part_stats.num_edges,
+                             "num_cut_edges": part_stats.num_cut_edges})
+    node_entries = []
+    for key in graph.nodes:
+        node_entries.append({"type": key, "file": record(node_file(k, key)),
+                             "num_nodes": int(np.count_nonzero(books[key] == k)),
+                             "num_halo_nodes": int(np.count_nonzero(halo[key])),
+                             "num_train_nodes": train[key]})
+        halo[key][:] = False
+    part_stats = PartStats(
+        num_nodes=sum(e["num_nodes"] for e in node_entries),
+        num_edges=sum(e["num_edges"] for e in edge_entries),
+        num_halo_nodes=sum(e["num_halo_nodes"] for e in node_entries),
+        num_cut_edges=sum(e["num_cut_edges"] for e in edge_entries),
+        num_train_nodes=sum(e["num_train_nodes"] for e in node_entries))
+    return {"part": k, "dir": part_dir(k), "node_types": node_entries,
+            "edge_types": edge_entries, "stats": part_stats.to_json()}
+
+
+def _balance(counts: list[int]) -> float:
+    """Largest part / mean part (1.0 when the type is empty), as the
+    in-memory writer computes it."""
+    total = sum(counts)
+    return max(counts) * len(counts) / total if total else 1.0
+
+
+def _specs(arrays: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: {"dtype": str(a.dtype), "shape": list(a.shape[1:])}
+            for name, a in arrays.items()}
+
+
+def build_meta(graph: FileGraph, books: dict[NodeKey, np.ndarray], book_entries: list,
+               parts: list[dict[str, Any]], files: dict) -> dict[str, Any]:
+    """``meta.json`` (without the partitioner and graph name) from the parts'
+    entries of :func:`write_part_csc`, in part order."""
+    num_parts = len(parts)
+    stats = [PartStats(**p["stats"]) for p in parts]
+    node_types, edge_types = [], []
+    for key, nodes in graph.nodes.items():
+        entry = {"type": key, "num_nodes": nodes.num_nodes, "features": _specs(nodes.arrays)}
+        if graph.is_hetero:
+            entry["balance"] = _balance(
+                np.bincount(books[key], minlength=num_parts).tolist())
+        node_types.append(entry)
+    for i, (key, edges) in enumerate(graph.edges.items()):
+        entry = {"type": None if key is None else list(key),
+                 "src": None if key is None else key[0], "dst": None if key is None else key[2],
+                 "num_edges": edges.num_edges, "features": _specs(edges.arrays)}
+        if graph.is_hetero:
+            entry["edge_cut"] = sum(p["edge_types"][i]["num_cut_edges"] for p in parts)
+            entry["balance"] = _balance([p["edge_types"][i]["num_edges"] for p in parts])
+        edge_types.append(entry)
+    if not graph.is_hetero:  # version 1 keeps only the counts of its one type
+        parts = [{**p, "node_types": [{n: p["node_types"][0][n]
+                                       for n in ("type", "file", "num_nodes")}],
+                  "edge_types": [{n: p["edge_types"][0][n]
+                                  for n in ("type", "file", "num_edges")}]} for p in parts]
+    return {
+        "format": FORMAT_NAME,
+        "format_version": HETERO_FORMAT_VERSION if graph.is_hetero else FORMAT_VERSION,
+        "num_parts": num_parts, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+        "is_hetero": graph.is_hetero, "node_types": node_types, "edge_types": edge_types,
+        "books": book_entries, "parts": parts,
+        "stats": summarize(stats, graph.num_nodes, graph.num_edges), "files": files,
+    }
