@@ -247,13 +247,23 @@ class HopForwarder:
         answer = min(8 * (nodes + 2 * edges), self._max_reply_bytes)
         return _WORK_FACTOR * answer
 
-    def close(self) -> None:
-        """Closes the connections to the peers. Safe to call twice."""
+    def close(self, release_wait: float = 0.0) -> None:
+        """Closes the connections to the peers. Safe to call twice.
+
+        Args:
+            release_wait: Seconds to wait for the peers to take back the
+                memory this server lent them for their answers. None by
+                default: a server stops when its peers stop too (a launcher
+                stops them all at once), and a release that each waited for
+                from stopped peers cost 2 s a peer, past the launcher's grace
+                (it SIGKILLed every server). A peer that runs on unmaps the
+                segments once it sees this process has exited.
+        """
         with self._lock:
             store, self._store, self._closed = self._store, None, True
             self._samplers.clear()
         if store is not None:
-            store.router.close()
+            store.router.close(release_wait)
 
     # Peers ###################################################################
 

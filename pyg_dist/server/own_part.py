@@ -21,6 +21,7 @@ from torch import Tensor
 from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.messages import Reply
+from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
 
 Result = tuple[dict[str, Any], list[Tensor]]
 
@@ -98,6 +99,7 @@ class OwnPartFirst:
             except Exception as exc:  # the caller sees it from result(), as a peer's
                 future.set_exception(exc)
 
-    def close(self) -> None:
-        """Closes the peers' connections."""
-        self._others.close()
+    def close(self, release_wait: float = RELEASE_WAIT_S) -> None:
+        """Closes the peers' connections (``release_wait``: see
+        :meth:`RpcClient.close <pyg_dist.rpc.client.RpcClient.close>`)."""
+        self._others.close(release_wait)
