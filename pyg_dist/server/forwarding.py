@@ -36,6 +36,7 @@ busy, which the trainer's retry layer asks again.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -44,10 +45,18 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import ForwardingError, ProtocolError, PygDistError, ServerBusyError
+from pyg_dist.errors import (
+    ForwardingError,
+    ProtocolError,
+    PygDistError,
+    RemoteError,
+    RpcError,
+    ServerBusyError,
+    remote_error,
+)
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
-from pyg_dist.rpc.wire_values import describe
+from pyg_dist.rpc.wire_values import describe, error_text
 from pyg_dist.server.own_part import OwnPartFirst
 from pyg_dist.server.tree_requests import TreeRequest, parse_tree, parse_tree_types
 
@@ -90,6 +99,7 @@ class HopForwarder:
         self._store: Any = None  # the RemoteGraphStore over the peers, once connected
         self._connecting: Optional[_Attempt] = None  # the connection attempt running
         self._samplers: OrderedDict[tuple, Any] = OrderedDict()
+        self._peer_parts: dict[str, int] = {}  # a peer's endpoint -> its part
         self._closed = False
         self.trees = 0
         """Batches sampled here so far (``stats``' ``sample_tree_calls``)."""
@@ -190,8 +200,37 @@ class HopForwarder:
             with self._lock:
                 self.trees += 1
             return out
+        except PygDistError as exc:
+            told = self._without_peer_addresses(exc)
+            if told is exc:
+                raise
+            raise told from exc
         finally:
             self._slots.release()
+
+    def _without_peer_addresses(self, exc: PygDistError) -> PygDistError:
+        """``exc`` as the client may see it: every peer's address replaced by
+        its part (``part 1``), the address logged here instead. The cluster's
+        addresses are the operator's, not every client's to learn (a client
+        needs only the servers it was given)."""
+        with self._lock:
+            parts = dict(self._peer_parts)
+        text = error_text(exc)
+        scrubbed = hide_addresses(text, parts)
+        address = getattr(exc, "address", None)
+        if scrubbed == text and address not in parts:
+            return exc
+        logger.warning("part %d: a tree failed at a peer: %s", self.part, text)
+        if isinstance(exc, RemoteError):
+            return remote_error(exc.remote_type, hide_addresses(exc.remote_message, parts),
+                                address=f"part {parts[address]}" if address in parts
+                                else None, op=exc.op)
+        if isinstance(exc, RpcError):
+            return type(exc)(scrubbed, op=exc.op)
+        try:
+            return type(exc)(scrubbed)
+        except TypeError:  # a class with other arguments: the text matters more
+            return ForwardingError(scrubbed)
 
     def _reply(self, answer: list[Tensor], indices: set[int],
                ctx: Optional[CallContext]) -> list[Tensor]:
@@ -345,12 +384,18 @@ class HopForwarder:
         from pyg_dist.store.connect import connect
         from pyg_dist.store.routing import Router
 
+        peers: Any = None
         try:
             peers = self._peers() if callable(self._peers) else self._peers
             _, gs = connect(peers, self._config, tune_malloc=False)
         except PygDistError as exc:
+            # The peers' addresses stay in this log (see
+            # _without_peer_addresses); the client learns which part failed.
+            text = error_text(exc)
+            logger.warning("part %d cannot reach its peers: %s", self.part, text)
             raise ForwardingError(f"part {self.part} cannot reach its peers to forward "
-                                  f"sampling: {exc}") from exc
+                                  f"sampling: {hide_addresses(text, _listed_parts(peers))}"
+                                  ) from exc
         router = gs.router
         try:
             if gs.graph_id != self.graph_id or router.num_parts <= self.part:
@@ -364,6 +409,9 @@ class HopForwarder:
                            router.book, router.num_nodes, config=self._config,
                            client=client)
             gs.router = local  # the feature store is not used here
+            groups = router.replicas or [[e] for e in router.endpoints]
+            with self._lock:
+                self._peer_parts = {e: k for k, group in enumerate(groups) for e in group}
             logger.info("part %d forwards sampling to %d peers", self.part,
                         router.num_parts - 1)
             return gs
@@ -379,6 +427,36 @@ class _Attempt:
     def __init__(self) -> None:
         self.done = threading.Event()
         self.error: Optional[BaseException] = None
+
+def hide_addresses(text: str, parts: dict[str, int]) -> str:
+    """``text`` with each endpoint of ``parts`` (``tcp://host:port``, also
+    written ``host:port``) replaced by ``part K``."""
+    names = {}
+    for endpoint, part in parts.items():
+        names[endpoint] = names[endpoint.split("://", 1)[-1]] = f"part {part}"
+    if not names:
+        return text
+    # Longest first (tcp://h:p before h:p); no digit after (h:80 in h:8080).
+    pattern = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.sub(f"(?:{pattern})(?![0-9])", lambda m: names[m.group(0)], text)
+
+
+def _listed_parts(peers: Any) -> dict[str, int]:
+    """A peer list (``"a:1|a2:1,b:1"`` or per part a list of replicas) as
+    endpoint -> part, for :func:`hide_addresses`; what is not understood is
+    left out (the list is checked where it is used, by ``connect``)."""
+    groups = peers.replace("\n", ",").split(",") if isinstance(peers, str) else \
+        list(peers) if isinstance(peers, (list, tuple)) else []
+    parts = {}
+    for part, group in enumerate(groups):
+        members = group.split("|") if isinstance(group, str) else \
+            list(group) if isinstance(group, (list, tuple)) else []
+        for member in members:
+            if isinstance(member, str) and member.strip():
+                member = member.strip()
+                parts[member if "://" in member else f"tcp://{member}"] = part
+    return parts
+
 
 def _counts(values: Optional[list[int]]) -> Tensor:
     """Per-hop counts as a tensor (empty when there are none)."""
