@@ -72,7 +72,12 @@ _SAMPLERS = 32  # distinct sampler settings kept (a hostile client may churn the
 # error (naming the peer that failed) must reach the trainer before the
 # trainer gives up on the coordinator.
 _DEADLINE_SHARE = 0.8
-_WORK_FACTOR = 4
+# What a tree holds while it runs, as a multiple of its answer: the peers'
+# replies, their reassembly, the relabelled hops and their concatenation, the
+# reply's int32 copies. Measured (peak RSS of a fresh server, one tree of a
+# 3.4-4.8 MB answer, 49k nodes, 1.2M edges, 4 parts): 5.8 to 6.4x. It was
+# charged 4x, so a tree whose bound was tight held ~1.6x its charge.
+_WORK_FACTOR = 7
 
 
 class HopForwarder:
@@ -91,6 +96,13 @@ class HopForwarder:
         self.graph_id = ops.graph_id
         self._graph_size = (int(ops.num_nodes), int(ops.reader.num_edges))
         self._max_reply_bytes = int(ops.max_reply_bytes)
+        # The biggest answer a tree may build: one reply, and with its working
+        # memory within one client's reply budget (else it could never be
+        # admitted, and a tree charged less than it holds would break the
+        # budget). A bigger tree is stopped at the hop that outgrows it and
+        # sampled hop by hop from the trainer.
+        self._max_answer = max(64, min(self._max_reply_bytes,
+                                       config.client_reply_budget // _WORK_FACTOR))
         self._handlers = ops.handlers()
         self._peers = peers
         self._config = config
@@ -196,7 +208,7 @@ class HopForwarder:
             sampler = self._sampler(request.settings, request.deadline)
             # Every sampled edge takes 16 bytes of the answer (row, col,
             # edge id): a tree past that is refused as soon as a hop shows it.
-            out = sample(sampler, self._max_reply_bytes // 16)
+            out = sample(sampler, self._max_answer // 16)
             with self._lock:
                 self.trees += 1
             return out
@@ -240,9 +252,12 @@ class HopForwarder:
         answer = [t.to(torch.int32 if i in indices else torch.long)
                   for i, t in enumerate(answer)]
         size = sum(t.element_size() * t.numel() for t in answer)
-        if size > self._max_reply_bytes:
-            raise ForwardingError(f"the sampled subgraph takes {size} bytes, over the reply "
-                                  f"limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES); "
+        if size > self._max_answer:
+            limit = f"the reply limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES)" \
+                if self._max_answer == self._max_reply_bytes else \
+                f"{self._max_answer} bytes, a tree's share of the client reply budget " \
+                f"(PYG_DIST_CLIENT_REPLY_BUDGET / {_WORK_FACTOR})"
+            raise ForwardingError(f"the sampled subgraph takes {size} bytes, over {limit}; "
                                   f"sample it hop by hop")
         if ctx is None or not ctx.lent:
             return [t.contiguous() for t in answer]
@@ -283,7 +298,7 @@ class HopForwarder:
         # The answer, and the peers' answers, reassembly and relabelling
         # while it is built (the same factor as a `sample`); a tree whose
         # edges outgrow one reply is stopped at that hop, so no more.
-        answer = min(8 * (nodes + 2 * edges), self._max_reply_bytes)
+        answer = min(8 * (nodes + 2 * edges), self._max_answer)
         return _WORK_FACTOR * answer
 
     def close(self, release_wait: float = 0.0) -> None:
