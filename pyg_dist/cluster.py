@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, NamedTuple, Optional
 
 from pyg_dist.errors import PartitionFormatError, PygDistError, ServerUnavailableError
 from pyg_dist.lifeline import Lifeline, exit_on_sigterm
@@ -48,6 +48,18 @@ def num_parts_of(root: str | os.PathLike) -> int:
             f"Create one with 'pyg-dist partition'") from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise PartitionFormatError(f"{meta} is not a valid pyg-dist meta.json: {exc}") from exc
+
+
+class StoppedProcess(NamedTuple):
+    """How one process of a :class:`LocalCluster` ended in :meth:`~LocalCluster.stop`."""
+
+    pid: int
+    returncode: Optional[int]
+    """Its exit status (negative: the signal that ended it), ``None`` if it
+    could not be reaped."""
+    killed: bool
+    """Whether it had to be SIGKILLed: it did not stop within the grace
+    period after SIGTERM."""
 
 
 def _read_ready(proc: subprocess.Popen, what: str, deadline: float) -> list[str]:
@@ -110,6 +122,8 @@ class LocalCluster:
         self.stop_grace = stop_grace
         self.env = env
         self.processes: list[subprocess.Popen] = []
+        self.stopped: list[StoppedProcess] = []
+        """What the last :meth:`stop` saw of each process it stopped."""
         self.server_endpoints: list[str] = []
         self.endpoints: list[str] = []
         self.forwarding = forwarding
@@ -213,15 +227,22 @@ class LocalCluster:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace
+        stopped = []
         for proc in self.processes:
+            killed = False
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 logger.warning("process %d did not stop on SIGTERM; killing it", proc.pid)
+                killed = True
                 proc.kill()
-                proc.wait(5)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(5)
             if proc.stdout is not None:
                 proc.stdout.close()
+            stopped.append(StoppedProcess(proc.pid, proc.returncode, killed))
+        if stopped:
+            self.stopped = stopped
         self.processes = []
         if self._lifeline is not None:
             self._lifeline.close()

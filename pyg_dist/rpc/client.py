@@ -52,7 +52,7 @@ from pyg_dist.rpc.liveness import PeerStates, close_monitor
 from pyg_dist.rpc.ops import reply_tensor_limit
 from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.reply_guard import ReplyGuard
-from pyg_dist.rpc.shm.lender import Lease, Lender
+from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S, Lease, Lender
 from pyg_dist.rpc.sockets import open_dealer
 from pyg_dist.rpc.wire_values import describe
 
@@ -277,10 +277,16 @@ class RpcClient:
                                 f"{protocol.PROTOCOL_VERSION}", address=self._endpoints[server])
         return result
 
-    def close(self) -> None:
+    def close(self, release_wait: float = RELEASE_WAIT_S) -> None:
         """Hands back lent memory, fails outstanding calls, stops the I/O
-        thread, closes sockets."""
-        self._lender.close(self.call)
+        thread, closes sockets.
+
+        Args:
+            release_wait: Seconds to wait, for all servers together, for
+                their answers to the hand-back of lent memory; 0 sends it
+                without waiting (a stopping server whose peers stop too).
+        """
+        self._lender.close(self.call_async, release_wait)
         with self._lock:
             if self._closed:
                 return

@@ -65,6 +65,7 @@ from pyg_dist.rpc.client import RpcClient
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.ops import OPS, OpSpec
+from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +102,9 @@ class PartitionClient(Protocol):
                timeout: Optional[float] = None) -> Reply:
         """Waits for a future of :meth:`call_async` (bounded)."""
 
-    def close(self) -> None:
-        """Closes every connection."""
+    def close(self, release_wait: float = RELEASE_WAIT_S) -> None:
+        """Closes every connection, waiting at most ``release_wait`` seconds
+        for the servers to take back the memory lent them (0: no wait)."""
 
 
 def replica_groups(replicas: Replicas) -> list[list[str]]:
@@ -282,12 +284,13 @@ class RetryingClient:
         return self.result(self.call_async(server, op, args, tensors, timeout), server, op,
                            timeout)
 
-    def close(self) -> None:
-        """Fails the calls waiting to be re-sent and closes every connection."""
+    def close(self, release_wait: float = RELEASE_WAIT_S) -> None:
+        """Fails the calls waiting to be re-sent and closes every connection
+        (see :meth:`RpcClient.close <pyg_dist.rpc.client.RpcClient.close>`)."""
         for call in self._later.close():
             _fail(call.outer, RpcError(f"cannot call {call.op!r}: the client is closed",
                                        op=call.op))
-        self._client.close()
+        self._client.close(release_wait)
 
     def __enter__(self) -> RetryingClient:
         return self

@@ -36,6 +36,7 @@ busy, which the trainer's retry layer asks again.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -44,10 +45,18 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import ForwardingError, ProtocolError, PygDistError, ServerBusyError
+from pyg_dist.errors import (
+    ForwardingError,
+    ProtocolError,
+    PygDistError,
+    RemoteError,
+    RpcError,
+    ServerBusyError,
+    remote_error,
+)
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
-from pyg_dist.rpc.wire_values import describe
+from pyg_dist.rpc.wire_values import describe, error_text
 from pyg_dist.server.own_part import OwnPartFirst
 from pyg_dist.server.tree_requests import TreeRequest, parse_tree, parse_tree_types
 
@@ -63,7 +72,12 @@ _SAMPLERS = 32  # distinct sampler settings kept (a hostile client may churn the
 # error (naming the peer that failed) must reach the trainer before the
 # trainer gives up on the coordinator.
 _DEADLINE_SHARE = 0.8
-_WORK_FACTOR = 4
+# What a tree holds while it runs, as a multiple of its answer: the peers'
+# replies, their reassembly, the relabelled hops and their concatenation, the
+# reply's int32 copies. Measured (peak RSS of a fresh server, one tree of a
+# 3.4-4.8 MB answer, 49k nodes, 1.2M edges, 4 parts): 5.8 to 6.4x. It was
+# charged 4x, so a tree whose bound was tight held ~1.6x its charge.
+_WORK_FACTOR = 7
 
 
 class HopForwarder:
@@ -81,7 +95,15 @@ class HopForwarder:
         self.part = ops.part
         self.graph_id = ops.graph_id
         self._graph_size = (int(ops.num_nodes), int(ops.reader.num_edges))
+        self._num_edges_of = ops.reader.num_edges_of
         self._max_reply_bytes = int(ops.max_reply_bytes)
+        # The biggest answer a tree may build: one reply, and with its working
+        # memory within one client's reply budget (else it could never be
+        # admitted, and a tree charged less than it holds would break the
+        # budget). A bigger tree is stopped at the hop that outgrows it and
+        # sampled hop by hop from the trainer.
+        self._max_answer = max(64, min(self._max_reply_bytes,
+                                       config.client_reply_budget // _WORK_FACTOR))
         self._handlers = ops.handlers()
         self._peers = peers
         self._config = config
@@ -90,6 +112,7 @@ class HopForwarder:
         self._store: Any = None  # the RemoteGraphStore over the peers, once connected
         self._connecting: Optional[_Attempt] = None  # the connection attempt running
         self._samplers: OrderedDict[tuple, Any] = OrderedDict()
+        self._peer_parts: dict[str, int] = {}  # a peer's endpoint -> its part
         self._closed = False
         self.trees = 0
         """Batches sampled here so far (``stats``' ``sample_tree_calls``)."""
@@ -186,12 +209,41 @@ class HopForwarder:
             sampler = self._sampler(request.settings, request.deadline)
             # Every sampled edge takes 16 bytes of the answer (row, col,
             # edge id): a tree past that is refused as soon as a hop shows it.
-            out = sample(sampler, self._max_reply_bytes // 16)
+            out = sample(sampler, self._max_answer // 16)
             with self._lock:
                 self.trees += 1
             return out
+        except PygDistError as exc:
+            told = self._without_peer_addresses(exc)
+            if told is exc:
+                raise
+            raise told from exc
         finally:
             self._slots.release()
+
+    def _without_peer_addresses(self, exc: PygDistError) -> PygDistError:
+        """``exc`` as the client may see it: every peer's address replaced by
+        its part (``part 1``), the address logged here instead. The cluster's
+        addresses are the operator's, not every client's to learn (a client
+        needs only the servers it was given)."""
+        with self._lock:
+            parts = dict(self._peer_parts)
+        text = error_text(exc)
+        scrubbed = hide_addresses(text, parts)
+        address = getattr(exc, "address", None)
+        if scrubbed == text and address not in parts:
+            return exc
+        logger.warning("part %d: a tree failed at a peer: %s", self.part, text)
+        if isinstance(exc, RemoteError):
+            return remote_error(exc.remote_type, hide_addresses(exc.remote_message, parts),
+                                address=f"part {parts[address]}" if address in parts
+                                else None, op=exc.op)
+        if isinstance(exc, RpcError):
+            return type(exc)(scrubbed, op=exc.op)
+        try:
+            return type(exc)(scrubbed)
+        except TypeError:  # a class with other arguments: the text matters more
+            return ForwardingError(scrubbed)
 
     def _reply(self, answer: list[Tensor], indices: set[int],
                ctx: Optional[CallContext]) -> list[Tensor]:
@@ -201,9 +253,12 @@ class HopForwarder:
         answer = [t.to(torch.int32 if i in indices else torch.long)
                   for i, t in enumerate(answer)]
         size = sum(t.element_size() * t.numel() for t in answer)
-        if size > self._max_reply_bytes:
-            raise ForwardingError(f"the sampled subgraph takes {size} bytes, over the reply "
-                                  f"limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES); "
+        if size > self._max_answer:
+            limit = f"the reply limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES)" \
+                if self._max_answer == self._max_reply_bytes else \
+                f"{self._max_answer} bytes, a tree's share of the client reply budget " \
+                f"(PYG_DIST_CLIENT_REPLY_BUDGET / {_WORK_FACTOR})"
+            raise ForwardingError(f"the sampled subgraph takes {size} bytes, over {limit}; "
                                   f"sample it hop by hop")
         if ctx is None or not ctx.lent:
             return [t.contiguous() for t in answer]
@@ -244,16 +299,26 @@ class HopForwarder:
         # The answer, and the peers' answers, reassembly and relabelling
         # while it is built (the same factor as a `sample`); a tree whose
         # edges outgrow one reply is stopped at that hop, so no more.
-        answer = min(8 * (nodes + 2 * edges), self._max_reply_bytes)
+        answer = min(8 * (nodes + 2 * edges), self._max_answer)
         return _WORK_FACTOR * answer
 
-    def close(self) -> None:
-        """Closes the connections to the peers. Safe to call twice."""
+    def close(self, release_wait: float = 0.0) -> None:
+        """Closes the connections to the peers. Safe to call twice.
+
+        Args:
+            release_wait: Seconds to wait for the peers to take back the
+                memory this server lent them for their answers. None by
+                default: a server stops when its peers stop too (a launcher
+                stops them all at once), and a release that each waited for
+                from stopped peers cost 2 s a peer, past the launcher's grace
+                (it SIGKILLed every server). A peer that runs on unmaps the
+                segments once it sees this process has exited.
+        """
         with self._lock:
             store, self._store, self._closed = self._store, None, True
             self._samplers.clear()
         if store is not None:
-            store.router.close()
+            store.router.close(release_wait)
 
     # Peers ###################################################################
 
@@ -335,12 +400,18 @@ class HopForwarder:
         from pyg_dist.store.connect import connect
         from pyg_dist.store.routing import Router
 
+        peers: Any = None
         try:
             peers = self._peers() if callable(self._peers) else self._peers
             _, gs = connect(peers, self._config, tune_malloc=False)
         except PygDistError as exc:
+            # The peers' addresses stay in this log (see
+            # _without_peer_addresses); the client learns which part failed.
+            text = error_text(exc)
+            logger.warning("part %d cannot reach its peers: %s", self.part, text)
             raise ForwardingError(f"part {self.part} cannot reach its peers to forward "
-                                  f"sampling: {exc}") from exc
+                                  f"sampling: {hide_addresses(text, _listed_parts(peers))}"
+                                  ) from exc
         router = gs.router
         try:
             if gs.graph_id != self.graph_id or router.num_parts <= self.part:
@@ -349,11 +420,15 @@ class HopForwarder:
                     f"({describe(gs.graph_id)}, this server's: "
                     f"{describe(self.graph_id)})")
             # The same stores, with this part's calls served here.
-            client = OwnPartFirst(self.part, self._handlers, router.client)
+            client = OwnPartFirst(self.part, self._handlers, router.client,
+                                  self._num_edges_of)
             local = Router(router.endpoints, router.books if router.is_hetero else
                            router.book, router.num_nodes, config=self._config,
                            client=client)
             gs.router = local  # the feature store is not used here
+            groups = router.replicas or [[e] for e in router.endpoints]
+            with self._lock:
+                self._peer_parts = {e: k for k, group in enumerate(groups) for e in group}
             logger.info("part %d forwards sampling to %d peers", self.part,
                         router.num_parts - 1)
             return gs
@@ -369,6 +444,36 @@ class _Attempt:
     def __init__(self) -> None:
         self.done = threading.Event()
         self.error: Optional[BaseException] = None
+
+def hide_addresses(text: str, parts: dict[str, int]) -> str:
+    """``text`` with each endpoint of ``parts`` (``tcp://host:port``, also
+    written ``host:port``) replaced by ``part K``."""
+    names = {}
+    for endpoint, part in parts.items():
+        names[endpoint] = names[endpoint.split("://", 1)[-1]] = f"part {part}"
+    if not names:
+        return text
+    # Longest first (tcp://h:p before h:p); no digit after (h:80 in h:8080).
+    pattern = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.sub(f"(?:{pattern})(?![0-9])", lambda m: names[m.group(0)], text)
+
+
+def _listed_parts(peers: Any) -> dict[str, int]:
+    """A peer list (``"a:1|a2:1,b:1"`` or per part a list of replicas) as
+    endpoint -> part, for :func:`hide_addresses`; what is not understood is
+    left out (the list is checked where it is used, by ``connect``)."""
+    groups = peers.replace("\n", ",").split(",") if isinstance(peers, str) else \
+        list(peers) if isinstance(peers, (list, tuple)) else []
+    parts = {}
+    for part, group in enumerate(groups):
+        members = group.split("|") if isinstance(group, str) else \
+            list(group) if isinstance(group, (list, tuple)) else []
+        for member in members:
+            if isinstance(member, str) and member.strip():
+                member = member.strip()
+                parts[member if "://" in member else f"tcp://{member}"] = part
+    return parts
+
 
 def _counts(values: Optional[list[int]]) -> Tensor:
     """Per-hop counts as a tensor (empty when there are none)."""

@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from concurrent import futures
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
@@ -163,9 +164,15 @@ class Router:
                 self._client = RetryingClient(self.replicas or self.endpoints, self.config)
             return self._client
 
-    def close(self) -> None:
+    def close(self, release_wait: float = 2.0) -> None:
         """Closes the RPC client of this process (the servers unmap the
-        output segments it lent them); later calls raise StoreError."""
+        output segments it lent them); later calls raise StoreError.
+
+        Args:
+            release_wait: Seconds to wait, all servers together, for them to
+                take back the memory this process lent them; 0 sends the
+                hand-back without waiting (a server stopping with its peers).
+        """
         self._start_over_after_fork()
         with self._lock:
             client, self._client = self._client, None
@@ -174,13 +181,27 @@ class Router:
         if client is None:
             return
         if outputs:
-            for part, keys in outputs.close().items():
-                try:  # else each server unmaps them at its bound, or when we exit
-                    client.call(part, "release", {"segments": keys}, timeout=2.0)
-                except Exception as exc:
-                    logger.debug("release of %d output segments on %s failed: %s",
-                                 len(keys), self.endpoints[part], exc)
-        client.close()
+            self._release_outputs(client, outputs.close(), release_wait)
+        client.close(release_wait)
+
+    def _release_outputs(self, client: PartitionClient, keys: dict[int, list],
+                         wait: float) -> None:
+        """Asks every server at once to unmap the output segments it holds
+        (else each unmaps them at its bound, or once this process exits)."""
+        sent = []
+        for part, part_keys in keys.items():
+            try:
+                sent.append((part, client.call_async(part, "release", {"segments": part_keys},
+                                                     timeout=2.0)))
+            except Exception as exc:
+                logger.debug("release of output segments on %s failed: %s",
+                             self.endpoints[part], exc)
+        if sent and wait > 0:
+            futures.wait([future for _, future in sent], timeout=wait)
+        for part, future in sent:
+            if future.done() and future.exception(0) is not None:
+                logger.debug("release of output segments on %s failed: %s",
+                             self.endpoints[part], future.exception(0))
 
     def output_pool(self, parts: Sequence[int]) -> Any:
         """This process's :class:`~pyg_dist.rpc.shm.outputs.OutputPool` for

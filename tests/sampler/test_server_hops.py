@@ -200,23 +200,44 @@ def test_a_lying_tree_is_refused_before_the_sampler_sees_it():
             SAMPLE_TREE.check_reply(Reply({}, lie), args, seeds, "x")
 
 
-def test_a_dead_peer_fails_the_batch_naming_it_within_the_deadline(cora2_root):
-    with serve_parts(cora2_root, forwarding=True) as cluster:
-        fs, gs = connect(cluster.endpoints, RpcConfig(timeout=3.0, retries=0))
-        try:
-            sampler = DistNeighborSampler((fs, gs), [5, 5], seed=0)
-            for batch_seed in (1, 2):  # parts 0 and 1 coordinate one each: peers known
-                sampler._sample(SEEDS, seed=batch_seed)
-            cluster.processes[1].kill()
-            cluster.processes[1].wait(10)
-            start = time.monotonic()
-            with pytest.raises(RpcError) as info:  # part 0 coordinates, part 1 is dead
-                sampler._sample(SEEDS, seed=4)
-            assert info.value.address == cluster.endpoints[0]  # the coordinator answered
-            assert time.monotonic() - start < 3.0
-            assert cluster.endpoints[1].rsplit(":", 1)[1] in str(info.value)
-        finally:
-            fs.close()
+def test_a_dead_peer_fails_the_batch_naming_its_part_within_the_deadline(cora2_root, caplog):
+    # Part 0 coordinates in this process (its log is caplog's), part 1 is a
+    # real process, killed; the client is told the part, the coordinator's
+    # log keeps the address (the cluster's addresses are the operator's).
+    with serve_parts(cora2_root, [1], forwarding=True) as cluster:
+        endpoints: list[str] = []
+        with PartitionServer(cora2_root, 0, peers=lambda: endpoints) as coordinator:
+            endpoints += [coordinator.endpoint, cluster.endpoints[0]]
+            cluster.set_peers(endpoints)
+            fs, gs = connect(endpoints, RpcConfig(timeout=3.0, retries=0))
+            try:
+                sampler = DistNeighborSampler((fs, gs), [5, 5], seed=0)
+                for batch_seed in (1, 2):  # parts 0 and 1 coordinate one each: peers known
+                    sampler._sample(SEEDS, seed=batch_seed)
+                cluster.processes[0].kill()
+                cluster.processes[0].wait(10)
+                start = time.monotonic()
+                with caplog.at_level(logging.WARNING, "pyg_dist.server.forwarding"), \
+                        pytest.raises(RpcError) as info:  # part 0 coordinates, 1 is dead
+                    sampler._sample(SEEDS, seed=4)
+                assert time.monotonic() - start < 3.0
+            finally:
+                fs.close()
+    assert info.value.address == endpoints[0]  # the coordinator answered
+    peer = endpoints[1].split("://", 1)[1]
+    assert "part 1" in str(info.value)
+    assert peer not in str(info.value) and peer.rsplit(":", 1)[1] not in str(info.value)
+    assert peer in caplog.text  # the coordinator's log names the address
+
+
+def test_peer_addresses_are_hidden_whole_and_only_whole():
+    from pyg_dist.server.forwarding import hide_addresses
+
+    parts = {"tcp://10.0.0.5:80": 1, "tcp://10.0.0.6:8080": 2}
+    assert hide_addresses("no reply from tcp://10.0.0.5:80 to 'sample'", parts) == \
+        "no reply from part 1 to 'sample'"
+    assert hide_addresses("10.0.0.6:8080 and 10.0.0.5:8081", parts) == "part 2 and 10.0.0.5:8081"
+    assert hide_addresses("nothing here", {}) == "nothing here"
 
 
 def test_a_tree_too_big_for_one_reply_is_sampled_hop_by_hop(cora2_root, cora_data, caplog):
@@ -366,7 +387,8 @@ def test_a_peer_that_stops_answering_fails_the_batch_within_the_deadline(cora2_r
                 sampler._sample(SEEDS, seed=4)
             assert time.monotonic() - start < 3.0  # the coordinator's hop deadline
             assert info.value.address == cluster.endpoints[0]
-            assert cluster.endpoints[1].rsplit(":", 1)[1] in str(info.value)
+            assert "part 1" in str(info.value)  # the peer by its part, not its address
+            assert cluster.endpoints[1].rsplit(":", 1)[1] not in str(info.value)
         finally:
             stopped.send_signal(signal.SIGCONT)
             fs.close()

@@ -50,6 +50,8 @@ def test_trees_share_one_connection_attempt_to_an_unreachable_peer(cora2_root,
             outcomes = list(pool.map(tree, range(1, TREES + 1)))
     for _, text in outcomes:
         assert "cannot reach its peers" in text, text
+        # The client learns the part; the address stays in the server's log.
+        assert "part 1" in text and dead_endpoint.rsplit(":", 1)[1] not in text, text
     # Serialised, the last would end after TREES connect timeouts.
     last = max(at for at, _ in outcomes) - start
     assert last < 2 * CONNECT_TIMEOUT_S, [round(at - start, 2) for at, _ in outcomes]

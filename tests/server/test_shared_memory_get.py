@@ -12,6 +12,7 @@ import pytest
 import torch
 from support.rawzmq import RawDealer
 
+from pyg_dist.errors import SharedMemoryError
 from pyg_dist.rpc import shm as shared_memory
 from pyg_dist.rpc.protocol import ErrorReply
 from pyg_dist.rpc.shm import SHM_DIR, Segment
@@ -168,6 +169,40 @@ def test_a_client_sending_an_absurd_pid_breaks_nobody(dealer, part0, segment):
         other.close()
 
 
+def _server_maps(cluster, name: str) -> bool:
+    with open(f"/proc/{cluster.processes[0].pid}/maps") as maps:
+        return name in maps.read()
+
+
+def test_a_client_naming_another_live_process_as_owner_is_refused(cora_cluster, dealer,
+                                                                  part0):
+    """Segments are unmapped when their owner exits; a client that named a
+    live process which does not map them (here this test's parent) would pin
+    them for as long as that one lives (issue 31: /dev/shm +1.1 GiB)."""
+    pinned = []
+    try:
+        for req_id in range(3):
+            seg = Segment(1 << 20)
+            pinned.append(seg)
+            spec = {**seg.spec(), "pid": os.getppid()}
+            reply = dealer.call(40 + req_id, "get", {"attrs": ["y"]}, [part0.node_ids[:2]],
+                                shm=spec)
+            assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
+            assert "does not map it" in reply.message, reply.message
+            assert not _server_maps(cora_cluster, seg.name)  # nothing pinned
+            assert not os.path.exists(seg.path)  # nor left in /dev/shm
+        honest = Segment(1 << 20)
+        pinned.append(honest)
+        reply = dealer.call(50, "get", {"attrs": ["y"]}, [part0.node_ids[:2]],
+                            shm=honest.spec())
+        assert not isinstance(reply, ErrorReply), reply
+        assert _server_maps(cora_cluster, honest.name)
+        assert dealer.call(51, "release", {"segments": [honest.key]}).result["released"] == 1
+    finally:
+        for seg in pinned:
+            seg.close()
+
+
 def test_reply_bigger_than_the_segment_is_refused(dealer, part0, segment):
     ids = part0.node_ids[:200]  # 200 rows of 1433 float32: more than 1 MiB
     reply = dealer.call(8, "get", {"attrs": ["x"]}, [ids], shm=segment.spec())
@@ -226,3 +261,28 @@ def test_segments_of_a_client_that_exited_are_unmapped(cora_cluster, dealer, par
     reply = dealer.call(13, "get", {"attrs": ["y"]},
                         [part0.node_ids[:1]], shm=segment.spec())
     assert not isinstance(reply, ErrorReply), reply
+
+
+def test_segments_without_a_known_owner_have_a_bound_of_their_own():
+    """A client that names no pid (or one in another pid namespace) cannot
+    be seen to exit: its segments are pushed out past their own bound, and
+    those of clients that named their pid are not."""
+    from pyg_dist.rpc.shm import AttachedSegments
+
+    attached = AttachedSegments(max_ownerless_bytes=2 << 20)
+    segments = [Segment(1 << 20) for _ in range(4)]
+    try:
+        owned = segments[0].spec()
+        attached.payload(owned, 8)  # names this process, which maps it
+        for seg in segments[1:]:
+            spec = {k: v for k, v in seg.spec().items() if k not in ("pid", "pid_ns")}
+            attached.payload(spec, 8)
+        assert len(attached) == 3  # the owned one and the 2 newest without an owner
+        keys = {"name": segments[1].name, "token": segments[1].token.hex()}
+        with pytest.raises(SharedMemoryError, match="not mapped here"):
+            attached.payload(keys, 8)
+        attached.payload({"name": segments[0].name, "token": segments[0].token.hex()}, 8)
+    finally:
+        attached.close()
+        for seg in segments:
+            seg.close()

@@ -88,7 +88,7 @@ class InProcessClient:
                timeout: Optional[float] = None) -> Reply:
         return future.result(0)
 
-    def close(self) -> None:
+    def close(self, release_wait: float = 0.0) -> None:
         self.closed = True
 
 

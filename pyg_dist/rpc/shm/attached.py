@@ -13,7 +13,7 @@ import os
 import stat
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -22,6 +22,7 @@ from pyg_dist.errors import SharedMemoryError
 from pyg_dist.rpc.shm.files import (
     HEADER_BYTES,
     NAME_PATTERN,
+    OWNERLESS_MAX_BYTES,
     SERVER_MAX_BYTES,
     SERVER_MAX_SEGMENTS,
     SHM_DIR,
@@ -41,18 +42,30 @@ class AttachedSegments:
             used segment is unmapped beyond it (its client's next request
             naming it gets an error and falls back to the socket).
         max_segments: Most segments mapped at once.
+        max_ownerless_bytes: Most payload bytes mapped at once of segments
+            whose owner is not known: a client in another pid namespace, or
+            one that names no pid. Their pages would stay pinned after their
+            client exited until pushed out, so they have a bound of their own.
+
+    A client that names its process id (``pid`` with ``pid_ns``, this
+    server's pid namespace) must map the segment: that process is checked
+    (``/proc/PID/maps``) before the mapping is kept, so a segment is
+    unmapped once its real owner exits; naming another process is refused.
     """
 
     def __init__(self, max_bytes: int = SERVER_MAX_BYTES,
-                 max_segments: int = SERVER_MAX_SEGMENTS) -> None:
+                 max_segments: int = SERVER_MAX_SEGMENTS,
+                 max_ownerless_bytes: int = OWNERLESS_MAX_BYTES) -> None:
         self.max_bytes = int(max_bytes)
         self.max_segments = int(max_segments)
         self._lock = threading.Lock()
         # name -> (mapping, payload bytes, token)
         self._maps: collections.OrderedDict[str, tuple[mmap.mmap, int, bytes]] = \
             collections.OrderedDict()
+        self.max_ownerless_bytes = min(int(max_ownerless_bytes), self.max_bytes)
         self._owners: dict[str, int] = {}  # name -> the client's process id
         self._bytes = 0
+        self._ownerless_bytes = 0  # of segments whose owner cannot be known
 
     def __len__(self) -> int:
         return len(self._maps)
@@ -119,6 +132,15 @@ class AttachedSegments:
             mm.close()
             raise SharedMemoryError(f"{path} does not hold the token the client sent: not "
                                     f"the same memory")
+        owner = _claimed_owner(spec)
+        if owner is not None and not _maps_path(owner, path):
+            # A client naming another live process as the owner would have
+            # its segments outlive it (they are unmapped when the owner
+            # exits): refused, and its file removed (it knew the token).
+            mm.close()
+            _unlink_quietly(path)
+            raise SharedMemoryError(f"process {owner}, named as the owner of {path}, does "
+                                    f"not map it: send the client's own pid, or none")
         # Mapped: the name has done its job. Unlinking it here, not only when
         # the client sees the reply, leaves no file behind a client killed
         # while its first request was in flight. A segment lent to several
@@ -126,33 +148,36 @@ class AttachedSegments:
         # all those its first batch asked have answered; its client unlinks
         # it then.
         if spec.get("keep") is not True:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            _unlink_quietly(path)
         # A client that died without release leaves its pages allocated for as
         # long as they stay mapped here: every new mapping first drops those.
         self.release(self._dead_owners())
-        owner = spec.get("pid")
         entry = (mm, size, expected)
         with self._lock:
             if name in self._maps:  # two first requests raced: one mapping is enough
                 return self._maps[name]
             self._maps[name] = entry
-            # A process id means something here only in our pid namespace
-            # (and no Linux pid reaches 2**22).
-            if isinstance(owner, int) and not isinstance(owner, bool) and 0 < owner < 1 << 22 \
-                    and spec.get("pid_ns") == pid_namespace() is not None:
+            if owner is not None:
                 self._owners[name] = owner
+            else:
+                self._ownerless_bytes += size
             self._bytes += size
             while self._maps and (self._bytes > self.max_bytes
                                   or len(self._maps) > self.max_segments):
-                old, (_, old_size, _) = self._maps.popitem(last=False)
-                self._owners.pop(old, None)
-                self._bytes -= old_size
-                logger.debug("unmapped segment %s: over the server's bound", old)
+                self._unmap(next(iter(self._maps)), "over the server's bound")
+            while self._ownerless_bytes > self.max_ownerless_bytes:
+                self._unmap(next(n for n in self._maps if n not in self._owners),
+                            "over the bound of segments without a known owner")
         logger.debug("mapped segment %s (%d bytes)", name, size)
         return entry
+
+    def _unmap(self, name: str, why: str) -> None:
+        """Forgets one mapping (under the lock)."""
+        _, size, _ = self._maps.pop(name)
+        if self._owners.pop(name, None) is None:
+            self._ownerless_bytes -= size
+        self._bytes -= size
+        logger.debug("unmapped segment %s: %s", name, why)
 
     def _dead_owners(self) -> list[tuple[str, bytes]]:
         """Segments whose client process no longer exists (the client is on
@@ -183,9 +208,7 @@ class AttachedSegments:
                 entry = self._maps.get(name)
                 if entry is None or not hmac.compare_digest(entry[2], token):
                     continue
-                del self._maps[name]
-                self._owners.pop(name, None)
-                self._bytes -= entry[1]
+                self._unmap(name, "released")
                 done += 1
         # A worker may still be writing into one: the mapping closes when its
         # last view is gone (mmap objects unmap when collected).
@@ -196,7 +219,40 @@ class AttachedSegments:
         with self._lock:
             self._maps.clear()
             self._owners.clear()
-            self._bytes = 0
+            self._bytes = self._ownerless_bytes = 0
+
+
+def _claimed_owner(spec: dict[str, Any]) -> Optional[int]:
+    """The process a request names as the segment's owner, or ``None`` when
+    it names none this server can look up: a pid means something here only
+    in our pid namespace (and no Linux pid reaches 2**22)."""
+    owner = spec.get("pid")
+    if isinstance(owner, int) and not isinstance(owner, bool) and 0 < owner < 1 << 22 \
+            and spec.get("pid_ns") == pid_namespace() is not None:
+        return owner
+    return None
+
+
+def _maps_path(pid: int, path: str) -> bool:
+    """Whether process ``pid`` maps the file ``path`` (``/proc/PID/maps``;
+    a file unlinked since shows as ``path (deleted)``)."""
+    wanted = {path.encode(), path.encode() + b" (deleted)"}
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as maps:
+            for line in maps:
+                fields = line.rstrip(b"\n").split(maxsplit=5)
+                if len(fields) == 6 and fields[5] in wanted:
+                    return True
+    except OSError:  # gone, or not ours to read: not shown to map it
+        return False
+    return False
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _key(value: Any, what: str) -> tuple[str, bytes]:

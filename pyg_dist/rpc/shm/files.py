@@ -43,6 +43,10 @@ _HEADROOM = 1.25
 STALE_AFTER_S = 3600.0
 SERVER_MAX_BYTES = 8 << 30
 SERVER_MAX_SEGMENTS = 1024
+OWNERLESS_MAX_BYTES = 512 << 20
+"""Most bytes a server keeps mapped of segments whose owner it cannot check
+(another pid namespace, no pid named): their pages stay pinned until pushed
+out (:class:`~pyg_dist.rpc.shm.attached.AttachedSegments`)."""
 
 
 def host_id() -> Optional[str]:

@@ -37,6 +37,9 @@ from pyg_dist.rpc.shm.lending import SegmentPool
 
 logger = logging.getLogger(__name__)
 
+RELEASE_WAIT_S = 2.0
+"""How long a closing client waits, for all servers together, for their
+``release`` answers (:meth:`Lender.close`)."""
 MAX_TENSORS = 64  # as many as a reply may carry (pyg_dist.rpc.protocol)
 
 _UNKNOWN, _ASKING = "?", "..."  # a server's host before its ping answered
@@ -230,20 +233,40 @@ class Lender:
         inner.add_done_callback(done)
         return outer
 
-    def close(self, call: Callable[..., Any]) -> None:
+    def close(self, call_async: Callable[..., futures.Future],
+              wait: float = RELEASE_WAIT_S) -> None:
         """Closes the pools and hands each server back the segments it may
-        still map (its ``release`` op, through ``call``, the client's)."""
+        still map (its ``release`` op, through ``call_async``, the
+        client's).
+
+        Every server is asked at once and all are awaited together for at
+        most ``wait`` seconds (0: sent, not awaited): a closing process must
+        not wait a deadline per server that is itself stopping. A server not
+        told unmaps the segments at its bound, or once it sees this process
+        has exited.
+        """
         with self._lock:
             pools, self._pools = self._pools, {}
+        sent = []
         for server, pool in pools.items():
             keys = pool.close()
-            if not keys:
-                continue
-            try:  # else the server unmaps them at its bound, or when we exit
-                call(server, "release", {"segments": keys}, timeout=2.0)
-            except Exception as exc:
-                logger.debug("release of %d segments on %s failed: %s", len(keys),
-                             self.endpoints[server], exc)
+            if keys:
+                try:
+                    sent.append((server, len(keys), call_async(
+                        server, "release", {"segments": keys}, timeout=RELEASE_WAIT_S)))
+                except Exception as exc:
+                    self._release_failed(server, len(keys), exc)
+        if not sent or wait <= 0:
+            return
+        futures.wait([future for *_, future in sent], timeout=wait)
+        for server, count, future in sent:
+            exc = future.exception(0) if future.done() else TimeoutError(f"{wait} s")
+            if exc is not None:
+                self._release_failed(server, count, exc)
+
+    def _release_failed(self, server: int, count: int, exc: BaseException) -> None:
+        logger.debug("release of %d segments on %s failed: %s", count,
+                     self.endpoints[server], exc)
 
 
 def _complete(outer: futures.Future, reply: Reply, lease: Lease) -> None:
