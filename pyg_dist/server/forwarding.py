@@ -72,12 +72,21 @@ _SAMPLERS = 32  # distinct sampler settings kept (a hostile client may churn the
 # error (naming the peer that failed) must reach the trainer before the
 # trainer gives up on the coordinator.
 _DEADLINE_SHARE = 0.8
-# What a tree holds while it runs, as a multiple of its answer: the peers'
-# replies, their reassembly, the relabelled hops and their concatenation, the
-# reply's int32 copies. Measured (peak RSS of a fresh server, one tree of a
-# 3.4-4.8 MB answer, 49k nodes, 1.2M edges, 4 parts): 5.8 to 6.4x. It was
-# charged 4x, so a tree whose bound was tight held ~1.6x its charge.
-_WORK_FACTOR = 7
+# A tree's charge to the reply budget, as a multiple of its answer's bound.
+# What it holds at its peak is 4.8-6.4x its *actual* answer (the peers'
+# replies, their reassembly, the relabelled hops, the reply's int32 copies;
+# peak RSS of a fresh server). The bound counts k new nodes per node and hop,
+# so on a real graph, where sampled nodes repeat, it is several times the
+# answer and 4x it covers the peak; only where the bound is tight (fan-outs
+# below every degree, few repeats) does a tree hold up to ~1.6x its charge.
+# 7x closed that, but then one [15, 10, 5] tree of 1,024 seeds on a
+# products-sized graph (a 22.5 MB bound: 157 MB charged) left no room for a
+# second in a client's 256 MiB: trees in flight were refused and backed off,
+# and an H200 sampled [15, 10, 5] at a quarter of the rate (47.1k -> 11.7k
+# seeds/s, whole table cached); 2 cores here, 29.1 -> 24.0 batches/s. Charging
+# a tree by what it really holds needs the charge revised as its hops come in
+# (issue 31, item 9, open).
+_WORK_FACTOR = 4
 
 
 class HopForwarder:
