@@ -178,34 +178,7 @@ class LocalCluster:
     def _serve_cmd(self, part: int) -> list[str]:
         peers = [] if self.peers_file is None else ["--peers-file", str(self.peers_file)]
         return [sys.executable, "-m", "pyg_dist", "serve", self.root, "--part", str(part),
-                "--bind", f"tcp://{self.host}:0", *peers, *self._threads_args(),
-                *self.serve_args]
-
-    def _threads_args(self) -> list[str]:
-        """``--threads`` that shares this host's cores among every server
-        started here, unless the caller chose (``--threads`` in
-        ``serve_args`` or ``PYG_DIST_THREADS``).
-
-        A lone server divides the cores by its workers (``pyg-dist serve``
-        measured oversubscribed OpenMP teams slowing requests many times
-        over); N servers on one host each doing that would still run N times
-        the cores' threads (4 servers of 4 workers on 16 cores: 4 threads
-        each, 64 in all).
-        """
-        env = os.environ if self.env is None else self.env
-        args = self.serve_args
-        if any(a.split("=")[0] == "--threads" for a in args) or env.get("PYG_DIST_THREADS"):
-            return []
-        from pyg_dist.rpc.config import RpcConfig
-
-        workers = RpcConfig.from_env(env).workers
-        for i, arg in enumerate(args):
-            value = arg.partition("=")[2] if arg.startswith("--workers=") else \
-                args[i + 1] if arg == "--workers" and i + 1 < len(args) else None
-            if value is not None and value.isdigit():
-                workers = int(value)  # anything else: serve's own error
-        share = len(self.parts) * max(1, workers)
-        return ["--threads", str(max(1, (os.cpu_count() or 1) // share))]
+                "--bind", f"tcp://{self.host}:0", *peers, *self.serve_args]
 
     def _spawn(self, cmd: list[str], what: str, lifeline: Lifeline) -> subprocess.Popen:
         logger.debug("starting %s: %s", what, " ".join(cmd))

@@ -101,20 +101,24 @@ WORKER_THREADS_ENV = "PYG_DIST_LOADER_THREADS"
 
 
 def worker_threads() -> int:
-    """torch intra-op threads of each prefetch worker: ``PYG_DIST_LOADER_THREADS``
-    (``0``: the process's own count), 1 by default.
+    """torch intra-op threads of each prefetch worker: ``PYG_DIST_LOADER_THREADS``,
+    ``0`` (the default) for the process's own count.
 
     A worker's ops are small (a batch's ids, a hop's neighbours) and several
-    workers run at once beside the servers: an OpenMP team per op costs more
-    than it saves, and a team member that loses its core stalls the op for a
-    scheduler slice (int32 min + max of 150k ids: 22 us on one thread, 10 ms
-    with two on a loaded 2-core machine). OpenMP's thread count is per
-    thread, so the consumer's (the model's) own count is unchanged.
+    workers run at once beside the servers, so an OpenMP team per op can
+    cost more than it saves: a member that loses its core stalls the op for
+    a scheduler slice (int32 min + max of 150k ids: 22 us on one thread, 10 ms
+    with two on a loaded 2-core machine). But one thread per op also makes
+    each op slower, and a loader bound by a batch's latency loses by that: on
+    an H200 with 16 cores, 1 here (and one thread per server op) fed [15, 10]
+    no faster than the defaults, so the default stays the process's count.
+    OpenMP's thread count is per thread: the consumer's (the model's) own
+    count is unchanged either way.
 
     Raises:
         LoaderError: if the variable is not an integer >= 0.
     """
-    raw = os.environ.get(WORKER_THREADS_ENV, "1")
+    raw = os.environ.get(WORKER_THREADS_ENV, "0")
     try:
         value = int(raw)
     except ValueError:

@@ -141,10 +141,10 @@ def _thread_count_of_a_new_thread() -> int:
     return seen[0]
 
 
-def test_workers_run_torch_ops_on_one_thread_and_leave_the_consumers_count(monkeypatch):
+def test_loader_threads_one_runs_worker_ops_on_one_thread_only(monkeypatch):
     import torch
 
-    monkeypatch.delenv("PYG_DIST_LOADER_THREADS", raising=False)
+    monkeypatch.setenv("PYG_DIST_LOADER_THREADS", "1")
     before = torch.get_num_threads()
     pipeline = PrefetchPipeline(lambda i: (torch.get_num_threads(), torch.get_num_threads()),
                                 depth=3)
@@ -157,10 +157,14 @@ def test_workers_run_torch_ops_on_one_thread_and_leave_the_consumers_count(monke
     assert _thread_count_of_a_new_thread() == before  # the process default restored
 
 
-def test_loader_threads_zero_keeps_the_process_count(monkeypatch):
+@pytest.mark.parametrize("value", [None, "0"])
+def test_by_default_workers_keep_the_process_count(monkeypatch, value):
     import torch
 
-    monkeypatch.setenv("PYG_DIST_LOADER_THREADS", "0")
+    if value is None:
+        monkeypatch.delenv("PYG_DIST_LOADER_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("PYG_DIST_LOADER_THREADS", value)
     counts = list(PrefetchPipeline(lambda i: torch.get_num_threads(), depth=2)(range(3)))
     assert counts == [torch.get_num_threads()] * 3
 
