@@ -174,7 +174,7 @@ class RemoteGraphStore(GraphStore):
         :func:`pyg_dist.store.remote_sampling.sample_hop`."""
         return sample_hop(self.router, frontiers, num_neighbors, replace, seed, timeout,
                           weight_attr=weight_attr, time_attr=time_attr,
-                          temporal_strategy=temporal_strategy)
+                          temporal_strategy=temporal_strategy, num_edges=self.edge_counts)
 
     def check_sample_attributes(self, weight_attr: Optional[str], time_attr: Optional[str],
                                 temporal_strategy: str = "uniform",

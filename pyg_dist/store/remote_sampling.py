@@ -13,7 +13,7 @@ on timing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -30,7 +30,8 @@ def sample_hop(router: Router,
                frontiers: Sequence[tuple[Optional[EdgeType], Tensor, Optional[Tensor]]],
                num_neighbors: Union[int, Sequence[int]], replace: bool, seed: int,
                timeout: Optional[float] = None, *, weight_attr: Optional[str] = None,
-               time_attr: Optional[str] = None, temporal_strategy: str = "uniform"
+               time_attr: Optional[str] = None, temporal_strategy: str = "uniform",
+               num_edges: Optional[Mapping[Optional[EdgeType], int]] = None
                ) -> list[tuple[Tensor, Tensor, Tensor]]:
     """Samples one hop for several edge types at once: one request per
     server covering every edge type it owns destinations of
@@ -45,6 +46,8 @@ def sample_hop(router: Router,
         replace, seed, timeout, weight_attr, time_attr,
             temporal_strategy: As in ``RemoteGraphStore.sample_neighbors``;
             every part draws from its own seed derived from ``seed``.
+        num_edges: Each edge type's edge count: a server's edge ids past it
+            are refused (``None``: not checked).
 
     Returns:
         ``(counts, neighbours, edge_ids)`` per frontier, as
@@ -77,7 +80,7 @@ def sample_hop(router: Router,
     replies = router.call_all(requests, timeout,
                               reply_bytes=[_answer_bound(r) for r in requests])
     try:
-        return _reassembled(router, frontiers, owned, replies)
+        return _reassembled(router, frontiers, owned, replies, num_edges or {})
     finally:
         for reply in replies:
             reply.release()
@@ -101,7 +104,8 @@ def _answer_bound(request: tuple[int, str, dict, list[Tensor]]) -> Optional[int]
 
 def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
                  owned: dict[int, list[tuple[int, Tensor, Tensor, Optional[Tensor]]]],
-                 replies: list[Any]) -> list[tuple[Tensor, Tensor, Tensor]]:
+                 replies: list[Any], num_edges: Mapping[Optional[EdgeType], int]
+                 ) -> list[tuple[Tensor, Tensor, Tensor]]:
     """Every frontier's answer, checked, in frontier order, in memory of its
     own (never a view of a reply: those may lie in lent memory)."""
     answers: list[list[tuple[Tensor, list[Tensor]]]] = [[] for _ in frontiers]
@@ -113,7 +117,8 @@ def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
         if getattr(reply, "on_release", None) is not None:
             lent += tensors
         for k, (index, positions, _, _) in enumerate(shares):
-            _check_neighbours(router, part, frontiers[index][0], tensors[3 * k + 1])
+            _check_neighbours(router, part, frontiers[index][0], tensors[3 * k + 1],
+                              tensors[3 * k + 2], num_edges)
             answers[index].append((positions, tensors[3 * k:3 * k + 3]))
     out = []
     for (_, ids, _), answer in zip(frontiers, answers):
@@ -129,20 +134,26 @@ def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
     return out
 
 def _check_neighbours(router: Any, part: int, edge_type: Optional[EdgeType],
-                      nbrs: Tensor) -> None:
-    """Refuses neighbour ids past the graph's nodes of their type, naming the
-    server that sent them (the reply check saw counts and signs only: the
-    graph's size is known here). A lying peer's ids must not reach a batch,
-    nor fail later naming whoever reads them (a coordinator)."""
+                      nbrs: Tensor, eids: Tensor,
+                      num_edges: Mapping[Optional[EdgeType], int]) -> None:
+    """Refuses neighbour ids past the graph's nodes of their type, and edge
+    ids past its edges of the edge type, naming the server that sent them
+    (the reply check saw counts and signs only: the graph's size is known
+    here). A lying peer's ids must not reach a batch, nor fail later naming
+    whoever reads them (a coordinator)."""
     if not nbrs.numel():
         return
-    limit = router.num_nodes_of(None if edge_type is None else edge_type[0])
-    top = int(nbrs.max())
-    if top >= limit:
-        address = router.endpoints[part]
-        raise ProtocolError(f"server {address} answered 'sample' with neighbour id {top}, "
-                            f"past the {limit} nodes of its type: a broken or lying server",
-                            address=address, op="sample")
+    checks = [("neighbour", nbrs, router.num_nodes_of(None if edge_type is None
+                                                      else edge_type[0]), "nodes of its type")]
+    if edge_type in num_edges:
+        checks.append(("edge", eids, num_edges[edge_type], "edges of its edge type"))
+    for what, ids, limit, of in checks:
+        top = int(ids.max())
+        if top >= limit:
+            address = router.endpoints[part]
+            raise ProtocolError(f"server {address} answered 'sample' with {what} id {top}, "
+                                f"past the {limit} {of}: a broken or lying server",
+                                address=address, op="sample")
 
 
 def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Tensor]]],

@@ -72,3 +72,28 @@ def test_edge_ids_past_the_graph_are_refused_naming_the_peers_part(cora2_root):
     assert info.value.remote_type == "ProtocolError", text
     assert "part 1" in text and "past the graph's 10556 edges" in text, text
     assert peer.endpoint.rsplit(":", 1)[1] not in text, text  # its part, not its address
+
+
+def _trainer_hop(root, liar_endpoint):
+    """One hop sampled by a trainer (hop by hop) over part 0 honest and the
+    liar serving part 1."""
+    from pyg_dist.store.connect import connect
+
+    with PartitionServer(root, 0) as honest:
+        fs, gs = connect([honest.endpoint, liar_endpoint])
+        try:
+            return gs.sample_neighbors(SEEDS, 5, False, 3)
+        finally:
+            fs.close()
+
+
+def test_a_trainer_sampling_hop_by_hop_refuses_them_naming_the_server(cora2_root):
+    from pyg_dist.errors import ProtocolError
+
+    with _liar(cora2_root, 1, lambda out, num_edges: out) as peer:
+        counts, _, eids = _trainer_hop(cora2_root, peer.endpoint)
+    assert int(counts.sum()) == eids.numel() > 0  # the same path, honest: answered
+    with _liar(cora2_root, 1, _past_the_edges) as peer, \
+            pytest.raises(ProtocolError, match="edge id 10556, past the 10556 edges") as info:
+        _trainer_hop(cora2_root, peer.endpoint)
+    assert peer.endpoint in str(info.value)  # the trainer names the liar's address
