@@ -95,9 +95,11 @@ def test_neighbour_ids_past_the_graph_are_refused_naming_the_server(cora2_root):
         _, gs = connect(cluster.endpoints)
         try:
             router = gs.router
-            _check_neighbours(router, 1, None, torch.tensor([0, router.num_nodes - 1]))
+            eids = torch.tensor([0, 1])
+            _check_neighbours(router, 1, None, torch.tensor([0, router.num_nodes - 1]), eids, {})
             with pytest.raises(ProtocolError, match="past the 2708 nodes") as info:
-                _check_neighbours(router, 1, None, torch.tensor([5, router.num_nodes]))
+                _check_neighbours(router, 1, None, torch.tensor([5, router.num_nodes]), eids,
+                                  {})
             assert info.value.address == router.endpoints[1]
         finally:
             router.close()
