@@ -175,12 +175,7 @@ def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray]
                              "num_halo_nodes": int(np.count_nonzero(halo[key])),
                              "num_train_nodes": train[key]})
         halo[key][:] = False
-    part_stats = PartStats(
-        num_nodes=sum(e["num_nodes"] for e in node_entries),
-        num_edges=sum(e["num_edges"] for e in edge_entries),
-        num_halo_nodes=sum(e["num_halo_nodes"] for e in node_entries),
-        num_cut_edges=sum(e["num_cut_edges"] for e in edge_entries),
-        num_train_nodes=sum(e["num_train_nodes"] for e in node_entries))
+    part_stats = PartStats.of_entries(node_entries, edge_entries)
     return {"part": k, "dir": part_dir(k), "node_types": node_entries,
             "edge_types": edge_entries, "stats": part_stats.to_json()}
 

@@ -96,12 +96,7 @@ def write_hetero(tmp: Path, graph: HeteroGraphParts, book: HeteroPartitionBook,
                 "type": t, "file": record(name), "num_nodes": owned[t].numel(),
                 "num_halo_nodes": torch.unique(torch.cat(halo[t])).numel() if halo[t] else 0,
                 "num_train_nodes": train})
-        part_stats = PartStats(
-            num_nodes=sum(e["num_nodes"] for e in node_entries),
-            num_edges=sum(e["num_edges"] for e in edge_entries),
-            num_halo_nodes=sum(e["num_halo_nodes"] for e in node_entries),
-            num_cut_edges=sum(e["num_cut_edges"] for e in edge_entries),
-            num_train_nodes=sum(e["num_train_nodes"] for e in node_entries))
+        part_stats = PartStats.of_entries(node_entries, edge_entries)
         parts.append({"part": k, "dir": part_dir(k), "node_types": node_entries,
                       "edge_types": edge_entries, "stats": part_stats.to_json()})
         stats.append(part_stats)

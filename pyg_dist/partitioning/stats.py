@@ -9,6 +9,7 @@ without torch) fill them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -32,6 +33,18 @@ class PartStats:
     def to_json(self) -> dict[str, int]:
         """The counts as a JSON-safe dict."""
         return dict(self.__dict__)
+
+    @classmethod
+    def of_entries(cls, node_entries: list[dict[str, Any]],
+                   edge_entries: list[dict[str, Any]]) -> PartStats:
+        """A part's counts summed over its ``meta.json`` entries per node type
+        (``num_nodes``, ``num_halo_nodes``, ``num_train_nodes``) and per edge
+        type (``num_edges``, ``num_cut_edges``)."""
+        return cls(num_nodes=sum(e["num_nodes"] for e in node_entries),
+                   num_edges=sum(e["num_edges"] for e in edge_entries),
+                   num_halo_nodes=sum(e["num_halo_nodes"] for e in node_entries),
+                   num_cut_edges=sum(e["num_cut_edges"] for e in edge_entries),
+                   num_train_nodes=sum(e["num_train_nodes"] for e in node_entries))
 
 
 def summarize(stats: list[PartStats], num_nodes: int, num_edges: int) -> dict[str, float]:

@@ -43,7 +43,12 @@ from pyg_dist.server.embedding_updates import (
     new_state,
     parse_optimizer,
 )
-from pyg_dist.server.requests import check_range, group_arg, one_id_tensor
+from pyg_dist.server.requests import (
+    check_range,
+    group_arg,
+    one_id_tensor,
+    output_positions,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -306,12 +311,7 @@ class EmbeddingOps:
             raise ProtocolError(f"an 'emb_read' with 'place' takes two tensors, ids and the "
                                 f"output rows they go to, over the wire; got {len(tensors)}")
         rows = self._rows_of(table, tensors, unique=False)
-        positions = tensors[1]
-        if positions.dtype != torch.int64 or positions.dim() != 1 or \
-                positions.numel() != rows.numel():
-            raise ProtocolError(f"the output rows of a placed 'emb_read' must be a 1-D int64 "
-                                f"tensor of one entry per id ({rows.numel()}), got "
-                                f"{positions.dtype} of shape {list(positions.shape)}")
+        positions = output_positions(tensors[1], rows.numel(), "emb_read")
         out = ctx.placed(args["place"], [(table.weight.dtype, (table.dim,))])[0]
         # Out of range would write outside the output, so it is refused; a
         # repeated position only overwrites the client's own row.

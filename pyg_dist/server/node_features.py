@@ -33,7 +33,13 @@ from pyg_dist.rpc import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
-from pyg_dist.server.requests import attrs_arg, check_range, group_arg, split_by_sizes
+from pyg_dist.server.requests import (
+    attrs_arg,
+    check_range,
+    group_arg,
+    output_positions,
+    split_by_sizes,
+)
 from pyg_dist.store.local import PartitionFeatureStore
 
 Result = tuple[dict[str, Any], list[Tensor]]
@@ -148,12 +154,7 @@ class NodeFeatureOps:
             raise ProtocolError(f"a 'get' with 'place' takes two tensors, node ids and the "
                                 f"output rows they go to; got {len(tensors)}")
         rows = self._ids_of(tensors[:1], self._index_of(group))
-        positions = tensors[1]
-        if positions.dtype != torch.int64 or positions.dim() != 1 or \
-                positions.numel() != rows.numel():
-            raise ProtocolError(f"the output rows of a placed 'get' must be a 1-D int64 "
-                                f"tensor of one entry per id ({rows.numel()}), got "
-                                f"{positions.dtype} of shape {list(positions.shape)}")
+        positions = output_positions(tensors[1], rows.numel(), "get")
         outs = ctx.placed(args["place"], [(DTYPES[specs[a]["dtype"]], specs[a]["shape"])
                                           for a in attrs])
         # Out of range would write outside the outputs, so it is refused;

@@ -92,6 +92,20 @@ class LocalIndex:
         return rows
 
 
+def output_positions(positions: Tensor, count: int, op: str) -> Tensor:
+    """The output rows of a placed request (``get``, ``emb_read`` with
+    ``place``): a 1-D int64 tensor of one entry per id.
+
+    Raises:
+        ProtocolError: naming ``op``, if it is anything else.
+    """
+    if positions.dtype != torch.int64 or positions.dim() != 1 or positions.numel() != count:
+        raise ProtocolError(f"the output rows of a placed {op!r} must be a 1-D int64 tensor "
+                            f"of one entry per id ({count}), got {positions.dtype} of shape "
+                            f"{list(positions.shape)}")
+    return positions
+
+
 def check_range(ids: Tensor, num_nodes: int, what: str = "node") -> None:
     if ids.numel():
         low, high = (int(v) for v in torch.aminmax(ids))
