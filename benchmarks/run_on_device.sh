@@ -9,6 +9,8 @@
 #      points are registered;
 #   2. tests/gpu (pinned placement, GPU cache, the CUDA path, nccl);
 #   3. bench_gpu_products.py at full products scale (docs/performance.md);
+#      JSON rows in $OUT/*.jsonl and on the output, warnings (a server
+#      killed at stop, ...) only in $OUT/*.log;
 #   4. more bench runs, one per ';'-separated item of $EXTRA: each item is
 #      an environment assignment or bench arguments, e.g.
 #      EXTRA='--parts 8 --fanouts 15,10; PYG_DIST_THREADS=4 --fanouts 15,10'
@@ -35,7 +37,7 @@ if [ "${TESTS_S:-150}" != 0 ]; then
 fi
 
 [ "${BENCH_S:-240}" != 0 ] && timeout "${BENCH_S:-240}" python3 benchmarks/bench_gpu_products.py \
-    --batches "${BATCHES:-40}" 2>&1 | grep -v WARNING | tee "$OUT/bench.jsonl"
+    --batches "${BATCHES:-40}" 2>&1 | tee "$OUT/bench.log" | grep -v WARNING | tee "$OUT/bench.jsonl"
 
 IFS=';' read -ra runs <<<"${EXTRA:-}"
 for item in "${runs[@]}"; do
@@ -44,7 +46,8 @@ for item in "${runs[@]}"; do
     echo "{\"row\": \"extra\", \"item\": \"$item\"}" | tee -a "$OUT/extra.jsonl"
     # shellcheck disable=SC2086
     env $env_part timeout "${EXTRA_S:-100}" python3 benchmarks/bench_gpu_products.py \
-        --batches "${BATCHES:-40}" $bench_args 2>&1 | grep -v WARNING | tee -a "$OUT/extra.jsonl"
+        --batches "${BATCHES:-40}" $bench_args 2>&1 | tee -a "$OUT/extra.log" | grep -v WARNING \
+        | tee -a "$OUT/extra.jsonl"
 done
 
 [ "${PROFILE_S:-90}" = 0 ] && exit 0
