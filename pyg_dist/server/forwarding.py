@@ -104,7 +104,6 @@ class HopForwarder:
         self.part = ops.part
         self.graph_id = ops.graph_id
         self._graph_size = (int(ops.num_nodes), int(ops.reader.num_edges))
-        self._num_edges_of = ops.reader.num_edges_of
         self._max_reply_bytes = int(ops.max_reply_bytes)
         # The biggest answer a tree may build: one reply, and with its working
         # memory within one client's reply budget (else it could never be
@@ -429,8 +428,7 @@ class HopForwarder:
                     f"({describe(gs.graph_id)}, this server's: "
                     f"{describe(self.graph_id)})")
             # The same stores, with this part's calls served here.
-            client = OwnPartFirst(self.part, self._handlers, router.client,
-                                  self._num_edges_of)
+            client = OwnPartFirst(self.part, self._handlers, router.client)
             local = Router(router.endpoints, router.books if router.is_hetero else
                            router.book, router.num_nodes, config=self._config,
                            client=client)

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from torch import Tensor
 
-from pyg_dist.errors import ProtocolError, PygDistError
+from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
@@ -31,28 +31,22 @@ class OwnPartFirst:
     to its own part in this process (the handler, no socket) and sends the
     others on.
 
-    A peer's ``sample`` and ``sample_types`` answers are checked for what
-    the op's own reply check cannot know (:mod:`pyg_dist.rpc.reply_checks`
-    checks their shapes, counts, signs and repeats): every edge id must lie
-    below its edge type's number of edges in the graph. A lying peer's
-    answer is refused with a ``ProtocolError`` naming it; nothing it said
+    A peer's ``sample`` and ``sample_types`` answers are checked where the
+    tree reads them, as a trainer's are (:func:`pyg_dist.store.remote_sampling.
+    sample_hop`: neighbour and edge ids past the graph's), before any of it
     reaches the tree.
 
     Args:
         part: The own part.
         handlers: The own part's handlers.
         others: The client of every part (the own part's entry is unused).
-        num_edges_of: The graph's number of edges of an edge type as a
-            request names it (``None`` on a homogeneous graph); ``None``:
-            edge ids are not checked.
     """
 
     def __init__(self, part: int, handlers: Mapping[str, Callable[..., Result]],
-                 others: Any, num_edges_of: Optional[Callable[[Any], int]] = None) -> None:
+                 others: Any) -> None:
         self._part = part
         self._handlers = handlers
         self._others = others
-        self._num_edges_of = num_edges_of
         self._local = threading.local()  # per thread: own-part calls not served yet
 
     @property
@@ -73,10 +67,8 @@ class OwnPartFirst:
         peers' calls of the same hop are on their way (and answered
         meanwhile) while this thread samples."""
         if server != self._part:
-            future = self._others.call_async(server, op, args, tensors, timeout,
-                                             reply_bytes=reply_bytes, first=first)
-            future.edge_limits = self._edge_limits(op, args)  # type: ignore[attr-defined]
-            return future
+            return self._others.call_async(server, op, args, tensors, timeout,
+                                           reply_bytes=reply_bytes, first=first)
         if first is not None:
             first.given_up(True)  # nothing is lent in process: the plain request
         future: futures.Future = futures.Future()
@@ -90,41 +82,7 @@ class OwnPartFirst:
         self._serve_deferred()
         if getattr(future, "own_part", False):
             return future.result()
-        reply = self._others.result(future, server, op, timeout)
-        limits = getattr(future, "edge_limits", None)
-        if limits:
-            self._check_edge_ids(reply, limits, server, op)
-        return reply
-
-    def _edge_limits(self, op: str, args: Optional[dict[str, Any]]) -> Optional[list[int]]:
-        """Per edge type of a sampling request, in its reply's order, the
-        graph's number of edges; ``None`` for another op."""
-        if self._num_edges_of is None or args is None:
-            return None
-        try:
-            if op == "sample":
-                return [self._num_edges_of(args.get("edge_type"))]
-            if op == "sample_types":
-                return [self._num_edges_of(t) for t in args["edge_types"]]
-        except (PygDistError, KeyError, TypeError, StopIteration):
-            return None  # the peer refuses such a request itself
-        return None
-
-    def _check_edge_ids(self, reply: Reply, limits: list[int], server: int, op: str) -> None:
-        """Refuses a reply whose edge ids (every third tensor, after the
-        counts and neighbours of each edge type) run past the graph's."""
-        for i, limit in enumerate(limits):
-            edge_ids = reply.tensors[3 * i + 2] if 3 * i + 2 < len(reply.tensors) else None
-            if edge_ids is None or edge_ids.numel() == 0:
-                continue
-            top = int(edge_ids.max())
-            if top >= limit:
-                reply.release()
-                address = self.endpoints[server]
-                raise ProtocolError(
-                    f"part {server} ({address}) answered {op!r} with edge id {top}, past the "
-                    f"graph's {limit} edges of that type: a lying or broken peer; the tree "
-                    f"is refused", address=address, op=op)
+        return self._others.result(future, server, op, timeout)
 
     def _deferred(self) -> list:
         calls = getattr(self._local, "calls", None)

@@ -70,7 +70,7 @@ def test_edge_ids_past_the_graph_are_refused_naming_the_peers_part(cora2_root):
         _tree(cora2_root, peer.endpoint)
     text = str(info.value)
     assert info.value.remote_type == "ProtocolError", text
-    assert "part 1" in text and "past the graph's 10556 edges" in text, text
+    assert "part 1" in text and "edge id 10556, past the 10556 edges" in text, text
     assert peer.endpoint.rsplit(":", 1)[1] not in text, text  # its part, not its address
 
 
