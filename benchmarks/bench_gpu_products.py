@@ -292,6 +292,11 @@ def _every_node(context: Any, budget: int) -> torch.Tensor:
 
 def main() -> None:
     args = parse_args()
+    import shutil
+
+    if args.profile_loader > 0 and shutil.which(args.py_spy) is None:
+        raise SystemExit(f"--profile-loader needs py-spy: {args.py_spy!r} is not an executable "
+                         f"(pip install py-spy, or name it with --py-spy PATH)")
     from pyg_dist.cluster import LocalCluster
     from pyg_dist.store.cached_feature_store import CachedFeatureStore
     from pyg_dist.store.connect import connect

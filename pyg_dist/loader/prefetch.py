@@ -212,10 +212,10 @@ class PrefetchPipeline(Generic[T, R]):
         threads = worker_threads()
         # Read first on this thread: it fixes this thread's own count before
         # the workers change the process default for threads started later.
-        previous = torch.get_num_threads()
+        previous = torch.get_num_threads() if threads else 0
         executor = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix=self.name,
-                                      initializer=torch.set_num_threads,
-                                      initargs=(threads or previous,))
+                                      initializer=torch.set_num_threads if threads else None,
+                                      initargs=(threads,) if threads else ())
         pending: deque[Future] = deque()
         failed = threading.Event()
         done = object()
@@ -246,4 +246,5 @@ class PrefetchPipeline(Generic[T, R]):
             for future in pending:
                 future.cancel()
             executor.shutdown(wait=True, cancel_futures=True)
-            torch.set_num_threads(previous)  # the process default back as it was
+            if previous:
+                torch.set_num_threads(previous)  # the process default back as it was
