@@ -37,7 +37,7 @@ if [ "${TESTS_S:-150}" != 0 ]; then
 fi
 
 [ "${BENCH_S:-240}" != 0 ] && timeout "${BENCH_S:-240}" python3 benchmarks/bench_gpu_products.py \
-    --batches "${BATCHES:-40}" 2>&1 | tee "$OUT/bench.log" | grep -v WARNING | tee "$OUT/bench.jsonl"
+    --batches "${BATCHES:-100}" 2>&1 | tee "$OUT/bench.log" | grep -v WARNING | tee "$OUT/bench.jsonl"
 
 IFS=';' read -ra runs <<<"${EXTRA:-}"
 for item in "${runs[@]}"; do
@@ -46,7 +46,7 @@ for item in "${runs[@]}"; do
     echo "{\"row\": \"extra\", \"item\": \"$item\"}" | tee -a "$OUT/extra.jsonl"
     # shellcheck disable=SC2086
     env $env_part timeout "${EXTRA_S:-100}" python3 benchmarks/bench_gpu_products.py \
-        --batches "${BATCHES:-40}" $bench_args 2>&1 | tee -a "$OUT/extra.log" | grep -v WARNING \
+        --batches "${BATCHES:-100}" $bench_args 2>&1 | tee -a "$OUT/extra.log" | grep -v WARNING \
         | tee -a "$OUT/extra.jsonl"
 done
 
