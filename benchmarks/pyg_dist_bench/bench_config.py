@@ -40,6 +40,9 @@ class BenchConfig:
         device: Where batches go and the model trains (``"cuda"`` uses the
             loader's pinned-memory, side-stream copies with prefetch);
             ``None`` keeps everything on the CPU.
+        embedding: Also train the epoch at ``prefetch`` with a
+            ``DistEmbedding`` of ``num_features`` columns as the input
+            (``SparseAdam`` on the servers), on the graph without ``x``.
     """
 
     num_nodes: int = 100_000
@@ -58,3 +61,4 @@ class BenchConfig:
     trainers: Optional[int] = None
     threads: Optional[int] = None
     device: Optional[str] = None
+    embedding: bool = False

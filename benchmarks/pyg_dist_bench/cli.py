@@ -73,6 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(3 node types of --num-nodes/3 nodes, 6 edge types) against PyG's "
                         "NeighborLoader on the same HeteroData, and against the homogeneous "
                         "loader on a graph of the same size")
+    p.add_argument("--embedding", action="store_true",
+                   help="also train the prefetching epoch with a DistEmbedding of "
+                        "--num-features columns as its input (SparseAdam on the servers), "
+                        "on the graph without x, against the fixed-feature epoch")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.set_defaults(run=run)
 
@@ -89,9 +93,9 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         PygDistError: for a device this machine lacks.
     """
-    if args.hetero and (args.baseline or args.link_delay_ms or args.device):
+    if args.hetero and (args.baseline or args.link_delay_ms or args.device or args.embedding):
         raise PygDistError("--hetero measures the loaders only; run --baseline, "
-                           "--link-delay-ms and --device without it")
+                           "--link-delay-ms, --device and --embedding without it")
     from pyg_dist.malloc_tuning import tune_malloc
     from pyg_dist_bench.bench_config import BenchConfig
     from pyg_dist_bench.report import format_table, write_json
@@ -105,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         num_neighbors=args.num_neighbors, batch_size=args.batch_size,
         num_batches=args.num_batches, prefetch=args.prefetch,
         link_delays_ms=args.link_delay_ms, baseline=args.baseline, seed=args.seed,
-        device=args.device, threads=args.threads, trainers=args.trainers)
+        device=args.device, threads=args.threads, trainers=args.trainers,
+        embedding=args.embedding)
     if args.hetero:
         from pyg_dist_bench.hetero import run_hetero_bench
 

@@ -49,6 +49,8 @@ def ratios(rows: list[Row], cfg: BenchConfig, baselines: Sequence[str] = ()) -> 
     if compute and loader and both:
         out[f"epoch K={k} / max(compute, loader)"] = both.seconds / max(compute.seconds,
                                                                         loader.seconds)
+    put(f"epoch K={k} DistEmbedding / fixed features (seeds/s)",
+        by.get(f"epoch train K={k}, DistEmbedding"), both, "seeds_per_s")
     for kk in (0, k):
         put(f"pyg-dist K={kk} server hops / hop by hop (seeds/s)",
             by.get(f"pyg-dist K={kk} server hops"), by.get(f"pyg-dist K={kk}"), "seeds_per_s")

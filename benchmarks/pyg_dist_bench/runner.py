@@ -8,7 +8,9 @@ Rows of the table (each measured over the same seeds, fan-out and batch):
    one server process per part on loopback, synchronous and prefetching;
    ``over TCP`` without shared memory; ``xN trainers`` from N processes.
 3. One GraphSAGE epoch: compute only (batches materialised beforehand),
-   loader only, and both together with prefetch 0 and ``k``.
+   loader only, and both together with prefetch 0 and ``k``; with
+   ``embedding``, the epoch at ``k`` learning a ``DistEmbedding`` input
+   (:mod:`~pyg_dist_bench.embedding_rows`).
 
 Two kinds of rows need harness code of this package:
 ``baseline`` adds PyG's deprecated ``torch_geometric.distributed`` loader on
@@ -28,6 +30,7 @@ from typing import Any, Optional
 import torch
 
 from pyg_dist_bench.bench_config import BenchConfig
+from pyg_dist_bench.embedding_rows import embedding_rows
 from pyg_dist_bench.link_proxy import delayed_link
 from pyg_dist_bench.report import ratios
 from pyg_dist_bench.rows import baseline_rows
@@ -98,6 +101,8 @@ def run_bench(cfg: BenchConfig, workdir: Optional[str] = None) -> dict[str, Any]
         torch.set_num_threads(_trainer_threads(cfg))
         try:
             rows += _pyg_dist_rows(cfg, root, seeds, tmp)
+            if cfg.embedding:
+                rows += embedding_rows(cfg, data, seeds, tmp)
             if cfg.link_delays_ms:
                 rows += _delay_rows(cfg, root, seeds)
         finally:

@@ -8,7 +8,7 @@ here only iterate and count; building loaders is the runner's business.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -103,34 +103,48 @@ class SageTrainer:
     """A two-layer GraphSAGE and its optimiser: the compute of one step.
 
     Args:
-        in_channels: Feature columns of a batch's ``x``.
+        in_channels: Feature columns of a batch's input.
         num_classes: Label classes (the model's output width).
         seed: Seed of the model's initial weights.
         device: Where the model lives and trains; the CPU if ``None``.
+        attr: The batch's attribute the model reads (``x``; a
+            ``DistEmbedding``'s ``attr_name`` to learn the input).
+        sparse: Optimisers stepped with the model's (``pyg_dist.optim``'s,
+            for a ``DistEmbedding`` input).
     """
 
     def __init__(self, in_channels: int, num_classes: int, seed: int,
-                 device: Optional[torch.device] = None) -> None:
+                 device: Optional[torch.device] = None, attr: str = "x",
+                 sparse: Sequence[Any] = ()) -> None:
         from torch_geometric.nn import GraphSAGE
 
         torch.manual_seed(seed)
         self.device = device
+        self.attr = attr
         self.model = GraphSAGE(in_channels, 256, num_layers=2, out_channels=num_classes)
         if device is not None:
             self.model.to(device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=0.01)
+        self.optimizers = [self.opt, *sparse]
 
     def step(self, batch: Any) -> float:
         """Trains one step on ``batch`` (moved to the model's device) and
         returns its loss."""
         batch = _on(batch, self.device)
         self.model.train()
-        self.opt.zero_grad()
-        out = self.model(batch.x, batch.edge_index)[: batch.batch_size]
+        for opt in self.optimizers:
+            opt.zero_grad()
+        out = self.model(batch[self.attr], batch.edge_index)[: batch.batch_size]
         loss = torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size])
         loss.backward()
-        self.opt.step()
+        for opt in self.optimizers:
+            opt.step()
         return float(loss.detach())
+
+    def flush(self) -> None:
+        """Waits for the sparse optimisers' last pushes."""
+        for opt in self.optimizers[1:]:
+            opt.flush()
 
 
 def time_epoch(name: str, trainer: SageTrainer, batches: Iterable, max_batches: int) -> Row:

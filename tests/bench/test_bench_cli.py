@@ -37,7 +37,8 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
     out = tmp_path / "bench.json"
     proc = _run_bench("--num-nodes", "3000", "--avg-degree", "8", "--num-features", "64",
                       "--num-batches", "3", "--batch-size", "128", "--prefetch", "2",
-                      "--link-delay-ms", "1", "--partitioner", "random", "--json", str(out))
+                      "--link-delay-ms", "1", "--partitioner", "random", "--embedding",
+                      "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pyg-dist K=2 / pyg-local (seeds/s)" in proc.stdout
     result = json.loads(out.read_text())
@@ -45,7 +46,8 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
     for name in ("pyg-local NeighborLoader", "pyg-dist K=0", "pyg-dist K=2",
                  "pyg-dist K=2 over TCP", "pyg-dist K=2 x2 trainers",
                  "epoch compute only", "epoch train K=0", "epoch train K=2",
-                 "epoch train K=0 @1ms", "epoch train K=2 @1ms"):
+                 "epoch train K=0 @1ms", "epoch train K=2 @1ms",
+                 "epoch train K=2, DistEmbedding"):
         assert rows[name]["batches"] == 3 and rows[name]["seeds"] == 3 * 128, name
     # The same seed gives the same batches with and without prefetch, with
     # and without shared memory (64 features: ~100 KB replies, over the
@@ -62,7 +64,13 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
     assert set(result["ratios"]) >= {"pyg-dist K=2 / pyg-local (seeds/s)",
                                      "pyg-dist K=2 over TCP / pyg-local (seeds/s)",
                                      "epoch K=2 / max(compute, loader)",
-                                     "epoch K=2 / K=0 @1ms (time)"}
+                                     "epoch K=2 / K=0 @1ms (time)",
+                                     "epoch K=2 DistEmbedding / fixed features (seeds/s)"}
+    # The embedding epoch trains on the same batches, its input learned: the
+    # same edges, and y but no x among the bytes counted.
+    learned = rows["epoch train K=2, DistEmbedding"]
+    assert learned["edges"] == rows["epoch train K=2"]["edges"]
+    assert 0 < learned["feature_bytes"] < rows["epoch train K=2"]["feature_bytes"]
 
 
 @pytest.mark.timeout(LIMIT_S + 60)
