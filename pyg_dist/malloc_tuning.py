@@ -95,6 +95,25 @@ def tune_malloc(enabled: Optional[bool] = None) -> bool:
     return tuned
 
 
+def trim_heap() -> None:
+    """Hands the heap's free memory back to the kernel (glibc's
+    ``malloc_trim(0)``; nothing elsewhere).
+
+    The tuning keeps freed memory for the next batch's buffers, so a
+    one-off peak stays resident too: a server loading a part built ~260 MB
+    of temporaries for a 410 MB part served through the mmap stores (8M
+    edges), which then stayed in its anonymous memory (RssAnon 293 MB
+    untuned, 556 MB tuned; 273 MB after this). Call it after such a phase.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+
+
 def malloc_environment(env: dict[str, str]) -> dict[str, str]:
     """``env`` plus glibc's variables for the same tuning, for a child process.
 

@@ -225,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     (the error on stderr) when the server stopped on its own failure."""
     from pyg_dist.errors import TransportError
     from pyg_dist.lifeline import watch_parent
-    from pyg_dist.malloc_tuning import tune_malloc
+    from pyg_dist.malloc_tuning import trim_heap, tune_malloc
     from pyg_dist.server.group import ServerGroup
 
     # First: a launcher that dies while the part loads leaves no server.
@@ -238,6 +238,10 @@ def run(args: argparse.Namespace) -> int:
                         config=config, verify=not args.no_verify, peers=_peers(args),
                         read_only=args.read_only, embeddings_dir=args.embeddings_dir,
                         checkpoint_every=args.checkpoint_every)
+    # Loading a part builds temporaries as big as its topology, which the
+    # tuned allocator would keep resident for good: a host sized for the
+    # server and its mapped part's hot pages would not hold them.
+    trim_heap()
     # The ready line is the contract with launchers (LocalCluster, tests):
     # exactly "ready <endpoint> [<endpoint>...]", flushed at once.
     status = 0

@@ -142,21 +142,14 @@ def release_freed_memory() -> None:
     mimalloc arenas keep what parquet decoding used, and glibc's
     ``malloc_trim``), so that the next pass starts from the footprint
     measured at the start."""
-    import ctypes
-    import ctypes.util
     import sys
+
+    from pyg_dist.malloc_tuning import trim_heap
 
     pyarrow = sys.modules.get("pyarrow")
     if pyarrow is not None:
         pyarrow.default_memory_pool().release_unused()
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        if libc is not None and hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
-    except OSError:
-        pass
+    trim_heap()
 
 
 MMAP_THRESHOLD = 128 << 10
