@@ -31,5 +31,7 @@ def all_distinct(ids: Tensor, bound: int) -> bool:
     if bound <= MASK_RANGE_PER_ID * count:
         seen = torch.zeros(bound, dtype=torch.bool)
         seen[ids] = True
-        return int(seen.sum()) == count
+        # count_nonzero, not sum: a bool tensor's sum is taken over an int64
+        # copy of it, 8 bytes per possible value (256 MB for 32M).
+        return int(torch.count_nonzero(seen)) == count
     return int(torch.unique(ids).numel()) == count
