@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import logging
 import mmap
+import multiprocessing.util
 import os
 import re
 import secrets
 import socket
 import stat
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -130,9 +130,14 @@ class Segment:
         finally:
             os.close(fd)
         self._map[:TOKEN_BYTES] = self.token
-        # A process that exits without closing still removes the file (a
-        # forked child that inherited the object leaves it to its creator).
-        self._unlink_at_exit = weakref.finalize(self, _unlink, self.path, os.getpid())
+        # A process that exits without closing still removes the file: at
+        # interpreter exit, and also at the exit of a multiprocessing child
+        # (a DataLoader worker), which leaves by os._exit without running
+        # atexit hooks (a weakref.finalize left the file of a worker's
+        # unfinished batch in /dev/shm). A forked child that inherited the
+        # object leaves the file to its creator.
+        self._unlink_at_exit = multiprocessing.util.Finalize(
+            self, _unlink, args=(self.path, os.getpid()), exitpriority=0)
         self.payload = torch.frombuffer(self._map, dtype=torch.uint8, offset=HEADER_BYTES,
                                         count=self.size)
 
