@@ -113,6 +113,10 @@ class Segment:
     Args:
         size: Payload bytes (the header page comes on top).
 
+    Attributes:
+        fd: The descriptor servers open it through (sent in the first
+            request naming it); ``None`` once one mapped it, or it closed.
+
     Raises:
         SharedMemoryError: if the memory cannot be made, sealed or its pages
             reserved (the machine's memory, or the cgroup's, is full).
