@@ -5,7 +5,7 @@ says how many bytes its reply's tensors take (``reply_bytes``); a handler
 takes its outputs from its call context (:mod:`pyg_dist.rpc.context`).
 Neither sees a segment: lending, mapping, views and releases happen here.
 
-Modules: :mod:`~pyg_dist.rpc.shm.files` (segment files, layout, views),
+Modules: :mod:`~pyg_dist.rpc.shm.files` (segments (memfd), layout, views),
 :mod:`~pyg_dist.rpc.shm.lending` (the client's pool per server),
 :mod:`~pyg_dist.rpc.shm.lender` (the client's calls into lent memory),
 :mod:`~pyg_dist.rpc.shm.attached` (the server's mappings),
