@@ -144,7 +144,7 @@ def bench_pyg_shm(client: RpcClient, ids: torch.Tensor, reply_bytes: int, depth:
         try:
             if reply.shm is None:
                 raise RuntimeError("a reply travelled over the socket: raise the client's "
-                                   "shared_memory_bytes or free /dev/shm")
+                                   "shared_memory_bytes or free memory")
         finally:
             reply.release()
 

@@ -13,6 +13,8 @@ a request *costs* rather than how big it is:
   (:class:`~pyg_dist.rpc.reply_budget.ReplyBudget`) before the handler runs,
   and only the reply's bytes once it is computed; over a budget the request
   gets a ``ServerBusyError`` reply and nothing is computed.
+  A handler that learns what it holds as it goes (a ``sample_tree``, hop
+  by hop) revises its charge (:func:`running_charge`).
 * **Send tracked.** The reply's charge is released when libzmq has handed it
   to the kernel (a ``MessageTracker`` on its last frame).
 
@@ -22,6 +24,7 @@ bytes as well as in requests.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -47,6 +50,37 @@ memory). It may raise on bad input (an answer over the reply limit
 included); the handler then refuses the request itself."""
 
 Serve = Callable[[protocol.Request], list[Any]]
+
+_RUNNING: contextvars.ContextVar[Optional[RunningCharge]] = \
+    contextvars.ContextVar("pyg_dist_running_charge", default=None)
+
+
+class RunningCharge:
+    """The reply-budget charge of the request the current thread serves.
+
+    Args:
+        budget: The server's reply budget.
+        client: The request's client.
+        charged: What its admission charged (the operation's estimate).
+    """
+
+    def __init__(self, budget: ReplyBudget, client: bytes, charged: int) -> None:
+        self._budget = budget
+        self._client = client
+        self.charged = int(charged)
+
+    def revise(self, nbytes: int) -> None:
+        """Charges ``nbytes`` instead (what the request holds now and may
+        still build), up or down, from now until its reply is computed."""
+        nbytes = max(int(nbytes), 0)
+        self._budget.revise(self._client, self.charged, nbytes)
+        self.charged = nbytes
+
+
+def running_charge() -> Optional[RunningCharge]:
+    """The charge of the request this thread serves, for its handler to
+    revise; ``None`` outside an admitted request (or one charged nothing)."""
+    return _RUNNING.get()
 
 _MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 
@@ -118,13 +152,14 @@ class Admission:
             (:meth:`ReceiveGuard.usage
             <pyg_dist.rpc.connections.ReceiveGuard.usage>`);
             ``queued_bytes``: requests waiting for or served by workers;
-            ``reply_bytes``: bytes held for replies;
-            ``replies_refused``: requests refused for the reply budgets.
+            ``reply_bytes``: bytes held for replies (``reply_bytes_peak``:
+            the most at once so far); ``replies_refused``: requests refused
+            for the reply budgets.
         """
         guard = self._guard
         usage = {f"receive_{k}": v for k, v in (guard.usage() if guard else {}).items()}
         usage.update(queued_bytes=self._queued, reply_bytes=self.budget.total,
-                     replies_refused=self.budget.refused)
+                     reply_bytes_peak=self.budget.peak, replies_refused=self.budget.refused)
         return usage
 
     # Queued request bytes ##################################################
@@ -189,13 +224,19 @@ class Admission:
         if refusal is not None:
             logger.info("%s: refused %s: %s", self.name, request.op, refusal)
             return 0, protocol.encode_error(request.id, ServerBusyError.__name__, refusal)
-        frames = serve(request)
+        running = RunningCharge(self.budget, client, estimate) if estimate else None
+        token = _RUNNING.set(running)
+        try:
+            frames = serve(request)
+        finally:
+            _RUNNING.reset(token)
+        charged = running.charged if running is not None else 0
         # Once computed, only the reply's own bytes stay charged (the working
         # memory is free again); errors and answers written into shared
         # memory hold nothing, views of resident data are charged no more
         # than estimated.
         charge = min(estimate, sum(len(f) for f in frames[1:])) if estimate else 0
-        self.budget.settle(client, estimate, charge)
+        self.budget.settle(client, charged, charge)
         return charge, frames
 
     # Sending ###############################################################

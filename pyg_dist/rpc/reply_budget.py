@@ -58,6 +58,8 @@ class ReplyBudget:
         self._clients: dict[bytes, _Client] = {}
         self._total = 0
         self.refused = 0
+        self.peak = 0
+        """The most reply bytes held for all clients at once so far."""
 
     @property
     def total(self) -> int:
@@ -115,6 +117,7 @@ class ReplyBudget:
                 entry = self._clients[client] = _Client()
             entry.held += nbytes
             self._total += nbytes
+            self.peak = max(self.peak, self._total)
             return None
 
     def settle(self, client: bytes, reserved: int, charge: int) -> None:
@@ -128,6 +131,15 @@ class ReplyBudget:
         if reserved != charge:
             self._add(client, charge - reserved)
 
+    def revise(self, client: bytes, charged: int, nbytes: int) -> None:
+        """Replaces a running request's charge of ``charged`` bytes by
+        ``nbytes``, what it holds now plus what it may still build. Never
+        refused: the work is under way, and refusing it would waste what it
+        did; a revision upwards only makes the next requests wait (their
+        reservation sees it)."""
+        if nbytes != charged:
+            self._add(client, nbytes - charged)
+
     def _add(self, client: bytes, delta: int) -> None:
         with self._lock:
             entry = self._clients.get(client)
@@ -135,6 +147,7 @@ class ReplyBudget:
                 return  # forgotten: its connection ended meanwhile
             entry.held += delta
             self._total += delta
+            self.peak = max(self.peak, self._total)
             if entry.held <= 0 and not entry.pending and not entry.untracked:
                 self._total -= entry.held
                 del self._clients[client]

@@ -83,9 +83,9 @@ _DEADLINE_SHARE = 0.8
 # products-sized graph (a 22.5 MB bound: 157 MB charged) left no room for a
 # second in a client's 256 MiB: trees in flight were refused and backed off,
 # and an H200 sampled [15, 10, 5] at a quarter of the rate (47.1k -> 11.7k
-# seeds/s, whole table cached); 2 cores here, 29.1 -> 24.0 batches/s. Charging
-# a tree by what it really holds needs the charge revised as its hops come in
-# (issue 31, item 9, open).
+# seeds/s, whole table cached); 2 cores here, 29.1 -> 24.0 batches/s. So 4x
+# admits a tree, and the charge is revised as its hops come in, to what it
+# holds and the next hop may add (pyg_dist/server/own_part.py).
 _WORK_FACTOR = 4
 
 

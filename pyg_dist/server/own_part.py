@@ -7,6 +7,9 @@ part needs no socket: :class:`OwnPartFirst` runs that call's handler on the
 calling thread, and only once the peers' calls of the same round are on
 their way, so that the peers sample their shares while this one samples its
 own.
+
+It is also where a tree's hops come in, so it revises the tree's charge to
+the reply budget as they do (:class:`_TreeCharge`).
 """
 
 from __future__ import annotations
@@ -19,11 +22,61 @@ from typing import Any, Optional
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
+from pyg_dist.rpc.admission import RunningCharge, running_charge
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
 
 Result = tuple[dict[str, Any], list[Tensor]]
+
+HELD_FACTOR = 9
+"""A tree's peak memory over the hop answers it has and may still get. At
+its peak a tree holds 4.8-6.4x its final answer (the peers' replies, their
+reassembly, the relabelled hops, the reply's int32 copies; peak RSS of a
+real server), and its final answer is ~1.2x the hop answers it is built
+from (node ids on top): 9x covers the peak with room
+(``tests/server/test_tree_memory.py``: charged 40 MB at most, peak 27.5-33.6
+MB; 7x charged 31.1 MB and fell short once in three runs, 8x 35.6 MB)."""
+
+
+class _TreeCharge:
+    """One tree's charge, revised as its hops come in: before each hop,
+    :data:`HELD_FACTOR` x (the bytes of the answers it has + the bound of
+    the hop's answers, from the fan-out). A tree is admitted on a bound
+    from its fan-outs and the graph's size (4x it,
+    :meth:`~pyg_dist.server.forwarding.HopForwarder.estimate`): several
+    times what it holds where sampled nodes repeat, and ~1.6x too little
+    where the bound is tight. A hop of unbounded fan-out (-1) or of several
+    edge types has no bound here: the charge then stays as it is.
+
+    Args:
+        charge: The tree request's running charge.
+    """
+
+    def __init__(self, charge: RunningCharge) -> None:
+        self.charge = charge
+        self.held = 0  # bytes of the hop answers received so far
+        self._next = 0  # bound of the answers of the hop being asked
+        self._unbounded = False
+
+    def asked(self, reply_bytes: Optional[int]) -> None:
+        """A call of the next hop went out, its answer bounded by
+        ``reply_bytes`` (``None``: unbounded)."""
+        if reply_bytes is None:
+            self._unbounded = True
+        else:
+            self._next += int(reply_bytes)
+
+    def revise(self) -> None:
+        """The hop's calls are out (its first answer is asked for): charge
+        what the tree holds and what this hop may add."""
+        if self._next and not self._unbounded:
+            self.charge.revise(HELD_FACTOR * (self.held + self._next))
+        self._next, self._unbounded = 0, False
+
+    def received(self, reply: Reply) -> None:
+        """An answer of the hop arrived."""
+        self.held += sum(t.numel() * t.element_size() for t in reply.tensors)
 
 
 class OwnPartFirst:
@@ -66,6 +119,9 @@ class OwnPartFirst:
         thread when the first result of its round is asked for, so that the
         peers' calls of the same hop are on their way (and answered
         meanwhile) while this thread samples."""
+        tree = self._tree()
+        if tree is not None:
+            tree.asked(reply_bytes)
         if server != self._part:
             return self._others.call_async(server, op, args, tensors, timeout,
                                            reply_bytes=reply_bytes, first=first)
@@ -79,10 +135,27 @@ class OwnPartFirst:
     def result(self, future: futures.Future, server: int, op: str,
                timeout: Optional[float] = None) -> Reply:
         """The reply of :meth:`call_async` (its error raised)."""
+        tree = self._tree()
+        if tree is not None:
+            tree.revise()
         self._serve_deferred()
         if getattr(future, "own_part", False):
-            return future.result()
-        return self._others.result(future, server, op, timeout)
+            reply = future.result()
+        else:
+            reply = self._others.result(future, server, op, timeout)
+        if tree is not None:
+            tree.received(reply)
+        return reply
+
+    def _tree(self) -> Optional[_TreeCharge]:
+        """The charge of the tree this thread samples, if it has one."""
+        charge = running_charge()
+        if charge is None:
+            return None
+        tree = getattr(self._local, "tree", None)
+        if tree is None or tree.charge is not charge:  # a new tree on this thread
+            tree = self._local.tree = _TreeCharge(charge)
+        return tree
 
     def _deferred(self) -> list:
         calls = getattr(self._local, "calls", None)

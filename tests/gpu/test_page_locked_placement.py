@@ -3,7 +3,7 @@ memory: no row copied on the trainer, no second pinning pass, batches bit
 for bit the CPU ones; the GPU feature cache on the real path.
 
 These need a CUDA GPU and are skipped without one. Real server processes on
-loopback, real segments in /dev/shm registered with CUDA.
+loopback, real shared-memory segments (memfd) registered with CUDA.
 """
 
 from __future__ import annotations

@@ -5,17 +5,18 @@ serving."""
 
 from __future__ import annotations
 
-import glob
+import fcntl
 import os
 
 import pytest
 import torch
 from support.rawzmq import RawDealer
+from support.shm_files import segment_files
 
 from pyg_dist.errors import SharedMemoryError
 from pyg_dist.rpc import shm as shared_memory
 from pyg_dist.rpc.protocol import ErrorReply
-from pyg_dist.rpc.shm import SHM_DIR, Segment
+from pyg_dist.rpc.shm import HEADER_BYTES, SHM_DIR, Segment
 
 pytestmark = pytest.mark.skipif(shared_memory.host_id() is None,
                                 reason="this host has no usable /dev/shm")
@@ -39,7 +40,7 @@ def segment():
         yield seg
     finally:
         seg.close()
-    assert not os.path.exists(seg.path)
+    assert seg.path is None  # its descriptor is closed; it never had a file
 
 
 def _rows(segment, offsets, n):
@@ -59,7 +60,7 @@ def test_get_writes_rows_into_the_segment(dealer, part0, segment):
     reply = dealer.call(2, "get", {"attrs": ["x", "y"]}, [ids], shm=segment.spec())
     assert not isinstance(reply, ErrorReply), reply
     assert reply.tensors == []  # nothing travelled over the socket
-    assert not os.path.exists(segment.path)  # the server unlinked it once mapped
+    assert _has_no_file(segment)  # memfd: nothing in /dev/shm, ever
     offsets = [o for _, _, o in reply.shm]
     assert offsets == shared_memory.layout([5 * 1433 * 4, 5 * 8])[0]
     x, y = _rows(segment, offsets, 5)
@@ -68,6 +69,7 @@ def test_get_writes_rows_into_the_segment(dealer, part0, segment):
 
     # Once mapped, the name alone is enough, and the mapping is live.
     segment.announce()
+    assert segment.path is None  # the client let go of its descriptor
     segment.payload.zero_()
     reply = dealer.call(3, "get", {"attrs": ["x", "y"]}, [ids[:2]], shm=segment.spec())
     assert "size" not in segment.spec()  # name and token only, once mapped
@@ -91,6 +93,10 @@ def _bad_specs(segment):
         "name with a path": ({**good, "name": "../etc/passwd"}, "does not match"),
         "name with a newline": ({**good, "name": segment.name + "\n"}, "does not match"),
         "missing file": ({**good, "name": other.name}, "cannot open"),
+        "closed descriptor": ({**good, "fd": 1 << 20}, "cannot open"),
+        "another descriptor": ({**good, "fd": 0}, "does not hold it"),
+        "fd not an int": ({**good, "fd": "3"}, "'shm.fd'"),
+        "no pid": ({k: v for k, v in good.items() if k != "pid"}, "names no process"),
         "wrong size": ({**good, "size": segment.size * 2}, "is not a segment of"),
         "wrong token": ({**good, "token": "00" * 16}, "does not hold the token"),
         "token not hex": ({**good, "token": "zz" * 16}, "hex digits"),
@@ -101,6 +107,7 @@ def _bad_specs(segment):
 
 
 BAD_SPECS = ["not a map", "no token", "name with a path", "name with a newline", "missing file",
+             "closed descriptor", "another descriptor", "fd not an int", "no pid",
              "wrong size", "wrong token", "token not hex", "size not an int",
              "drop not a list", "drop without tokens"]
 
@@ -140,27 +147,61 @@ def test_a_segment_is_used_only_with_its_own_token(dealer, part0, segment):
     assert not isinstance(reply, ErrorReply), reply  # still mapped, still served
 
 
-@pytest.mark.parametrize("change", ["group-readable", "second link"])
-def test_only_private_files_with_one_link_are_mapped(dealer, part0, segment, change):
-    link = segment.path + "-link"
-    if change == "group-readable":
-        os.chmod(segment.path, 0o640)
-    else:
-        os.link(segment.path, link)
+def _has_no_file(segment) -> bool:
+    return os.path.join(SHM_DIR, segment.name) not in segment_files()
+
+
+def _unsealed(sealable: bool, seals: int = 0):
+    """A segment-shaped memfd holding a token, sealed only with ``seals``."""
+    seg = Segment(1 << 20)  # for a valid name and token; its own memory unused
+    flags = os.MFD_CLOEXEC | (os.MFD_ALLOW_SEALING if sealable else 0)
+    fd = os.memfd_create(seg.name, flags)
+    os.ftruncate(fd, HEADER_BYTES + seg.size)
+    os.pwrite(fd, seg.token, 0)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return seg, fd
+
+
+@pytest.mark.parametrize("seals", ["never sealable", "sealable, not sealed", "grow sealed"])
+def test_only_memory_sealed_against_shrinking_is_mapped(dealer, part0, seals):
+    """Memory its client (or anyone holding it) could truncate under a
+    worker writing into it would kill the server with SIGBUS."""
+    seg, fd = _unsealed(seals != "never sealable",
+                        fcntl.F_SEAL_GROW if seals == "grow sealed" else 0)
     try:
-        reply = dealer.call(25, "get", {"attrs": ["y"]},
-                            [part0.node_ids[:2]], shm=segment.spec())
+        spec = {**seg.spec(), "fd": fd}
+        reply = dealer.call(25, "get", {"attrs": ["y"]}, [part0.node_ids[:2]], shm=spec)
         assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
-        assert "mode 0600 and one link" in reply.message
+        assert "not sealed against shrinking" in reply.message, reply.message
+        os.ftruncate(fd, 0)  # what the seal forbids, done to memory never mapped
+        good = dealer.call(26, "get", {"attrs": ["y"]}, [part0.node_ids[:2]])
+        assert torch.equal(good.tensors[0], part0.node_features["y"][:2])
     finally:
-        if os.path.exists(link):
-            os.unlink(link)
+        os.close(fd)
+        seg.close()
+
+
+def test_a_file_in_dev_shm_is_not_mapped(dealer, part0, segment):
+    """The segments of earlier versions (files in /dev/shm, which cannot be
+    sealed) are refused: a descriptor must be a memfd of the named segment."""
+    path = os.path.join(SHM_DIR, segment.name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, HEADER_BYTES + segment.size)
+        os.pwrite(fd, segment.token, 0)
+        spec = {**segment.spec(), "fd": fd}
+        reply = dealer.call(27, "get", {"attrs": ["y"]}, [part0.node_ids[:2]], shm=spec)
+        assert isinstance(reply, ErrorReply) and "does not hold it" in reply.message
+    finally:
+        os.close(fd)
+        os.unlink(path)
 
 
 def test_a_client_sending_an_absurd_pid_breaks_nobody(dealer, part0, segment):
     spec = {**segment.spec(), "pid": 1 << 40}
-    assert not isinstance(dealer.call(26, "get", {"attrs": ["y"]},
-                                      [part0.node_ids[:2]], shm=spec), ErrorReply)
+    reply = dealer.call(26, "get", {"attrs": ["y"]}, [part0.node_ids[:2]], shm=spec)
+    assert isinstance(reply, ErrorReply) and "names no process" in reply.message
     other = Segment(1 << 20)  # the next mapping looks for dead owners first
     try:
         reply = dealer.call(27, "get", {"attrs": ["y"]}, [part0.node_ids[:2]], shm=other.spec())
@@ -188,9 +229,9 @@ def test_a_client_naming_another_live_process_as_owner_is_refused(cora_cluster, 
             reply = dealer.call(40 + req_id, "get", {"attrs": ["y"]}, [part0.node_ids[:2]],
                                 shm=spec)
             assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
-            assert "does not map it" in reply.message, reply.message
+            assert "cannot open segment" in reply.message, reply.message
             assert not _server_maps(cora_cluster, seg.name)  # nothing pinned
-            assert not os.path.exists(seg.path)  # nor left in /dev/shm
+            assert _has_no_file(seg)  # nor anything left in /dev/shm
         honest = Segment(1 << 20)
         pinned.append(honest)
         reply = dealer.call(50, "get", {"attrs": ["y"]}, [part0.node_ids[:2]],
@@ -211,14 +252,19 @@ def test_reply_bigger_than_the_segment_is_refused(dealer, part0, segment):
 
 
 def test_no_segment_file_is_left_behind(dealer, part0):
-    before = set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*")))
+    """Segments are memfd: none of this test's ever has a file in /dev/shm
+    (only its own are checked: another run on the machine may have some)."""
     seg = Segment(1 << 20)
-    dealer.call(9, "get", {"attrs": ["y"]}, [part0.node_ids[:3]], shm=seg.spec())
-    seg.announce()
-    seg.close()
-    unmapped = Segment(1 << 20)  # never sent: its file goes on close
-    unmapped.close()
-    assert set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*"))) == before
+    unmapped = Segment(1 << 20)  # never sent
+    try:
+        assert _has_no_file(seg) and _has_no_file(unmapped)
+        dealer.call(9, "get", {"attrs": ["y"]}, [part0.node_ids[:3]], shm=seg.spec())
+        seg.announce()
+        assert _has_no_file(seg) and seg.path is None
+    finally:
+        seg.close()
+        unmapped.close()
+    assert _has_no_file(seg) and _has_no_file(unmapped) and unmapped.path is None
 
 
 _DYING_CLIENT = """
@@ -263,26 +309,21 @@ def test_segments_of_a_client_that_exited_are_unmapped(cora_cluster, dealer, par
     assert not isinstance(reply, ErrorReply), reply
 
 
-def test_segments_without_a_known_owner_have_a_bound_of_their_own():
-    """A client that names no pid (or one in another pid namespace) cannot
-    be seen to exit: its segments are pushed out past their own bound, and
-    those of clients that named their pid are not."""
+def test_segments_that_name_no_owner_here_are_refused():
+    """A client that names no pid, or one of another pid namespace, cannot
+    be opened through /proc/PID/fd (nor seen to exit): refused, not mapped."""
     from pyg_dist.rpc.shm import AttachedSegments
 
-    attached = AttachedSegments(max_ownerless_bytes=2 << 20)
-    segments = [Segment(1 << 20) for _ in range(4)]
+    attached = AttachedSegments()
+    seg = Segment(1 << 20)
     try:
-        owned = segments[0].spec()
-        attached.payload(owned, 8)  # names this process, which maps it
-        for seg in segments[1:]:
-            spec = {k: v for k, v in seg.spec().items() if k not in ("pid", "pid_ns")}
-            attached.payload(spec, 8)
-        assert len(attached) == 3  # the owned one and the 2 newest without an owner
-        keys = {"name": segments[1].name, "token": segments[1].token.hex()}
-        with pytest.raises(SharedMemoryError, match="not mapped here"):
-            attached.payload(keys, 8)
-        attached.payload({"name": segments[0].name, "token": segments[0].token.hex()}, 8)
+        for spec in ({k: v for k, v in seg.spec().items() if k not in ("pid", "pid_ns")},
+                     {**seg.spec(), "pid_ns": "pid:[1]"}):
+            with pytest.raises(SharedMemoryError, match="names no process"):
+                attached.payload(spec, 8)
+        assert len(attached) == 0
+        attached.payload(seg.spec(), 8)  # its own pid: mapped
+        assert len(attached) == 1
     finally:
         attached.close()
-        for seg in segments:
-            seg.close()
+        seg.close()

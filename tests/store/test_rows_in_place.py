@@ -5,16 +5,14 @@ real server processes on 127.0.0.1, real segments in /dev/shm."""
 from __future__ import annotations
 
 import gc
-import os
 
 import pytest
 import torch
-from support.shm_files import needs_shm, segment_files
+from support.shm_files import descriptor_open, has_file, needs_shm
 from torch_geometric.data import TensorAttr
 
 from pyg_dist.errors import RemoteError
 from pyg_dist.rpc.config import RpcConfig
-from pyg_dist.rpc.shm import SHM_DIR
 from pyg_dist.rpc.shm.outputs import OutputPool
 from pyg_dist.store.connect import connect
 
@@ -52,7 +50,6 @@ def _in_pool(tensor, pool):
 
 
 def test_every_same_host_server_writes_its_rows_in_place(data, store):
-    before = segment_files()
     for seed in range(3):  # the first batch maps the segment, the next ones reuse it
         ids = _ids(data, 2000, seed)
         x, y = _fetch(store, ids)
@@ -63,7 +60,8 @@ def test_every_same_host_server_writes_its_rows_in_place(data, store):
     x, y = _fetch(store, _ids(data, 2000, 9))
     assert _in_pool(x, pool) and _in_pool(y, pool)
     assert _lent_reply_bytes(store) == 0  # no rows came through lent replies
-    assert segment_files() == before  # unlinked once all three servers mapped it
+    # Closed once all three servers mapped it (and a memfd has no file).
+    assert all(not descriptor_open(s) and not has_file(s) for s in pool._all)
 
 
 def test_a_server_on_another_host_sends_its_rows_the_usual_way(data, endpoints):
@@ -187,10 +185,10 @@ def test_the_pool_stays_within_its_limit():
     pool = OutputPool(4 << 20, [0])
     first = pool.lease([(torch.float32, (1000, 512))])  # 2 MB: a 3 MiB segment
     assert first is not None and pool.held_bytes == 3 << 20
-    # Its own file only: other processes (a server stopping, another run on
+    # Its own segment only: other processes (a server stopping, another run on
     # the machine) may add or remove segments of theirs meanwhile.
-    mine = os.path.join(SHM_DIR, first.segment.name)
-    assert mine in segment_files()
+    mine = first.segment
+    assert descriptor_open(mine) and not has_file(mine)
     assert pool.lease([(torch.float32, (1000, 512))]) is None  # over the limit: copy
     first = None
     gc.collect()
@@ -201,7 +199,7 @@ def test_the_pool_stays_within_its_limit():
     assert pool.lease([(torch.float32, (10, 512))]) is None
     again = None
     gc.collect()
-    assert mine not in segment_files()
+    assert not descriptor_open(mine) and not has_file(mine)
 
 
 def test_sampled_hops_come_through_lent_memory_and_outlive_it(data, endpoints):
@@ -234,14 +232,13 @@ def test_sampled_hops_come_through_lent_memory_and_outlive_it(data, endpoints):
 
 
 def test_a_server_first_asked_after_the_segment_was_unlinked_gets_a_fresh_one(data, store):
-    before = segment_files()
     shares = store.router.split(torch.arange(data.num_nodes))
     not_two = torch.cat([ids[:800] for part, _, ids in shares if part != 2])
     x, y = _fetch(store, not_two)  # parts 0 and 1 map the segment; then it is unlinked
     assert torch.equal(x, data.x[not_two])
     pool = store.router._outputs
     (first,) = pool._all
-    assert first.announced and segment_files() == before
+    assert first.announced and not descriptor_open(first) and not has_file(first)
     del x, y
     gc.collect()
     ids = _ids(data, 2000)
@@ -254,4 +251,4 @@ def test_a_server_first_asked_after_the_segment_was_unlinked_gets_a_fresh_one(da
     x, y = _fetch(store, ids)  # a fresh segment, mapped by all three
     assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
     (fresh,) = pool._all
-    assert pool._mapped[fresh] == {0, 1, 2} and segment_files() == before
+    assert pool._mapped[fresh] == {0, 1, 2} and not descriptor_open(fresh)

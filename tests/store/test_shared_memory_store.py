@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from support.shm_files import needs_shm, segment_files
+from support.shm_files import descriptor_open, has_file, needs_shm
 from support.threads import run_in_threads
 from torch_geometric.data import TensorAttr
 
@@ -17,7 +17,6 @@ from pyg_dist.rpc.shm import (
     MIN_BYTES,
     SHM_DIR,
     Lender,
-    Segment,
     SegmentPool,
     remove_stale_segments,
 )
@@ -50,14 +49,15 @@ def _pools(fs):
 
 
 def test_rows_through_shared_memory_equal_the_graph_and_tcp(data, endpoints, store):
-    before = segment_files()
     ids = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))[:2000]
     for _ in range(3):  # the first call maps the segments, the next ones reuse them
         x, y = _fetch(store, ids)
         assert torch.equal(x, data.x[ids]) and torch.equal(y, data.y[ids])
     pools = _pools(store)
     assert all(p.disabled is None and p.held_bytes > 0 for p in pools)
-    assert segment_files() == before  # unlinked once the servers mapped them
+    # Mapped by their servers: the client let go of their descriptors (and
+    # memfd segments never have a file).
+    assert all(not descriptor_open(s) and not has_file(s) for p in pools for s in p._all)
 
     tcp, _ = connect(endpoints, RpcConfig(shared_memory_bytes=0))
     try:
@@ -112,7 +112,11 @@ def test_a_server_that_lost_its_mappings_is_answered_over_again(data, store):
 def test_a_server_that_cannot_map_a_segment_gets_replies_over_the_socket(data, store):
     pool = _pools(store)[0]
     lost = pool.acquire(8 << 20)
-    os.unlink(lost.path)  # as if the server saw another /dev/shm
+    # As if the server could not open it (another pid namespace): the
+    # descriptor it is sent names something else.
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, lost.fd)
+    os.close(null)
     pool.release(lost)
     ids = torch.arange(data.num_nodes)  # every part, ~15 MB: fits the 8 MiB segment of part 0
     x, y = _fetch(store, ids)
@@ -123,12 +127,11 @@ def test_a_server_that_cannot_map_a_segment_gets_replies_over_the_socket(data, s
 
 
 def test_pool_reuses_segments_within_its_limit():
-    before = segment_files()
     pool = SegmentPool(3 << 20, "tcp://127.0.0.1:1")
     try:
         assert pool.acquire(MIN_BYTES - 1) is None
         first = pool.acquire(2 << 20)
-        assert first is not None and first.size >= 2 << 20 and os.path.exists(first.path)
+        assert first is not None and first.size >= 2 << 20 and descriptor_open(first)
         assert pool.acquire(2 << 20) is None  # a second one would pass the limit
         pool.release(first)
         assert pool.acquire(1 << 20) is first  # reused, not made again
@@ -140,7 +143,7 @@ def test_pool_reuses_segments_within_its_limit():
     finally:
         pool.close()
     assert pool.held_bytes == 0 and pool.acquire(2 << 20) is None
-    assert segment_files() == before
+    assert not any(descriptor_open(s) or has_file(s) for s in (first, again))
 
 
 def test_only_servers_on_this_host_get_segments():
@@ -151,9 +154,10 @@ def test_only_servers_on_this_host_get_segments():
     segments.close(lambda *args, **kwargs: None)
 
 
-def test_no_segment_takes_more_than_a_quarter_of_the_free_shm():
-    st = os.statvfs(SHM_DIR)
-    free = st.f_bavail * st.f_frsize
+def test_no_segment_takes_more_than_a_quarter_of_the_available_memory():
+    with open("/proc/meminfo") as meminfo:
+        free = next(int(line.split()[1]) * 1024 for line in meminfo
+                    if line.startswith("MemAvailable:"))
     pool = SegmentPool(1 << 62, "tcp://127.0.0.1:1")  # no limit of its own
     try:
         assert pool.acquire(free // 3) is None  # would leave too little for others
@@ -201,22 +205,28 @@ def test_a_forked_child_gets_its_own_segments(data, store):
 
 
 def test_files_left_by_killed_clients_are_removed_after_an_hour():
+    """Segments are memfd now; the segment files earlier versions left in
+    /dev/shm (a client killed before a server mapped one) are still
+    removed after an hour, and nothing else is."""
+    import secrets
     import time
 
-    old, fresh = Segment(1 << 20), Segment(1 << 20)
-    other = os.path.join(SHM_DIR, "pyg-dist-test-not-a-segment")
-    open(other, "w").close()
+    old, fresh, other = (os.path.join(SHM_DIR, name) for name in (
+        "pyg-dist-shm-" + secrets.token_hex(16), "pyg-dist-shm-" + secrets.token_hex(16),
+        "pyg-dist-test-not-a-segment-" + secrets.token_hex(4)))
+    for path in (old, fresh, other):
+        open(path, "w").close()
     try:
         two_hours_ago = time.time() - 7200
-        os.utime(old.path, (two_hours_ago, two_hours_ago))
+        os.utime(old, (two_hours_ago, two_hours_ago))
         os.utime(other, (two_hours_ago, two_hours_ago))
         assert remove_stale_segments() >= 1
-        assert not os.path.exists(old.path)
-        assert os.path.exists(fresh.path) and os.path.exists(other)
+        assert not os.path.exists(old)
+        assert os.path.exists(fresh) and os.path.exists(other)
     finally:
-        os.unlink(other)
-        old.close()
-        fresh.close()
+        for path in (old, fresh, other):
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 _CLOSE_WHILE_READING = """

@@ -1,4 +1,5 @@
-"""The shared-memory segment files pyg-dist makes, seen from the tests."""
+"""Shared-memory segments seen from the tests: segments are memfd (no file);
+files under /dev/shm are what earlier versions made, or a leak."""
 
 from __future__ import annotations
 
@@ -17,3 +18,15 @@ needs_shm = pytest.mark.skipif(shm.host_id() is None, reason="this host has no u
 def segment_files() -> set[str]:
     """Paths of every pyg-dist segment file now in ``/dev/shm``."""
     return set(glob.glob(os.path.join(SHM_DIR, "pyg-dist-shm-*")))
+
+
+def has_file(segment) -> bool:
+    """Whether a file of ``segment``'s name exists in ``/dev/shm`` (never,
+    for a memfd segment: tests check their own segments only, since another
+    run on the machine may make or remove files meanwhile)."""
+    return os.path.join(SHM_DIR, segment.name) in segment_files()
+
+
+def descriptor_open(segment) -> bool:
+    """Whether ``segment``'s descriptor is open for a server to map it."""
+    return segment.path is not None and os.path.exists(segment.path)

@@ -5,7 +5,7 @@ says how many bytes its reply's tensors take (``reply_bytes``); a handler
 takes its outputs from its call context (:mod:`pyg_dist.rpc.context`).
 Neither sees a segment: lending, mapping, views and releases happen here.
 
-Modules: :mod:`~pyg_dist.rpc.shm.files` (segment files, layout, views),
+Modules: :mod:`~pyg_dist.rpc.shm.files` (segments (memfd), layout, views),
 :mod:`~pyg_dist.rpc.shm.lending` (the client's pool per server),
 :mod:`~pyg_dist.rpc.shm.lender` (the client's calls into lent memory),
 :mod:`~pyg_dist.rpc.shm.attached` (the server's mappings),
@@ -24,20 +24,23 @@ carries only a header.
 The trainer (client) owns every segment:
 
 * :class:`SegmentPool` (one per server, per client) creates segments as
-  files under ``/dev/shm`` with mode 0600, reserves their pages up front
-  (``posix_fallocate``: a full ``/dev/shm`` is a clean error now, not a
-  ``SIGBUS`` in the server later), and writes a random token into a header
-  page. The first request that uses a segment names it, with its size and
-  token; the server unlinks the file as soon as it has mapped it (and the
-  trainer once it sees the answer), so only a client killed within that one
-  round trip can leave a file, which the next client on the host removes
-  after an hour (:func:`remove_stale_segments`). Segments are reused for later
-  requests; at most ``limit_bytes`` of them exist per server.
+  anonymous shared memory (``memfd``, no file anywhere), reserves their
+  pages up front (``posix_fallocate``: a full machine is a clean error now,
+  not a ``SIGBUS`` in the server later), seals their size
+  (``F_SEAL_SHRINK | F_SEAL_GROW``) and writes a random token into a header
+  page. The first request that uses a segment names it, with its size, its
+  token, the client's pid and the segment's descriptor; the server opens it
+  through ``/proc/PID/fd/FD`` and the client closes the descriptor once it
+  sees the answer. Nothing is left behind however a client ends: the memory
+  goes when the client and every server mapping it let go. Segments are
+  reused for later requests; at most ``limit_bytes`` of them exist per
+  server.
 * :class:`AttachedSegments` (one per server) opens a named segment, checks
-  that its size and token are what the client said (it really is the same
-  memory, on the same host), and keeps it mapped, least recently used first
-  out beyond a bound. A client that discards a segment tells the server with
-  the ``drop`` list of its next request, or the ``release`` op (every
+  that it is a sealed memfd of the named process, that its size and token
+  are what the client said (it really is the same memory, on the same
+  host), and keeps it mapped, least recently used first out beyond a bound.
+  A client that discards a segment tells the server with the ``drop`` list
+  of its next request, or the ``release`` op (every
   :class:`~pyg_dist.rpc.RpcServer` serves it) when the client closes; the
   segments of a client process that exited without either are unmapped the
   next time the server maps a segment.
@@ -45,10 +48,10 @@ The trainer (client) owns every segment:
 Nothing here is ever trusted from the wire without a check: names must match
 :data:`NAME_PATTERN`, sizes and offsets must lie inside the mapping, and
 every request (and every ``drop`` or ``release``) must carry the segment's
-token, so knowing a name (``/dev/shm`` can be listed by anyone) is not
-enough to make the server write into, or unmap, another client's memory.
-The server maps only files of its own user, private to it (mode ``0600``),
-with one link: no other user can hand it a file to truncate under it.
+token, so knowing a name is not enough to make the server write into, or
+unmap, another client's memory. The server maps only memory of its own
+user's processes (``/proc/PID/fd`` opens for them alone) whose size is
+sealed: no process can truncate it under the server.
 """
 
 from pyg_dist.rpc.shm.attached import AttachedSegments, release_keys

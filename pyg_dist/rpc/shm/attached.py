@@ -6,6 +6,7 @@ See :mod:`pyg_dist.rpc.shm` for the whole scheme.
 from __future__ import annotations
 
 import collections
+import fcntl
 import hmac
 import logging
 import mmap
@@ -22,10 +23,8 @@ from pyg_dist.errors import SharedMemoryError
 from pyg_dist.rpc.shm.files import (
     HEADER_BYTES,
     NAME_PATTERN,
-    OWNERLESS_MAX_BYTES,
     SERVER_MAX_BYTES,
     SERVER_MAX_SEGMENTS,
-    SHM_DIR,
     TOKEN_BYTES,
     pid_namespace,
 )
@@ -42,30 +41,25 @@ class AttachedSegments:
             used segment is unmapped beyond it (its client's next request
             naming it gets an error and falls back to the socket).
         max_segments: Most segments mapped at once.
-        max_ownerless_bytes: Most payload bytes mapped at once of segments
-            whose owner is not known: a client in another pid namespace, or
-            one that names no pid. Their pages would stay pinned after their
-            client exited until pushed out, so they have a bound of their own.
 
-    A client that names its process id (``pid`` with ``pid_ns``, this
-    server's pid namespace) must map the segment: that process is checked
-    (``/proc/PID/maps``) before the mapping is kept, so a segment is
-    unmapped once its real owner exits; naming another process is refused.
+    A segment is a client's sealed ``memfd``: the first request naming it
+    gives the client's process id (in this server's pid namespace) and the
+    descriptor, and the server opens it through ``/proc/PID/fd/FD``. So the
+    named process holds it, and its segments are unmapped once it exits.
+    Only memory sealed against shrinking is mapped (``F_SEAL_SHRINK``): no
+    process can truncate it under a worker writing into it (``SIGBUS``).
     """
 
     def __init__(self, max_bytes: int = SERVER_MAX_BYTES,
-                 max_segments: int = SERVER_MAX_SEGMENTS,
-                 max_ownerless_bytes: int = OWNERLESS_MAX_BYTES) -> None:
+                 max_segments: int = SERVER_MAX_SEGMENTS) -> None:
         self.max_bytes = int(max_bytes)
         self.max_segments = int(max_segments)
         self._lock = threading.Lock()
         # name -> (mapping, payload bytes, token)
         self._maps: collections.OrderedDict[str, tuple[mmap.mmap, int, bytes]] = \
             collections.OrderedDict()
-        self.max_ownerless_bytes = min(int(max_ownerless_bytes), self.max_bytes)
         self._owners: dict[str, int] = {}  # name -> the client's process id
         self._bytes = 0
-        self._ownerless_bytes = 0  # of segments whose owner cannot be known
 
     def __len__(self) -> int:
         return len(self._maps)
@@ -108,21 +102,31 @@ class AttachedSegments:
         if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= self.max_bytes:
             raise SharedMemoryError(f"'shm.size' must be an int in [1, {self.max_bytes}], "
                                     f"got {describe(size)}")
-        path = os.path.join(SHM_DIR, name)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise SharedMemoryError(f"cannot open {path} ({exc.strerror}): the client is not "
-                                    f"on this host, or cannot share its /dev/shm") from exc
+        owner, fd_number = _claimed_owner(spec), spec.get("fd")
+        if owner is None:
+            raise SharedMemoryError(f"segment {name} names no process of this server's pid "
+                                    f"namespace ('shm.pid', 'shm.pid_ns'): the server opens a "
+                                    f"segment through its client's /proc/PID/fd; send the "
+                                    f"request without 'shm'")
+        if not isinstance(fd_number, int) or isinstance(fd_number, bool) \
+                or not 0 <= fd_number < 1 << 30:
+            raise SharedMemoryError(f"'shm.fd' must be the client's descriptor of the segment, "
+                                    f"got {describe(fd_number)}")
+        path = f"/proc/{owner}/fd/{fd_number}"
+        fd = _open_segment(path, name, owner)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size != HEADER_BYTES + size:
                 raise SharedMemoryError(f"{path} is not a segment of {size} bytes")
-            # Only a private file of our own user with no other name: nobody
-            # else can keep it open and truncate it under us (SIGBUS).
-            if st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_nlink != 1:
-                raise SharedMemoryError(f"{path} must belong to this server's user, have "
-                                        f"mode 0600 and one link")
+            if st.st_uid != os.geteuid() or st.st_nlink != 0:
+                raise SharedMemoryError(f"{path} must be anonymous memory (memfd) of this "
+                                        f"server's user")
+            # Sealed against shrinking, nobody (its client included) can
+            # truncate it under a worker writing into it: SIGBUS, which no
+            # Python code can catch, would stop the whole server.
+            if not _seals(fd) & fcntl.F_SEAL_SHRINK:
+                raise SharedMemoryError(f"segment {name} is not sealed against shrinking "
+                                        f"(memfd with F_SEAL_SHRINK): not mapped")
             mm = mmap.mmap(fd, HEADER_BYTES + size)
         except OSError as exc:
             raise SharedMemoryError(f"cannot map {path}: {exc}") from exc
@@ -132,23 +136,6 @@ class AttachedSegments:
             mm.close()
             raise SharedMemoryError(f"{path} does not hold the token the client sent: not "
                                     f"the same memory")
-        owner = _claimed_owner(spec)
-        if owner is not None and not _maps_path(owner, path):
-            # A client naming another live process as the owner would have
-            # its segments outlive it (they are unmapped when the owner
-            # exits): refused, and its file removed (it knew the token).
-            mm.close()
-            _unlink_quietly(path)
-            raise SharedMemoryError(f"process {owner}, named as the owner of {path}, does "
-                                    f"not map it: send the client's own pid, or none")
-        # Mapped: the name has done its job. Unlinking it here, not only when
-        # the client sees the reply, leaves no file behind a client killed
-        # while its first request was in flight. A segment lent to several
-        # servers at once (``keep``: pyg_dist.rpc.shm.outputs) stays until
-        # all those its first batch asked have answered; its client unlinks
-        # it then.
-        if spec.get("keep") is not True:
-            _unlink_quietly(path)
         # A client that died without release leaves its pages allocated for as
         # long as they stay mapped here: every new mapping first drops those.
         self.release(self._dead_owners())
@@ -157,25 +144,18 @@ class AttachedSegments:
             if name in self._maps:  # two first requests raced: one mapping is enough
                 return self._maps[name]
             self._maps[name] = entry
-            if owner is not None:
-                self._owners[name] = owner
-            else:
-                self._ownerless_bytes += size
+            self._owners[name] = owner
             self._bytes += size
             while self._maps and (self._bytes > self.max_bytes
                                   or len(self._maps) > self.max_segments):
                 self._unmap(next(iter(self._maps)), "over the server's bound")
-            while self._ownerless_bytes > self.max_ownerless_bytes:
-                self._unmap(next(n for n in self._maps if n not in self._owners),
-                            "over the bound of segments without a known owner")
-        logger.debug("mapped segment %s (%d bytes)", name, size)
+        logger.debug("mapped segment %s (%d bytes) of process %d", name, size, owner)
         return entry
 
     def _unmap(self, name: str, why: str) -> None:
         """Forgets one mapping (under the lock)."""
         _, size, _ = self._maps.pop(name)
-        if self._owners.pop(name, None) is None:
-            self._ownerless_bytes -= size
+        self._owners.pop(name, None)
         self._bytes -= size
         logger.debug("unmapped segment %s: %s", name, why)
 
@@ -219,7 +199,7 @@ class AttachedSegments:
         with self._lock:
             self._maps.clear()
             self._owners.clear()
-            self._bytes = self._ownerless_bytes = 0
+            self._bytes = 0
 
 
 def _claimed_owner(spec: dict[str, Any]) -> Optional[int]:
@@ -233,26 +213,39 @@ def _claimed_owner(spec: dict[str, Any]) -> Optional[int]:
     return None
 
 
-def _maps_path(pid: int, path: str) -> bool:
-    """Whether process ``pid`` maps the file ``path`` (``/proc/PID/maps``;
-    a file unlinked since shows as ``path (deleted)``)."""
-    wanted = {path.encode(), path.encode() + b" (deleted)"}
+def _open_segment(path: str, name: str, owner: int) -> int:
+    """Opens the client's descriptor ``path`` (``/proc/PID/fd/FD``) if it is
+    the memfd ``name``; the caller checks what it opened.
+
+    Its link must read ``/memfd:NAME (deleted)`` before it is opened, so a
+    request naming another process, or another descriptor, opens nothing
+    (a client could still swap the descriptor in between: it then gets a
+    file it can open itself, which the checks after refuse; ``O_NONBLOCK``
+    and ``O_NOCTTY`` keep a FIFO or a terminal from blocking or adopting us).
+    """
     try:
-        with open(f"/proc/{pid}/maps", "rb") as maps:
-            for line in maps:
-                fields = line.rstrip(b"\n").split(maxsplit=5)
-                if len(fields) == 6 and fields[5] in wanted:
-                    return True
-    except OSError:  # gone, or not ours to read: not shown to map it
-        return False
-    return False
+        target = os.readlink(path)
+    except OSError as exc:
+        raise SharedMemoryError(f"cannot open segment {name} through {path} "
+                                f"({exc.strerror}): the client is not a process of this "
+                                f"host and user, or has let go of it") from exc
+    if target != f"/memfd:{name} (deleted)":
+        raise SharedMemoryError(f"cannot open segment {name}: process {owner}, named as its "
+                                f"owner, does not hold it at {path}; send the client's own "
+                                f"pid and descriptor")
+    try:
+        return os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SharedMemoryError(f"cannot open segment {name} through {path} "
+                                f"({exc.strerror})") from exc
 
 
-def _unlink_quietly(path: str) -> None:
+def _seals(fd: int) -> int:
+    """The seals of ``fd``; ``0`` for a file that cannot have any."""
     try:
-        os.unlink(path)
-    except OSError:
-        pass
+        return fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:  # not shared memory (EINVAL)
+        return 0
 
 
 def _key(value: Any, what: str) -> tuple[str, bytes]:

@@ -1,19 +1,18 @@
-"""Segment files under ``/dev/shm``: naming, creating, laying out, viewing.
+"""Segments: sealed anonymous memory (``memfd``), naming, laying out, viewing.
 
 See :mod:`pyg_dist.rpc.shm` for how segments are lent and served.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import mmap
 import os
 import re
 import secrets
 import socket
-import stat
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -25,6 +24,8 @@ from pyg_dist.errors import SharedMemoryError
 logger = logging.getLogger(__name__)
 
 SHM_DIR = "/dev/shm"
+"""Where segment files of earlier versions lay (segments are ``memfd`` now:
+no file); :func:`remove_stale_segments` clears what those left."""
 NAME_PREFIX = "pyg-dist-shm-"
 NAME_PATTERN = re.compile(r"pyg-dist-shm-[0-9a-f]{32}")  # matched whole (fullmatch)
 TOKEN_BYTES = 16
@@ -37,36 +38,38 @@ _GRANULE = 1 << 20
 # Segments are made a quarter bigger than the request that creates them, so
 # that the next batches' (slightly different) sizes fit into them too.
 _HEADROOM = 1.25
-# A server keeps at most this many bytes and segments of its clients mapped.
-# A segment file older than this was left by a client killed before any
-# server mapped it (mapping unlinks it).
+# A segment file (of an earlier version) older than this was left by a
+# client killed before any server mapped it.
 STALE_AFTER_S = 3600.0
+# A server keeps at most this many bytes and segments of its clients mapped.
 SERVER_MAX_BYTES = 8 << 30
 SERVER_MAX_SEGMENTS = 1024
-OWNERLESS_MAX_BYTES = 512 << 20
-"""Most bytes a server keeps mapped of segments whose owner it cannot check
-(another pid namespace, no pid named): their pages stay pinned until pushed
-out (:class:`~pyg_dist.rpc.shm.attached.AttachedSegments`)."""
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+"""A segment's seals: its size is fixed for good, so no process (its client
+included) can truncate it under a server writing into it (``SIGBUS``)."""
 
 
 def host_id() -> Optional[str]:
-    """An identity of this host's ``/dev/shm``, equal for processes that can
-    share segments; ``None`` where there is no usable ``/dev/shm``.
+    """An identity of what processes need to share segments, equal for
+    those that can; ``None`` where they cannot (no ``memfd``, no ``/proc``).
 
-    Kernel boot id and host name tell machines apart; the device number of
-    ``/dev/shm`` tells apart containers that share a kernel but not their
-    ``/dev/shm``. Equal ids only make the client try; the token check of the
-    first request decides.
+    Kernel boot id and host name tell machines apart; the pid namespace
+    tells apart containers that share a kernel but not their processes: a
+    server opens a segment through its client's ``/proc/PID/fd``, which a
+    client in another pid namespace cannot name. Equal ids only make the
+    client try; the checks of the first request decide.
     """
+    if not hasattr(os, "memfd_create"):
+        return None
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
-        st = os.stat(SHM_DIR)
     except OSError:
         return None
-    if not stat.S_ISDIR(st.st_mode) or not os.access(SHM_DIR, os.W_OK):
+    namespace = pid_namespace()
+    if namespace is None:
         return None
-    return f"{boot}/{socket.gethostname()}/{st.st_dev}"
+    return f"{boot}/{socket.gethostname()}/{namespace}"
 
 
 def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
@@ -98,43 +101,60 @@ def view(payload: Tensor, offset: int, dtype: torch.dtype, shape: Sequence[int])
 
 
 class Segment:
-    """One client segment: a file under ``/dev/shm``, mapped.
+    """One client segment: sealed anonymous memory (``memfd``), mapped.
+
+    It has no file: a server opens it through this process's descriptor
+    (``/proc/PID/fd/FD``), which the segment keeps open until a server
+    answered a request naming it (:meth:`announce`). Its memory goes back to
+    the system when this process and every server mapping it let go, however
+    this process ends: nothing can be left behind in ``/dev/shm``. Its size
+    is sealed (:data:`SEALS`), so nobody can truncate it under a server.
 
     Args:
         size: Payload bytes (the header page comes on top).
 
+    Attributes:
+        fd: The descriptor servers open it through (sent in the first
+            request naming it); ``None`` once one mapped it, or it closed.
+
     Raises:
-        SharedMemoryError: if the file cannot be created or its pages cannot
-            be reserved (``/dev/shm`` full or missing).
+        SharedMemoryError: if the memory cannot be made, sealed or its pages
+            reserved (the machine's memory, or the cgroup's, is full).
     """
 
     def __init__(self, size: int) -> None:
         self.name = NAME_PREFIX + secrets.token_hex(16)
         self.size = int(size)
         self.token = secrets.token_bytes(TOKEN_BYTES)
-        self.announced = False  # the server holds it mapped; the file is unlinked
+        self.announced = False  # a server holds it mapped; the descriptor is closed
         self._closed = False
-        self.path = os.path.join(SHM_DIR, self.name)
+        self.pid = os.getpid()
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:
-            raise SharedMemoryError(f"cannot create {self.path}: {exc}") from exc
+            fd = os.memfd_create(self.name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        except (OSError, AttributeError) as exc:
+            raise SharedMemoryError(f"cannot create segment {self.name}: {exc}") from exc
         try:
+            os.ftruncate(fd, HEADER_BYTES + self.size)
+            # Pages reserved now: a full machine is a clean error here, not a
+            # SIGBUS in a server later.
             os.posix_fallocate(fd, 0, HEADER_BYTES + self.size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
             self._map = mmap.mmap(fd, HEADER_BYTES + self.size)
         except OSError as exc:
-            os.unlink(self.path)
-            raise SharedMemoryError(
-                f"cannot reserve {HEADER_BYTES + self.size} bytes in {SHM_DIR}: {exc}; "
-                f"free space there or lower PYG_DIST_SHARED_MEMORY_BYTES") from exc
-        finally:
             os.close(fd)
+            raise SharedMemoryError(
+                f"cannot reserve {HEADER_BYTES + self.size} bytes of shared memory: {exc}; "
+                f"free memory or lower PYG_DIST_SHARED_MEMORY_BYTES") from exc
+        self.fd: Optional[int] = fd
         self._map[:TOKEN_BYTES] = self.token
-        # A process that exits without closing still removes the file (a
-        # forked child that inherited the object leaves it to its creator).
-        self._unlink_at_exit = weakref.finalize(self, _unlink, self.path, os.getpid())
         self.payload = torch.frombuffer(self._map, dtype=torch.uint8, offset=HEADER_BYTES,
                                         count=self.size)
+
+    @property
+    def path(self) -> Optional[str]:
+        """Where a server opens it (``/proc/PID/fd/FD``) until one mapped
+        it; ``None`` after."""
+        return None if self.fd is None else f"/proc/{self.pid}/fd/{self.fd}"
 
     @property
     def mapping(self) -> Any:
@@ -150,22 +170,33 @@ class Segment:
         """The ``shm`` argument of a request that uses this segment;
         ``drop``: keys of segments the server should unmap."""
         spec: dict[str, Any] = {"name": self.name, "token": self.token.hex()}
-        if not self.announced:
-            spec.update(size=self.size, pid=os.getpid(), pid_ns=pid_namespace())
+        spec.update(self.first_use())
         if drop:
             spec["drop"] = [list(key) for key in drop]
         return spec
 
+    def first_use(self) -> dict[str, Any]:
+        """What a server needs to open it (``size``, ``pid``, ``pid_ns``,
+        ``fd``) while no server has mapped it; ``{}`` after."""
+        fd = self.fd
+        if self.announced or fd is None:
+            return {}
+        return {"size": self.size, "pid": self.pid, "pid_ns": pid_namespace(), "fd": fd}
+
     def announce(self) -> None:
-        """The server answered a request naming it: unlink the file (the
-        mappings live on), so that no crash can leave it behind."""
+        """A server answered a request naming it: it holds it mapped, so the
+        descriptor goes (the mappings live on)."""
         if not self.announced:
             self.announced = True
-            self._unlink_at_exit()
+            self._close_fd()
+
+    def _close_fd(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None and os.getpid() == self.pid:  # a forked child's copy is its own
+            os.close(fd)
 
     def close(self) -> None:
-        """Lets go of the mapping and removes the file if the server never
-        took it.
+        """Lets go of the descriptor and the mapping.
 
         The mapping is not closed here: views of it may still be alive in
         other threads (``torch.frombuffer`` keeps the mmap object alive but
@@ -175,26 +206,18 @@ class Segment:
         if self._closed:
             return
         self._closed = True
-        self._unlink_at_exit()  # if the server never took it (no-op otherwise)
+        self._close_fd()
         self.payload = torch.empty(0, dtype=torch.uint8)
         self._map = None
-
-
-def _unlink(path: str, owner: Optional[int] = None) -> None:
-    if owner is not None and owner != os.getpid():
-        return
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def remove_stale_segments(max_age_s: float = STALE_AFTER_S) -> int:
     """Removes this user's segment files older than ``max_age_s``; returns
     how many.
 
-    A segment's file lives only until a server maps it, a round trip after
-    it is made; one much older belongs to a client killed in between.
+    Segments are ``memfd`` now and leave no file; earlier versions made
+    files in ``/dev/shm`` that a client killed before any server mapped
+    them left behind.
     """
     removed = 0
     now = time.time()
@@ -218,14 +241,17 @@ def remove_stale_segments(max_age_s: float = STALE_AFTER_S) -> int:
 
 
 def room_for(size: int) -> bool:
-    """Whether ``/dev/shm`` keeps three quarters of its free space after a
-    segment of ``size`` bytes: others need it too (NCCL, DataLoader
-    workers), and a container's is often only 64 MiB."""
+    """Whether the machine keeps three quarters of its available memory
+    after a segment of ``size`` bytes: the batches, the model and NCCL need
+    it too."""
     try:
-        st = os.statvfs(SHM_DIR)
-    except OSError:
-        return False
-    return size <= st.f_bavail * st.f_frsize // 4
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return size <= int(line.split()[1]) * 1024 // 4
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 _HOST: list[Optional[str]] = []

@@ -21,7 +21,7 @@ def reuse_or_reserve(pool: Any, nbytes: int) -> tuple[Optional[Segment], int]:
     for the smallest idle segment that fits (taken out of ``pool._free``),
     ``(None, size)`` when a new segment of ``size`` bytes is to be made (it
     is counted in ``pool._held`` already), ``(None, 0)`` when there is no
-    room (the pool's ``limit_bytes``, or ``/dev/shm``).
+    room (the pool's ``limit_bytes``, or the machine's memory).
 
     Shared by the reply segments (:class:`SegmentPool`) and the batch
     outputs (:class:`~pyg_dist.rpc.shm.outputs.OutputPool`): both keep
@@ -70,7 +70,7 @@ class SegmentPool:
     def acquire(self, nbytes: int) -> Optional[Segment]:
         """A segment of at least ``nbytes`` for one request, or ``None`` (use
         TCP): too small a reply, over the limit, a new segment would take
-        more than a quarter of the free space of ``/dev/shm``, or shared
+        more than a quarter of the memory available, or shared
         memory failed."""
         if nbytes < MIN_BYTES or self.disabled is not None:
             return None

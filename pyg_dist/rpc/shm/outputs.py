@@ -11,13 +11,13 @@ take; the server writes them there (a scatter in place of the gather it
 does anyway) and the trainer copies nothing.
 
 * :class:`OutputPool` (one per trainer process and cluster) holds the
-  segments. A segment is named to several servers at once, so its file stays
-  in ``/dev/shm`` until every server asked in its first batch has answered,
-  then the client unlinks it (only a client killed within that round trip
-  leaves the file, to :func:`~pyg_dist.rpc.shm.remove_stale_segments`, as
-  with a lent reply segment). A server first asked in a later batch cannot
-  map it: it refuses, its rows come through a reply, and the segment is
-  given up after that batch so that the next one starts afresh.
+  segments. A segment is named to several servers at once, so its
+  descriptor stays open for them (``/proc/PID/fd/FD``) until every server
+  asked in its first batch has answered; then the client closes it. A
+  segment has no file, so nothing is left behind however the trainer ends.
+  A server first asked in a later batch cannot map it: it refuses, its rows
+  come through a reply, and the segment is given up after that batch so
+  that the next one starts afresh.
 * :class:`OutputLease` is one batch's outputs. Its tensors view a
   ``memoryview`` of the segment that nothing else references, so the
   segment returns to the pool exactly when the last tensor sharing that
@@ -53,13 +53,7 @@ from typing import Any, Optional
 import torch
 
 from pyg_dist.errors import SharedMemoryError
-from pyg_dist.rpc.shm.files import (
-    HEADER_BYTES,
-    Segment,
-    layout,
-    pid_namespace,
-    view,
-)
+from pyg_dist.rpc.shm.files import HEADER_BYTES, Segment, layout, view
 from pyg_dist.rpc.shm.lending import reuse_or_reserve
 from pyg_dist.rpc.shm.page_lock import page_lock, page_unlock
 
@@ -124,8 +118,8 @@ class OutputLease:
         self.spoil()
 
     def settle(self) -> None:
-        """Every server asked in this batch has answered: the segment's file
-        goes (the mappings live on)."""
+        """Every server asked in this batch has answered: the segment's
+        descriptor goes (the mappings live on)."""
         self.segment.announce()
 
     def refused(self, part: int) -> None:
@@ -251,8 +245,7 @@ class OutputPool:
 
     def _spec(self, segment: Segment, part: int) -> dict[str, Any]:
         spec: dict[str, Any] = {"name": segment.name, "token": segment.token.hex()}
-        if not segment.announced:  # its file is still there for the server to map
-            spec.update(size=segment.size, pid=os.getpid(), pid_ns=pid_namespace(), keep=True)
+        spec.update(segment.first_use())  # while its descriptor is open for servers to map
         with self._lock:
             drop = self._dropped.pop(part, None)
         if drop:
