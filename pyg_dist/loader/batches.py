@@ -28,10 +28,24 @@ from torch import Tensor
 from torch_geometric.data import Data, FeatureStore, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
+from pyg_dist.store.remote_feature_store import outputs_pinned
+
 
 def _edge_attrs(feature_store: FeatureStore) -> list[Any]:
     listed = getattr(feature_store, "get_all_edge_tensor_attrs", None)
     return listed() if listed is not None else []
+
+
+def edge_index_of(row: Tensor, col: Tensor) -> Tensor:
+    """``torch.stack([row, col])``; in page-locked memory for a batch bound
+    for a GPU (inside :func:`~pyg_dist.store.remote_feature_store.pinned_outputs`),
+    so that the copy to the device reads it as it is: the pinning pass
+    before that copy would otherwise copy the whole edge index once more."""
+    if not outputs_pinned() or row.device.type != "cpu":
+        return torch.stack([row, col], dim=0)
+    out = torch.empty((2, row.numel()), dtype=torch.promote_types(row.dtype, col.dtype),
+                      pin_memory=True)
+    return torch.stack([row, col], dim=0, out=out)
 
 
 def data_batch(feature_store: FeatureStore, out: SamplerOutput,
@@ -51,7 +65,7 @@ def data_batch(feature_store: FeatureStore, out: SamplerOutput,
         The batch, without the loader's input fields (``input_id``, ...).
     """
     data = custom_cls() if custom_cls is not None else Data()
-    data.edge_index = torch.stack([out.row, out.col], dim=0)
+    data.edge_index = edge_index_of(out.row, out.col)
     data.num_nodes = out.node.numel()
     edge = None
     if out.edge is not None:
@@ -114,7 +128,7 @@ def hetero_batch(feature_store: FeatureStore, out: HeteroSamplerOutput,
         for attr, tensor in zip(attrs, feature_store.multi_get_tensor(attrs)):
             data[attr.group_name][attr.attr_name] = tensor
     for edge_type, row in out.row.items():
-        data[edge_type].edge_index = torch.stack([row, out.col[edge_type]], dim=0)
+        data[edge_type].edge_index = edge_index_of(row, out.col[edge_type])
         if edge_type in edges:
             data[edge_type].e_id = edges[edge_type]
     if out.batch is not None:
