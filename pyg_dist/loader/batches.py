@@ -28,12 +28,30 @@ from torch import Tensor
 from torch_geometric.data import Data, FeatureStore, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
-from pyg_dist.store.remote_feature_store import outputs_pinned
+from pyg_dist.store.remote_feature_store import RemoteFeatureStore, outputs_pinned
 
 
 def _edge_attrs(feature_store: FeatureStore) -> list[Any]:
     listed = getattr(feature_store, "get_all_edge_tensor_attrs", None)
     return listed() if listed is not None else []
+
+
+def fetch_attrs(feature_store: FeatureStore, attrs: list[Any]) -> list[Any]:
+    """``feature_store.multi_get_tensor(attrs)`` for attributes this module
+    built (every field set, the index a batch's ids).
+
+    PyG's ``multi_get_tensor`` casts every attribute and checks that it is
+    fully specified; the check compares the index tensor with a marker,
+    which torch answers through a failed conversion: ~12 us an attribute, a
+    batch's fixed cost. A :class:`RemoteFeatureStore` whose
+    ``multi_get_tensor`` is PyG's is asked through ``_multi_get_tensor``
+    directly (it checks every attribute's type and name itself); any other
+    store through its public method.
+    """
+    if isinstance(feature_store, RemoteFeatureStore) and \
+            type(feature_store).multi_get_tensor is FeatureStore.multi_get_tensor:
+        return feature_store._multi_get_tensor(attrs)
+    return feature_store.multi_get_tensor(attrs)
 
 
 def edge_index_of(row: Tensor, col: Tensor) -> Tensor:
@@ -80,7 +98,7 @@ def data_batch(feature_store: FeatureStore, out: SamplerOutput,
             attr.index = edge
             attrs.append(attr)
     if attrs:
-        for attr, tensor in zip(attrs, feature_store.multi_get_tensor(attrs)):
+        for attr, tensor in zip(attrs, fetch_attrs(feature_store, attrs)):
             data[attr.attr_name] = tensor
     data.n_id = out.node
     if edge is not None:
@@ -125,7 +143,7 @@ def hetero_batch(feature_store: FeatureStore, out: HeteroSamplerOutput,
             attr.index = edges[attr.group_name]
             attrs.append(attr)
     if attrs:
-        for attr, tensor in zip(attrs, feature_store.multi_get_tensor(attrs)):
+        for attr, tensor in zip(attrs, fetch_attrs(feature_store, attrs)):
             data[attr.group_name][attr.attr_name] = tensor
     for edge_type, row in out.row.items():
         data[edge_type].edge_index = edge_index_of(row, out.col[edge_type])
