@@ -103,6 +103,8 @@ BREAKDOWN = [
     ("pyg_dist.rpc.retrying", "RetryingClient.result"),
     ("torch_geometric.data.feature_store", "FeatureStore.multi_get_tensor"),
     ("pyg_dist.loader.dist_neighbor_loader", "DistNeighborLoader.filter_fn"),
+    ("pyg_dist.sampler.dist_neighbor_sampler", "DistNeighborSampler.draw_seed"),
+    ("torch_geometric.sampler.base", "NodeSamplerInput.__getitem__"),
 ]
 
 
