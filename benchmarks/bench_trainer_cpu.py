@@ -105,6 +105,9 @@ BREAKDOWN = [
     ("pyg_dist.loader.dist_neighbor_loader", "DistNeighborLoader.filter_fn"),
     ("pyg_dist.sampler.dist_neighbor_sampler", "DistNeighborSampler.draw_seed"),
     ("torch_geometric.sampler.base", "NodeSamplerInput.__getitem__"),
+    ("pyg_dist.store.remote_sampling", "_reassembled"),
+    ("pyg_dist.store.remote_sampling", "reassemble"),
+    ("pyg_dist.store.remote_sampling", "_check_neighbours"),
 ]
 
 
