@@ -98,6 +98,16 @@ BREAKDOWN = [
     ("pyg_dist.store.remote_feature_store", "row_request"),
     ("pyg_dist.store.remote_feature_store", "fetch_rows"),
     ("pyg_dist.store.routing", "Router.call_all"),
+    ("pyg_dist.sampler.server_hops", "sample_tree"),
+    ("pyg_dist.rpc.client", "RpcClient._send"),
+    ("pyg_dist.rpc.retrying", "RetryingClient.result"),
+    ("torch_geometric.data.feature_store", "FeatureStore.multi_get_tensor"),
+    ("pyg_dist.loader.dist_neighbor_loader", "DistNeighborLoader.filter_fn"),
+    ("pyg_dist.sampler.dist_neighbor_sampler", "DistNeighborSampler.draw_seed"),
+    ("torch_geometric.sampler.base", "NodeSamplerInput.__getitem__"),
+    ("pyg_dist.store.remote_sampling", "_reassembled"),
+    ("pyg_dist.store.remote_sampling", "reassemble"),
+    ("pyg_dist.store.remote_sampling", "_check_neighbours"),
 ]
 
 
@@ -147,7 +157,11 @@ def run_round(loader: Any, batches: int, hold: int, procs: list[Any],
     threads = {t.id: t.user_time + t.system_time for t in procs[0].threads()}
     start = time.perf_counter()
     for _ in range(batches):
-        held.append(next(it))
+        batch = next(it, None)
+        if batch is None:  # the epoch ran out (a small graph): the next one
+            it = iter(loader)
+            batch = next(it)
+        held.append(batch)
         del held[:-hold]
     wall = time.perf_counter() - start
     after = [cpu_s(p) for p in procs]

@@ -28,10 +28,42 @@ from torch import Tensor
 from torch_geometric.data import Data, FeatureStore, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
+from pyg_dist.store.remote_feature_store import RemoteFeatureStore, outputs_pinned
+
 
 def _edge_attrs(feature_store: FeatureStore) -> list[Any]:
     listed = getattr(feature_store, "get_all_edge_tensor_attrs", None)
     return listed() if listed is not None else []
+
+
+def fetch_attrs(feature_store: FeatureStore, attrs: list[Any]) -> list[Any]:
+    """``feature_store.multi_get_tensor(attrs)`` for attributes this module
+    built (every field set, the index a batch's ids).
+
+    PyG's ``multi_get_tensor`` casts every attribute and checks that it is
+    fully specified; the check compares the index tensor with a marker,
+    which torch answers through a failed conversion: ~12 us an attribute, a
+    batch's fixed cost. A :class:`RemoteFeatureStore` whose
+    ``multi_get_tensor`` is PyG's is asked through ``_multi_get_tensor``
+    directly (it checks every attribute's type and name itself); any other
+    store through its public method.
+    """
+    if isinstance(feature_store, RemoteFeatureStore) and \
+            type(feature_store).multi_get_tensor is FeatureStore.multi_get_tensor:
+        return feature_store._multi_get_tensor(attrs)
+    return feature_store.multi_get_tensor(attrs)
+
+
+def edge_index_of(row: Tensor, col: Tensor) -> Tensor:
+    """``torch.stack([row, col])``; in page-locked memory for a batch bound
+    for a GPU (inside :func:`~pyg_dist.store.remote_feature_store.pinned_outputs`),
+    so that the copy to the device reads it as it is: the pinning pass
+    before that copy would otherwise copy the whole edge index once more."""
+    if not outputs_pinned() or row.device.type != "cpu":
+        return torch.stack([row, col], dim=0)
+    out = torch.empty((2, row.numel()), dtype=torch.promote_types(row.dtype, col.dtype),
+                      pin_memory=True)
+    return torch.stack([row, col], dim=0, out=out)
 
 
 def data_batch(feature_store: FeatureStore, out: SamplerOutput,
@@ -51,7 +83,7 @@ def data_batch(feature_store: FeatureStore, out: SamplerOutput,
         The batch, without the loader's input fields (``input_id``, ...).
     """
     data = custom_cls() if custom_cls is not None else Data()
-    data.edge_index = torch.stack([out.row, out.col], dim=0)
+    data.edge_index = edge_index_of(out.row, out.col)
     data.num_nodes = out.node.numel()
     edge = None
     if out.edge is not None:
@@ -66,7 +98,7 @@ def data_batch(feature_store: FeatureStore, out: SamplerOutput,
             attr.index = edge
             attrs.append(attr)
     if attrs:
-        for attr, tensor in zip(attrs, feature_store.multi_get_tensor(attrs)):
+        for attr, tensor in zip(attrs, fetch_attrs(feature_store, attrs)):
             data[attr.attr_name] = tensor
     data.n_id = out.node
     if edge is not None:
@@ -111,10 +143,10 @@ def hetero_batch(feature_store: FeatureStore, out: HeteroSamplerOutput,
             attr.index = edges[attr.group_name]
             attrs.append(attr)
     if attrs:
-        for attr, tensor in zip(attrs, feature_store.multi_get_tensor(attrs)):
+        for attr, tensor in zip(attrs, fetch_attrs(feature_store, attrs)):
             data[attr.group_name][attr.attr_name] = tensor
     for edge_type, row in out.row.items():
-        data[edge_type].edge_index = torch.stack([row, out.col[edge_type]], dim=0)
+        data[edge_type].edge_index = edge_index_of(row, out.col[edge_type])
         if edge_type in edges:
             data[edge_type].e_id = edges[edge_type]
     if out.batch is not None:

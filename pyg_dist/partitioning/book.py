@@ -17,13 +17,17 @@ from torch import Tensor
 from pyg_dist.errors import InvalidPartitionArgumentError
 
 MAX_PARTS = int(torch.iinfo(torch.int16).max) + 1
-# Up to this many parts, split() groups ids with one mask per part; beyond,
+# Up to this many parts, split() groups ids with one mask per part (numpy:
+# a compare and a flatnonzero, then one gather of the part's ids); beyond,
 # with one stable radix sort of their part ids (a counting pass and a
-# scatter) and one bincount. Measured on one core, 145k ids (ms, masks /
-# sort): 2 parts 0.28 / 0.74, 4 parts 0.45 / 0.57, 8 parts 0.71 / 0.53,
-# 16 parts 2.91 / 0.53; inside the loader (4 parts, 600k nodes, load ~10)
-# both took 1.0-1.2 ms a batch.
-_MASK_SPLIT_MAX_PARTS = 2
+# scatter) and one bincount. Measured on one core, 146k ids of a 600k-node
+# book, caches flushed between calls (us, masks / sort; load ~4): 2 parts
+# 739 / 1084, 4 parts 874 / 1201, 6 parts 1180 / 1014, 8 parts 1042 / 1112,
+# 16 parts 2798 / 693. Inside the loader (4 parts, 600k nodes) the sort's
+# steps took 1.08 ms a batch: looking the parts up 350 us (the book is cold
+# after the servers ran), bincount 146, argsort 389, gathering the ids 117,
+# cutting 74.
+_MASK_SPLIT_MAX_PARTS = 4
 
 
 def book_dtype(num_parts: int) -> torch.dtype:
@@ -128,10 +132,8 @@ class PartitionBook:
         if self._num_parts == 1:
             # A copy, as every other share is: callers may write into it.
             return [(0, torch.arange(ids.numel()), ids.clone())] if ids.numel() else []
-        if self._num_parts <= _MASK_SPLIT_MAX_PARTS:
-            groups = [(part, _nonzero(parts == part)) for part in range(self._num_parts)]
-            return [(part, positions, ids.index_select(0, positions))
-                    for part, positions in groups if positions.numel()]
+        if self._num_parts <= _MASK_SPLIT_MAX_PARTS and parts.device.type == "cpu":
+            return _split_by_masks(ids, parts, self._num_parts)
         counts = torch.bincount(parts, minlength=self._num_parts).tolist() \
             if parts.dtype == torch.uint8 else \
             torch.bincount(parts.to(torch.int64), minlength=self._num_parts).tolist()
@@ -170,13 +172,22 @@ class PartitionBook:
         return f"PartitionBook(num_nodes={self.num_nodes}, num_parts={self.num_parts})"
 
 
-def _nonzero(mask: Tensor) -> Tensor:
-    """``mask.nonzero().view(-1)`` for a 1-D bool mask; on the CPU through
-    numpy, whose ``flatnonzero`` is ~9x faster on the trainer's batches (as
-    :mod:`pyg_dist.kernels.compact`, which this package must not import)."""
-    if mask.device.type == "cpu" and mask.is_contiguous():
-        return torch.from_numpy(np.flatnonzero(mask.numpy()).astype(np.int64, copy=False))
-    return mask.nonzero().view(-1)
+def _split_by_masks(ids: Tensor, parts: Tensor, num_parts: int
+                    ) -> list[tuple[int, Tensor, Tensor]]:
+    """:meth:`PartitionBook.split` of CPU ``ids`` by one mask per part, in
+    numpy: ``flatnonzero`` and ``take`` run with SIMD where ``Tensor.nonzero``
+    and ``index_select`` step one element at a time (as
+    :mod:`pyg_dist.kernels.compact`, which this package must not import).
+    A part owning none of the ids costs its compare only."""
+    part_of = parts.numpy()
+    flat = ids.contiguous().numpy()
+    out = []
+    for part in range(num_parts):
+        positions = np.flatnonzero(part_of == part)
+        if positions.size:
+            out.append((part, torch.from_numpy(positions.astype(np.int64, copy=False)),
+                        torch.from_numpy(flat.take(positions))))
+    return out
 
 
 def _stable_order(parts: Tensor) -> Tensor:

@@ -22,6 +22,7 @@ from pyg_dist.rpc.shm.outputs import OutputPool
 from pyg_dist.rpc.shm.page_lock import page_lock, page_unlock
 from pyg_dist.store.cached_feature_store import CachedFeatureStore
 from pyg_dist.store.connect import connect
+from pyg_dist.store.remote_feature_store import pinned_outputs
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
               needs_shm]
@@ -103,5 +104,28 @@ def test_the_gpu_cache_gathers_hits_on_the_device_and_equals_uncached(served, ca
         _same(reference, _epoch((cached, gs), prefetch, device="cuda"))
         stats = cached.cache_stats()
         assert stats["hits"] > 0 and (stats["misses"] == 0) == (capacity == 1.0)
+    finally:
+        fs.close()
+
+
+def test_a_gpu_bound_batch_is_assembled_page_locked_edge_index_included(served):
+    # Inside pinned_outputs (what the prefetch workers of a CUDA loader run
+    # under) the rows lie in page-locked segments and the edge index is
+    # stacked into pinned memory: the pinning pass before the copy to the
+    # device copies neither. The same work item outside gives the same batch.
+    _, endpoints = served
+    fs, gs = connect(endpoints)
+    try:
+        loader = DistNeighborLoader((fs, gs), num_neighbors=[10, 5],
+                                    input_nodes=torch.arange(2048), batch_size=256,
+                                    prefetch=1, seed=3, device="cuda")
+        item = next(loader._work_items())
+        with pinned_outputs():
+            pinned = loader._produce(item)
+        pageable = loader._produce(item)
+        assert pinned.x.is_pinned() and pinned.edge_index.is_pinned()
+        assert not pageable.edge_index.is_pinned()
+        for key in ("x", "y", "edge_index", "n_id", "e_id"):
+            assert torch.equal(pinned[key], pageable[key]), key
     finally:
         fs.close()

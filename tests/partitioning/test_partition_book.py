@@ -66,7 +66,7 @@ def test_lookup_rejects_out_of_range_ids():
 
 @pytest.mark.parametrize("num_parts", [1, 2, 3, 4, 16, 300])
 def test_split_by_masks_and_by_sort_agree_with_brute_force(num_parts):
-    # Up to 2 parts split() uses one mask per part, beyond that one stable
+    # Up to 4 parts split() uses one mask per part, beyond that one stable
     # sort (uint8 part ids; int16 beyond 256 parts).
     gen = torch.Generator().manual_seed(num_parts)
     book = PartitionBook(torch.randint(0, num_parts, (1000,), generator=gen), num_parts)
