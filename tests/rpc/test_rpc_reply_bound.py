@@ -13,7 +13,7 @@ import pytest
 from support.handlers import HANDLERS
 from support.rogue_server import RogueServer
 
-from pyg_dist.errors import ProtocolError, RpcError
+from pyg_dist.errors import ProtocolError, RpcError, ServerUnavailableError
 from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer
 
 MAX_REPLY = 8 << 20
@@ -86,7 +86,11 @@ def test_a_client_still_serves_other_servers_after_cutting_a_rogue():
         with pytest.raises(ProtocolError):
             client.call(0, "echo", {"k": 1})
         assert client.call(1, "echo", {"k": 2}).result["args"] == {"k": 2}
-        # The rogue is asked again (the client reconnected to it): cut again.
-        with pytest.raises(ProtocolError):
+        # The rogue is asked again (the client reconnected to it): cut again,
+        # or, on a loaded machine, its new connection is lost first (it is
+        # still streaming into the one that was cut and misses heartbeats):
+        # either way a typed failure naming it, never unbounded memory.
+        with pytest.raises((ProtocolError, ServerUnavailableError)) as info:
             client.call(0, "echo", {"k": 3})
+        assert rogue.endpoint in str(info.value)
         assert client.call(1, "echo", {"k": 4}).result["args"] == {"k": 4}
