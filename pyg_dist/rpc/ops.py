@@ -183,13 +183,10 @@ SAMPLE_TREE_TYPES = OpSpec(
     optional=("replace", "disjoint", "subgraph", "timeout", "weight_attr", "time_attr",
               "temporal_strategy"),
     tensors=(1, 2), reply=("node_types",), reply_check=checks.tree_types, worker=True)
-GET = OpSpec("get", "feature rows of owned nodes of one node type (with ``place``, "
-             "written into the caller's outputs at the given rows)",
-             required=("attrs",), optional=("group", "place"), tensors=(1, 2),
-             reply=("attrs",), reply_check=checks.get)
-GET_TYPES = OpSpec("get_types", "feature rows of owned nodes of several node types",
-                   required=("groups", "sizes"), tensors=(1, 1), reply=("groups",),
-                   reply_check=checks.get_types)
+GET = OpSpec("get", "feature rows of owned nodes of one or more node types (with "
+             "``place``, of one, written into the caller's outputs at the given rows)",
+             required=("groups",), optional=("sizes", "place"), tensors=(1, 2),
+             reply=("groups",), reply_check=checks.get)
 SIZES = OpSpec("sizes", "the whole graph's size and dtype of every feature of a node type",
                optional=("group",), reply=("sizes", "dtypes"))
 EDGE_INDEX = OpSpec("edge_index", "the part's edges of one edge type, global, paged",
@@ -200,7 +197,7 @@ DEGREE = OpSpec("degree", "in-degrees of the part's nodes for one edge type",
 STATS = OpSpec("stats", "what get and get_edges served since the server started")
 GET_EDGES = OpSpec("get_edges", "edge attribute rows by global edge id",
                    required=("attrs",), optional=("edge_type",), tensors=(1, 1),
-                   reply=("attrs",), reply_check=checks.get)
+                   reply=("attrs",), reply_check=checks.get_edges)
 EDGE_IDS = OpSpec("edge_ids", "the part's global edge ids of one edge type, paged",
                   optional=("edge_type", "start", "count"), reply=("total",),
                   reply_check=checks.aligned(1))
@@ -232,7 +229,7 @@ RPC_OPS: Mapping[str, OpSpec] = {s.name: s for s in (PING, RELEASE)}
 """The ops every :class:`~pyg_dist.rpc.server.RpcServer` answers itself."""
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
-    META, SAMPLE, SAMPLE_TYPES, SAMPLE_TREE, SAMPLE_TREE_TYPES, GET, GET_TYPES, SIZES,
+    META, SAMPLE, SAMPLE_TYPES, SAMPLE_TREE, SAMPLE_TREE_TYPES, GET, SIZES,
     EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS, EMB_CREATE, EMB_READ, EMB_WRITE,
     EMB_PUSH, EMB_CHECKPOINT)}
 """The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`)."""
@@ -247,7 +244,7 @@ def reply_tensor_limit(op: str, args: Any) -> int:
     ops that answer a few tensors per type asked for (``sample_types``: 3 per
     edge type; ``sample_tree_types``: 3 per edge type, 2 per node type, and
     the node types are at most 2 per edge type plus the seed types; a
-    ``get_types``: one per attribute asked for). A reply is refused over it,
+    ``get``: one per attribute asked for, over all its node types). A reply is refused over it,
     before its tensors are built, and no earlier: a graph of 1,000 edge types
     is answered, not refused after the server did the work.
     """
@@ -259,7 +256,7 @@ def reply_tensor_limit(op: str, args: Any) -> int:
         edge_types = _length(args.get("edge_types"))
         node_types = 2 * edge_types + _length(args.get("seed_types"))
         wanted = 3 * edge_types + 2 * node_types + 2 + MAX_TENSORS
-    elif op == GET_TYPES.name and isinstance(args.get("groups"), list):
+    elif op == GET.name and isinstance(args.get("groups"), list):
         wanted = sum(_length(g.get("attrs")) if isinstance(g, dict) else 0
                      for g in args["groups"])
     else:

@@ -6,14 +6,14 @@ whose dtype and shape the header declares. Nothing is ever pickled.
 
 Request header::
 
-    {"version": 1, "id": <uint>, "op": <str>, "args": <map>,
+    {"version": 2, "id": <uint>, "op": <str>, "args": <map>,
      "tensors": [[<dtype>, [<dim>, ...]], ...], "shm": <map, optional>}
 
 Reply header::
 
-    {"version": 1, "id": <uint or nil>, "status": "ok", "result": <map>,
+    {"version": 2, "id": <uint or nil>, "status": "ok", "result": <map>,
      "tensors": [[<dtype>, [<dim>, ...]], ...], "shm": [<offset>, ...]}
-    {"version": 1, "id": <uint or nil>, "status": "error",
+    {"version": 2, "id": <uint or nil>, "status": "error",
      "error": {"type": <str>, "message": <str>}}
 
 ``shm`` (optional) names a segment of shared memory the client lends for the
@@ -43,7 +43,7 @@ from pyg_dist.rpc import wire_values
 from pyg_dist.rpc.messages import ErrorReply, Reply, Request
 from pyg_dist.rpc.wire_values import MAX_ID, describe
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 # The only dtypes that may cross the wire; anything else is refused.
 DTYPES: dict[str, torch.dtype] = {

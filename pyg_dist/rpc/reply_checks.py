@@ -214,29 +214,33 @@ def tree_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, An
 
 
 def get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-         reply: list[Tensor]) -> Optional[str]:
-    if "place" in args:  # the rows were written into the caller's outputs
+        reply: list[Tensor]) -> Optional[str]:
+    """Every group's attribute tensors, group after group, each of as many
+    rows as the group has ids (``sizes``; one group without ``sizes`` has
+    them all); none when the rows were written into the caller's outputs
+    (``place``)."""
+    if "place" in args:
         if result.get("placed") is not True or reply:
             return (f"{len(reply)} tensors and placed={describe(result.get('placed'))}, "
                     f"where it wrote its rows in place")
         return None
-    return _count(len(args["attrs"]), reply) or _rows(reply, _ids_of(tensors))
-
-
-def get_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-               reply: list[Tensor]) -> Optional[str]:
-    groups, sizes = args["groups"], args["sizes"]
+    groups = args["groups"]
+    sizes = args.get("sizes", [_ids_of(tensors)])
     problem = _count(sum(len(g["attrs"]) for g in groups), reply)
-    if problem is not None:
-        return problem
     start = 0
     for group, size in zip(groups, sizes):
-        attrs = len(group["attrs"])
-        problem = _rows(reply[start:start + attrs], size)
         if problem is not None:
             return problem
+        attrs = len(group["attrs"])
+        problem = _rows(reply[start:start + attrs], size)
         start += attrs
-    return None
+    return problem
+
+
+def get_edges(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+              reply: list[Tensor]) -> Optional[str]:
+    """One tensor per attribute, a row per edge id."""
+    return _count(len(args["attrs"]), reply) or _rows(reply, _ids_of(tensors))
 
 
 def aligned(count: int) -> ReplyCheck:

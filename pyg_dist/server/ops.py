@@ -1,6 +1,6 @@
 """The partition server's operations: ``meta``, ``sample`` (and ``sample_types``,
-several edge types in one request: :mod:`pyg_dist.server.typed_sample`), ``get``,
-``get_types``, ``sizes`` (:mod:`pyg_dist.server.node_features`),
+several edge types in one request: :mod:`pyg_dist.server.typed_sample`), ``get``
+(one or several node types), ``sizes`` (:mod:`pyg_dist.server.node_features`),
 ``edge_index``, ``degree``, ``stats`` (argument checks in
 :mod:`pyg_dist.server.requests`, sampling by weight or time in
 :mod:`pyg_dist.server.sample_attrs`), and the edge attribute ops

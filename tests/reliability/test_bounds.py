@@ -73,12 +73,12 @@ def test_replies_a_client_does_not_read_do_not_pile_up_in_the_server(part0_serve
             answered = gets_answered(other) + requests + 1
             sock.connect(endpoint)
             for i in range(requests):
-                sock.send_multipart(encode_request(i, "get", {"attrs": ["x"]}, [ids]))
+                sock.send_multipart(encode_request(i, "get", {"groups": [{"attrs": ["x"]}]}, [ids]))
             # Another client is served meanwhile (inline: it does not wait
             # for the workers' queue).
             for i in range(requests):
                 assert not isinstance(other.call(1000 + i, "ping"), ErrorReply)
-            _ = other.call(5000, "get", {"attrs": ["x"]}, [ids[:3]])
+            _ = other.call(5000, "get", {"groups": [{"attrs": ["x"]}]}, [ids[:3]])
             # Every reply has been built before RSS is read: measured
             # earlier, a server that kept them all would pass.
             wait_until(lambda: gets_answered(other) >= answered, 60,

@@ -108,7 +108,7 @@ def _check_get(endpoint: str, data, owned: torch.Tensor, config=None) -> None:
     """A valid ``get`` (2,000 rows) is answered with the graph's rows."""
     ids = owned[torch.arange(2000) % owned.numel()]
     with RpcClient([endpoint], config or RpcConfig(timeout=30.0)) as client:
-        reply = client.call(0, "get", {"attrs": ["x", "y"]}, [ids])
+        reply = client.call(0, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
     assert torch.equal(reply.tensors[0], data.x[ids])
     assert torch.equal(reply.tensors[1], data.y[ids])
 
@@ -228,7 +228,8 @@ def test_pipelined_gets_never_read_are_bounded_by_the_reply_budget(budget_server
             answered = gets_answered(other) + requests
             lazy.connect(endpoint)
             for i in range(requests):
-                lazy.send_multipart(encode_request(i, "get", {"attrs": ["x", "y"]}, [ids]))
+                lazy.send_multipart(encode_request(i, "get", {"groups": [{"attrs": ["x", "y"]}]},
+                                                   [ids]))
             for i in range(requests):  # another client is served meanwhile
                 assert not isinstance(other.call(1000 + i, "ping"), ErrorReply)
             # RSS is sampled until every get was served or refused: stopped

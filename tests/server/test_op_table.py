@@ -33,7 +33,7 @@ def test_the_server_answers_exactly_the_declared_ops(served):
 
 
 @pytest.mark.parametrize("op, args, tensors, message", [
-    ("get", {"attrs": ["x"], "row": 1}, 1, "'get' has unknown arguments ['row']"),
+    ("get", {"groups": [{"attrs": ["x"]}], "row": 1}, 1, "'get' has unknown arguments ['row']"),
     ("sample_types", {"edge_types": [None], "sizes": [1]}, 1,
      "'sample_types' lacks the required arguments ['num_neighbors']"),
     ("edge_ids", {}, 1, "'edge_ids' takes 0 tensors, got 1"),
@@ -49,7 +49,7 @@ def test_requests_that_do_not_fit_their_op_are_refused_before_the_handler(
     assert info.value.remote_type == "ProtocolError"
     assert client.call(0, "stats").result["get_calls"] == before  # no handler ran
     # The same server goes on answering a request that fits.
-    assert client.call(0, "get", {"attrs": ["x"]}, [ids]).tensors[0].shape[0] == 4
+    assert client.call(0, "get", {"groups": [{"attrs": ["x"]}]}, [ids]).tensors[0].shape[0] == 4
 
 
 def test_the_trainer_cannot_build_a_call_its_op_does_not_declare():
@@ -61,7 +61,7 @@ def test_the_trainer_cannot_build_a_call_its_op_does_not_declare():
     with pytest.raises(ProtocolError, match="lacks the required arguments \\['sizes'\\]"):
         SAMPLE_TYPES.request(0, {"edge_types": [], "num_neighbors": 1}, [ids])
     with pytest.raises(ProtocolError, match="takes 1 to 2 tensors, got 3"):
-        GET.request(0, {"attrs": ["x"]}, [ids, ids, ids])
+        GET.request(0, {"groups": [{"attrs": ["x"]}]}, [ids, ids, ids])
     with pytest.raises(ProtocolError, match="no op 'drop' is declared"):
         declared(0, "drop")
 

@@ -49,8 +49,9 @@ def test_get_returns_the_rows_on_disk_in_request_order(client, parts):
     for k, part in enumerate(parts):
         pick = torch.randint(0, part.node_ids.numel(), (300,), generator=gen)  # with repeats
         ids = part.node_ids[pick]
-        reply = client.call(k, "get", {"attrs": ["x", "y", "train_mask"], "group": None}, [ids])
-        assert reply.result == {"attrs": ["x", "y", "train_mask"]}
+        reply = client.call(k, "get",
+                            {"groups": [{"group": None, "attrs": ["x", "y", "train_mask"]}]}, [ids])
+        assert reply.result == {"groups": 1}
         for name, got in zip(["x", "y", "train_mask"], reply.tensors):
             want = part.node_features[name][pick]
             assert got.dtype == want.dtype and torch.equal(got, want)
@@ -59,7 +60,7 @@ def test_get_returns_the_rows_on_disk_in_request_order(client, parts):
 def test_get_matches_the_original_graph(client, cora_data, cora_reader):
     ids = torch.arange(cora_data.num_nodes)
     for k, part_ids, _ in cora_reader.book.split(ids):
-        reply = client.call(k, "get", {"attrs": ["x", "y"]}, [part_ids])
+        reply = client.call(k, "get", {"groups": [{"attrs": ["x", "y"]}]}, [part_ids])
         assert torch.equal(reply.tensors[0], cora_data.x[part_ids])
         assert torch.equal(reply.tensors[1], cora_data.y[part_ids])
 
@@ -127,7 +128,7 @@ def test_eight_threads_with_64_requests_in_flight_get_correct_answers(client, pa
             pick = torch.randint(0, parts[k].node_ids.numel(), (1 + i,), generator=gen)
             ids = parts[k].node_ids[pick]
             if i % 2:
-                fut = client.call_async(k, "get", {"attrs": ["x", "y"]}, [ids])
+                fut = client.call_async(k, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
             else:
                 fut = client.call_async(k, "sample", {"num_neighbors": -1}, [ids])
             calls.append((k, pick, ids, i % 2, fut))

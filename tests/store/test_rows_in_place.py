@@ -129,7 +129,8 @@ def test_a_server_that_lost_the_segment_is_asked_again(data, store):
 
 
 def _placed_get(client, ids, positions, place, attrs=("x",)):
-    return client.call(0, "get", {"attrs": list(attrs), "group": None, "place": place},
+    return client.call(0, "get",
+                       {"groups": [{"group": None, "attrs": list(attrs)}], "place": place},
                        [ids, positions])
 
 
@@ -170,7 +171,8 @@ def test_hostile_placements_are_refused_and_the_server_keeps_serving(data, store
             tensors = tensors[:1]
         before = lease.tensors[0].clone()
         with pytest.raises(RemoteError):
-            client.call(0, "get", {"attrs": ["x"], "group": None, "place": place}, tensors)
+            client.call(0, "get", {"groups": [{"group": None, "attrs": ["x"]}], "place": place},
+                        tensors)
         assert torch.equal(lease.tensors[0], before)  # nothing written
         # The server still serves, in place too.
         good = lease.arg(0)
