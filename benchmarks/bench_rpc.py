@@ -297,7 +297,7 @@ def run_all(client: RpcClient, bare_endpoint: str, rows_list: list[int], num_nod
                     partial(bench_pyg_shm, client, ids, nbytes, depth, seconds),
                     i, ids.numel() * 8, nbytes)
         seeds = torch.randperm(num_nodes, generator=gen)[:16]
-        args = {"num_neighbors": 10, "replace": False, "seed": 7}
+        args = {"edge_types": [None], "num_neighbors": 10, "replace": False, "seed": 7}
         row("sample 16 seeds, fan-out 10", depth,
             partial(bench_pyg, client, "sample", args, seeds, depth, seconds),
             len(rows_list), 16 * 8)

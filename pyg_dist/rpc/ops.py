@@ -161,16 +161,11 @@ RELEASE = OpSpec("release", "unmaps shared-memory segments a closing client lent
                  required=("segments",), reply=("released",))
 META = OpSpec("meta", "counts, feature specs, partition book(s), versions of the part",
               reply_check=checks.books)
-SAMPLE = OpSpec("sample", "one hop of neighbours for owned seeds of one edge type",
-                required=("num_neighbors",),
-                optional=("replace", "seed", "edge_type", "weight_attr", "time_attr",
+SAMPLE = OpSpec("sample", "one hop of neighbours for owned seeds of one or more edge types",
+                required=("edge_types", "num_neighbors"),
+                optional=("sizes", "replace", "seed", "weight_attr", "time_attr",
                           "temporal_strategy"),
                 tensors=(1, 2), reply_check=checks.sample)
-SAMPLE_TYPES = OpSpec("sample_types", "one hop over several edge types at once",
-                      required=("edge_types", "sizes", "num_neighbors"),
-                      optional=("replace", "seed", "weight_attr", "time_attr",
-                                "temporal_strategy"),
-                      tensors=(1, 2), reply_check=checks.sample_types)
 SAMPLE_TREE = OpSpec("sample_tree", "every hop of a batch, forwarded among the servers "
                      "(the sampled subgraph, relabelled)",
                      required=("num_neighbors", "seed"),
@@ -229,7 +224,7 @@ RPC_OPS: Mapping[str, OpSpec] = {s.name: s for s in (PING, RELEASE)}
 """The ops every :class:`~pyg_dist.rpc.server.RpcServer` answers itself."""
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
-    META, SAMPLE, SAMPLE_TYPES, SAMPLE_TREE, SAMPLE_TREE_TYPES, GET, SIZES,
+    META, SAMPLE, SAMPLE_TREE, SAMPLE_TREE_TYPES, GET, SIZES,
     EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS, EMB_CREATE, EMB_READ, EMB_WRITE,
     EMB_PUSH, EMB_CHECKPOINT)}
 """The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`)."""
@@ -241,17 +236,17 @@ OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}
 def reply_tensor_limit(op: str, args: Any) -> int:
     """Most tensors a reply to this request may carry, derived from the
     request: :data:`~pyg_dist.rpc.protocol.MAX_TENSORS` (64), or more for the
-    ops that answer a few tensors per type asked for (``sample_types``: 3 per
+    ops that answer a few tensors per type asked for (``sample``: 3 per
     edge type; ``sample_tree_types``: 3 per edge type, 2 per node type, and
-    the node types are at most 2 per edge type plus the seed types; a
-    ``get``: one per attribute asked for, over all its node types). A reply is refused over it,
+    the node types are at most 2 per edge type plus the seed types; ``get``:
+    one per attribute of each of its node types). A reply is refused over it,
     before its tensors are built, and no earlier: a graph of 1,000 edge types
     is answered, not refused after the server did the work.
     """
     if not isinstance(args, dict):
         return MAX_TENSORS
-    if op == SAMPLE_TYPES.name:
-        wanted = 3 * _length(args.get("sizes"))
+    if op == SAMPLE.name:
+        wanted = 3 * _length(args.get("edge_types"))
     elif op == SAMPLE_TREE_TYPES.name:
         edge_types = _length(args.get("edge_types"))
         node_types = 2 * edge_types + _length(args.get("seed_types"))

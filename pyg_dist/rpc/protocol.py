@@ -341,8 +341,8 @@ def decode_reply(frames: Sequence[Any], max_tensors: int = MAX_TENSORS
         frames: Header frame followed by tensor frames.
         max_tensors: Most tensors the reply may carry: :data:`MAX_TENSORS`,
             or more where the request asked for more (3 per edge type of a
-            ``sample_types``: :meth:`OpSpec.reply_tensors
-            <pyg_dist.rpc.ops.OpSpec.reply_tensors>`); the header's limits
+            ``sample``: :func:`reply_tensor_limit
+            <pyg_dist.rpc.ops.reply_tensor_limit>`); the header's limits
             grow with it.
 
     Raises:

@@ -102,14 +102,10 @@ def _fan_out(value: Any) -> int:
 
 
 def sample(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-            reply: list[Tensor]) -> Optional[str]:
-    return _hops([_ids_of(tensors)], [_fan_out(args.get("num_neighbors"))],
-                 args.get("replace") is True, reply)
-
-
-def sample_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-                  reply: list[Tensor]) -> Optional[str]:
-    sizes = list(args["sizes"])
+           reply: list[Tensor]) -> Optional[str]:
+    """Per edge type asked for, :func:`_hops`' three tensors (``sizes``
+    seeds each; one edge type without ``sizes`` has them all)."""
+    sizes = list(args.get("sizes", [_ids_of(tensors)]))
     k = args.get("num_neighbors")
     fan_outs = [_fan_out(v) for v in k] if isinstance(k, list) else [_fan_out(k)] * len(sizes)
     return _hops(sizes, fan_outs, args.get("replace") is True, reply)

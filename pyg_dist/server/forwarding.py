@@ -13,7 +13,7 @@ The trainer then pays one round trip for the subgraph and one for its
 features, and the batch is bit for bit the one hop-by-hop sampling draws.
 ``sample_tree_types`` does the same for a heterogeneous batch
 (:meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop_types`, one
-``sample_types`` per peer and hop).
+``sample`` of every edge type per peer and hop).
 
 Peers: a server forwards only when it was given the cluster's server list
 (``pyg-dist serve --peers`` or ``--peers-file``, which

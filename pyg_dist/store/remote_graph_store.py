@@ -170,7 +170,7 @@ class RemoteGraphStore(GraphStore):
                    ) -> list[tuple[Tensor, Tensor, Tensor]]:
         """Samples one hop for several edge types at once: one request per
         server covering every edge type it owns destinations of
-        (``sample_types``), all in flight together (one round trip). See
+        (``sample``), all in flight together (one round trip). See
         :func:`pyg_dist.store.remote_sampling.sample_hop`."""
         return sample_hop(self.router, frontiers, num_neighbors, replace, seed, timeout,
                           weight_attr=weight_attr, time_attr=time_attr,
@@ -190,14 +190,13 @@ class RemoteGraphStore(GraphStore):
             RemoteError: naming the attribute, if a server cannot draw by it
                 (unknown, negative or NaN weights, a time of the wrong dtype).
         """
-        args = {"num_neighbors": 0, "replace": False,
-                **attribute_args(weight_attr, time_attr, temporal_strategy)}
+        # Every edge type of every part: the attribute must exist on each.
+        edge_types = [None if t is None else list(t) for t in self.edge_counts]
+        args = {"edge_types": edge_types, "sizes": [0] * len(edge_types), "num_neighbors": 0,
+                "replace": False, **attribute_args(weight_attr, time_attr, temporal_strategy)}
         empty = torch.empty(0, dtype=torch.long)
         tensors = [empty, empty] if time_attr is not None else [empty]
-        # Every edge type of every part: the attribute must exist on each.
-        requests = [SAMPLE.request(part, args if t is None else {**args, "edge_type": list(t)},
-                                   tensors) for part in range(self.router.num_parts)
-                    for t in self.edge_counts]
+        requests = [SAMPLE.request(part, args, tensors) for part in range(self.router.num_parts)]
         replies = self.router.call_all(requests, timeout)
         kinds = {reply.result.get("time_kind") for reply in replies}
         if len(kinds) != 1:

@@ -65,6 +65,8 @@ class RequestFuzzer:
                     "sizes": [cut, ids.numel() - cut]}
             tensors = [ids]
         elif op == "sample_types":
+            # Two edge types (the graph's one twice): seeds split in two.
+            op = "sample"
             args = {"edge_types": [None, None], "sizes": [cut, ids.numel() - cut],
                     "num_neighbors": [rng.choice([-1, 2, 5]), 2], "replace": False,
                     "seed": rng.randint(0, 100)}
@@ -80,8 +82,8 @@ class RequestFuzzer:
         elif op == "sample":
             # Small fan-outs without replacement: even flipped bits cannot ask
             # for more neighbours than a node has.
-            args = {"num_neighbors": rng.choice([-1, 2, 5]), "replace": False,
-                    "seed": rng.randint(0, 100)}
+            args = {"edge_types": [None], "num_neighbors": rng.choice([-1, 2, 5]),
+                    "replace": False, "seed": rng.randint(0, 100)}
             tensors = [ids]
         else:
             args, tensors = {}, []
@@ -290,7 +292,7 @@ class HugeAnswerFuzzer:
                     "replace": True, "seed": rng.randint(0, 1 << 20)}
             frames = protocol.encode_request(req_id, "sample_tree", args, [ids])
         else:
-            args = {"num_neighbors": rng.choice(self.FAN_OUTS), "replace": True,
-                    "seed": rng.randint(0, 1 << 20)}
+            args = {"edge_types": [None], "num_neighbors": rng.choice(self.FAN_OUTS),
+                    "replace": True, "seed": rng.randint(0, 1 << 20)}
             frames = protocol.encode_request(req_id, "sample", args, [ids])
         return [bytes(f) for f in frames]

@@ -33,7 +33,8 @@ def test_sample_whose_answer_exceeds_the_limit_is_refused_before_allocating(part
     degree = part0.indptr[1:] - part0.indptr[:-1]
     seed = part0.node_ids[degree > 0][:1]
     with RawDealer(endpoint, timeout=60) as dealer:
-        reply = dealer.call(1, "sample", {"num_neighbors": 1 << 31, "replace": True}, [seed])
+        reply = dealer.call(1, "sample", {"edge_types": [None], "num_neighbors": 1 << 31,
+                                          "replace": True}, [seed])
     assert proc.poll() is None
     assert isinstance(reply, ErrorReply)
     # Before max_reply_bytes: RuntimeError "DefaultCPUAllocator: can't
@@ -50,7 +51,8 @@ def test_a_huge_fan_out_over_a_small_answer_is_served(part0_server, part0):
     degree = part0.indptr[1:] - part0.indptr[:-1]
     local = torch.nonzero((degree > 0) & (degree < 5)).view(-1)[:8]
     with RawDealer(endpoint, timeout=60) as dealer:
-        reply = dealer.call(2, "sample", {"num_neighbors": 1 << 31}, [part0.node_ids[local]])
+        reply = dealer.call(2, "sample", {"edge_types": [None], "num_neighbors": 1 << 31},
+                            [part0.node_ids[local]])
     assert not isinstance(reply, ErrorReply), reply
     counts = reply.tensors[0]
     assert counts.tolist() == degree[local].tolist()

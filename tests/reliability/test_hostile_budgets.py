@@ -184,7 +184,7 @@ def test_a_tiny_sample_with_a_huge_answer_does_not_stall_the_io_thread(budget_se
     with PeakRss(proc) as rss, RawDealer(endpoint, timeout=60) as dealer:
         start = time.monotonic()
         for i in range(2):
-            dealer.send(encode_request(i, "sample", {"num_neighbors": fan_out,
+            dealer.send(encode_request(i, "sample", {"edge_types": [None], "num_neighbors": fan_out,
                                                      "replace": True, "seed": i}, [seed]))
         dealer.send(encode_request(9, "ping", {}, []))
         order, times = [], []
@@ -195,7 +195,8 @@ def test_a_tiny_sample_with_a_huge_answer_does_not_stall_the_io_thread(budget_se
             if head["id"] != 9:
                 assert head["status"] == "ok", head
                 assert len(frames[1]) == 8 * fan_out
-        huge = dealer.call(10, "sample", {"num_neighbors": 67_000_000, "replace": True},
+        huge = dealer.call(10, "sample",
+                           {"edge_types": [None], "num_neighbors": 67_000_000, "replace": True},
                            [seed])
     print(f"\ntwo 8 MiB samples from 90-byte requests: ping answered after "
           f"{times[order.index(9)] * 1000:.1f} ms, the samples after "

@@ -49,7 +49,8 @@ def _check_serves_correctly(endpoint: str, data, part) -> None:
         reply = client.call(0, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
         assert torch.equal(reply.tensors[0], data.x[ids])
         assert torch.equal(reply.tensors[1], data.y[ids])
-        counts, nbrs, eids = client.call(0, "sample", {"num_neighbors": -1}, [ids]).tensors
+        counts, nbrs, eids = client.call(0, "sample", {"edge_types": [None], "num_neighbors": -1},
+                                         [ids]).tensors
         assert torch.equal(data.edge_index[1, eids], ids.repeat_interleave(counts))
         assert torch.equal(data.edge_index[0, eids], nbrs)
         row, col, eids = client.call(0, "edge_index").tensors

@@ -115,7 +115,8 @@ def test_pickled_payloads_are_refused_and_never_unpickled(part0_server, part0, t
             header(2, "get", {"groups": [{"attrs": ["x"]}]},
                    [["int64", [len(padded) // 8]]]), padded],
         "pickle as a uint8 tensor frame": [
-            header(3, "sample", {"num_neighbors": 2}, [["uint8", [len(payload)]]]), payload],
+            header(3, "sample", {"edge_types": [None], "num_neighbors": 2},
+                   [["uint8", [len(payload)]]]), payload],
         "pickle in the args": [header(4, "get", {"groups": [{"attrs": ["x"]}], "ids": payload})],
         "pickle as the op": [msgpack.packb({"version": PROTOCOL_VERSION, "id": 5,
                                             "op": payload[:60]})],

@@ -69,7 +69,7 @@ def test_full_fanout_sample_and_edge_index_give_every_edge_of_every_type(graph, 
         found = set()
         for part, _, owned in reader.book_of(dst_type).split(seeds):
             counts, nbrs, eids = client.call(
-                part, "sample", {"num_neighbors": -1, "edge_type": list(edge_type), "seed": 1},
+                part, "sample", {"edge_types": [list(edge_type)], "num_neighbors": -1, "seed": 1},
                 [owned]).tensors
             found |= set(zip(nbrs.tolist(), owned.repeat_interleave(counts).tolist(),
                              eids.tolist()))
@@ -92,7 +92,7 @@ def test_ids_are_checked_against_their_own_type(graph, served):
     with pytest.raises(RemoteError, match="no node type 'nope'"):
         client.call(0, "get", {"groups": [{"group": "nope", "attrs": ["x"]}]}, [torch.tensor([0])])
     with pytest.raises(RemoteError, match="holds no edge type"):
-        client.call(0, "sample", {"num_neighbors": 2, "edge_type": ["v0", "nope", "v1"]},
+        client.call(0, "sample", {"edge_types": [["v0", "nope", "v1"]], "num_neighbors": 2},
                     [torch.tensor([0])])
 
 
@@ -116,9 +116,10 @@ def test_connect_reads_hetero_servers_type_by_type(graph, served):
         fs.close()
 
 
-def test_sample_types_answers_every_edge_type_as_sample_does(graph, served):
+def test_a_sample_of_every_edge_type_answers_each_as_its_own_sample_does(graph, served):
     """One request over every edge type whose destinations part 0 owns, at
-    full fan-out, answers per edge type exactly what ``sample`` answers."""
+    full fan-out, answers per edge type exactly what a ``sample`` of that
+    edge type alone answers."""
     reader, client = served
     edge_types, sizes, ids = [], [], []
     for edge_type in graph.edge_types:
@@ -128,12 +129,12 @@ def test_sample_types_answers_every_edge_type_as_sample_does(graph, served):
             edge_types.append(edge_type)
             sizes.append(owned[0].numel())
             ids.append(owned[0])
-    reply = client.call(0, "sample_types", {"edge_types": [list(t) for t in edge_types],
-                                            "sizes": sizes, "num_neighbors": -1, "seed": 3},
+    reply = client.call(0, "sample", {"edge_types": [list(t) for t in edge_types],
+                                      "sizes": sizes, "num_neighbors": -1, "seed": 3},
                         [torch.cat(ids)])
     assert len(reply.tensors) == 3 * len(edge_types)
     for k, (edge_type, owned) in enumerate(zip(edge_types, ids)):
-        single = client.call(0, "sample", {"num_neighbors": -1, "edge_type": list(edge_type),
+        single = client.call(0, "sample", {"edge_types": [list(edge_type)], "num_neighbors": -1,
                                            "seed": 1}, [owned]).tensors
         for got, want in zip(reply.tensors[3 * k:3 * k + 3], single):
             assert torch.equal(got, want), edge_type
@@ -152,12 +153,17 @@ def test_sample_types_answers_every_edge_type_as_sample_does(graph, served):
     # Over msgpack's array limit: refused while decoding, before the op.
     ({"edge_types": [["v0", "e0", "v1"]] * 5000, "sizes": [0] * 5000, "num_neighbors": 2},
      [torch.empty(0, dtype=torch.long)], "max_array_len"),
+    # Several edge types name their sizes; one may leave them out.
+    ({"edge_types": [["v0", "e0", "v1"]] * 2, "num_neighbors": 2},
+     [torch.tensor([0])], "sizes"),
+    ({"edge_types": ["v0"], "num_neighbors": 2}, [torch.tensor([0])], "edge_type"),
+    ({"edge_types": [None], "num_neighbors": 2}, [torch.tensor([0])], "no edge type"),
 ])
-def test_malformed_sample_types_is_refused_and_the_server_keeps_serving(served, args,
-                                                                         tensors, match):
+def test_malformed_sample_is_refused_and_the_server_keeps_serving(served, args, tensors,
+                                                                  match):
     _, client = served
     with pytest.raises(RemoteError, match=match):
-        client.call(0, "sample_types", args, tensors)
+        client.call(0, "sample", args, tensors)
     assert client.call(0, "meta").result["part"] == 0
 
 

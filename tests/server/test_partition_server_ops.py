@@ -68,7 +68,8 @@ def test_get_matches_the_original_graph(client, cora_data, cora_reader):
 def test_full_fanout_sample_returns_every_in_edge_in_csc_order(client, parts):
     for k, part in enumerate(parts):
         seeds = part.node_ids[::7]
-        counts, nbrs, eids = client.call(k, "sample", {"num_neighbors": -1}, [seeds]).tensors
+        counts, nbrs, eids = client.call(k, "sample", {"edge_types": [None], "num_neighbors": -1},
+                                         [seeds]).tensors
         at = 0
         for seed, count in zip(seeds.tolist(), counts.tolist()):
             want_nbrs, want_eids = _segment(part, seed)
@@ -82,7 +83,7 @@ def test_full_fanout_sample_returns_every_in_edge_in_csc_order(client, parts):
 def test_finite_fanout_samples_real_edges_reproducibly(client, parts, cora_data, replace):
     part = parts[1]
     seeds = part.node_ids[:400]
-    args = {"num_neighbors": 3, "replace": replace, "seed": 1234}
+    args = {"edge_types": [None], "num_neighbors": 3, "replace": replace, "seed": 1234}
     counts, nbrs, eids = client.call(1, "sample", args, [seeds]).tensors
     # Every sampled (neighbour, edge id) is a real edge into its seed.
     dst = torch.repeat_interleave(seeds, counts)
@@ -130,7 +131,8 @@ def test_eight_threads_with_64_requests_in_flight_get_correct_answers(client, pa
             if i % 2:
                 fut = client.call_async(k, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
             else:
-                fut = client.call_async(k, "sample", {"num_neighbors": -1}, [ids])
+                fut = client.call_async(k, "sample", {"edge_types": [None], "num_neighbors": -1},
+                                        [ids])
             calls.append((k, pick, ids, i % 2, fut))
         for k, pick, ids, is_get, fut in calls:
             reply = fut.result(timeout=60)

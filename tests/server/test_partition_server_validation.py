@@ -37,14 +37,16 @@ BAD_REQUESTS = {
     # name: (op, args, tensor factory(part), remote type, message fragment)
     "negative ids": ("get", {"groups": [{"attrs": ["x"]}]}, lambda p: [torch.tensor([0, -3])],
                      "StoreError", "must lie in [0, 2708)"),
-    "out-of-range ids": ("sample", {"num_neighbors": 2}, lambda p: [torch.tensor([2708])],
+    "out-of-range ids": ("sample", {"edge_types": [None], "num_neighbors": 2},
+                         lambda p: [torch.tensor([2708])],
                          "StoreError", "must lie in [0, 2708)"),
     "ids of another part": ("get", {"groups": [{"attrs": ["x"]}]},
                             lambda p: [torch.tensor([_not_owned(p)])],
                             "StoreError", "not owned by this part"),
     "int32 ids": ("get", {"groups": [{"attrs": ["x"]}]}, lambda p: [p.node_ids[:3].int()],
                   "ProtocolError", "1-D int64"),
-    "2-d ids": ("sample", {"num_neighbors": 2}, lambda p: [p.node_ids[:4].view(2, 2)],
+    "2-d ids": ("sample", {"edge_types": [None], "num_neighbors": 2},
+                lambda p: [p.node_ids[:4].view(2, 2)],
                 "ProtocolError", "1-D int64"),
     # Checked against the op table (pyg_dist.rpc.ops) before any handler runs.
     "no ids": ("get", {"groups": [{"attrs": ["x"]}]}, lambda p: [], "ProtocolError",
@@ -53,7 +55,8 @@ BAD_REQUESTS = {
         "get", {"groups": [{"attrs": ["x"]}], "rows": [1, 2]}, lambda p: [p.node_ids[:2]],
         "ProtocolError",
         "'get' has unknown arguments ['rows']; it takes ['groups', 'place', 'sizes']"),
-    "a required argument missing": ("sample", {"replace": True}, lambda p: [p.node_ids[:2]],
+    "a required argument missing": ("sample", {"edge_types": [None], "replace": True},
+                                    lambda p: [p.node_ids[:2]],
                                     "ProtocolError",
                                     "'sample' lacks the required arguments ['num_neighbors']"),
     "arguments not a map": ("degree", [1, 2], lambda p: [], "ProtocolError",
@@ -63,17 +66,21 @@ BAD_REQUESTS = {
                           "StoreError", "unknown feature(s) ['secret']"),
     "attrs not a list": ("get", {"groups": [{"attrs": "x"}]}, lambda p: [p.node_ids[:2]],
                          "ProtocolError", "'attrs' must be"),
-    "fan-out below -1": ("sample", {"num_neighbors": -5}, lambda p: [p.node_ids[:2]],
+    "fan-out below -1": ("sample", {"edge_types": [None], "num_neighbors": -5},
+                         lambda p: [p.node_ids[:2]],
                          "ProtocolError", "'num_neighbors'"),
-    "fan-out not an int": ("sample", {"num_neighbors": "ten"}, lambda p: [p.node_ids[:2]],
+    "fan-out not an int": ("sample", {"edge_types": [None], "num_neighbors": "ten"},
+                           lambda p: [p.node_ids[:2]],
                            "ProtocolError", "'num_neighbors'"),
-    "replace not a bool": ("sample", {"num_neighbors": 2, "replace": 1},
+    "replace not a bool": ("sample", {"edge_types": [None], "num_neighbors": 2, "replace": 1},
                            lambda p: [p.node_ids[:2]], "ProtocolError", "'replace'"),
     "unknown edge type": ("edge_index", {"edge_type": ["a", "b", "c"]}, lambda p: [],
                           "StoreError", "no edge type"),
     "unknown op": ("drop", {}, lambda p: [], "ProtocolError", "unknown op 'drop'"),
     # 2**31 draws with replacement would be a 16 GiB answer: refused up front.
-    "answer over the reply limit": ("sample", {"num_neighbors": 1 << 31, "replace": True},
+    "answer over the reply limit": ("sample",
+                                    {"edge_types": [None], "num_neighbors": 1 << 31,
+                                     "replace": True},
                                     lambda p: [p.node_ids[:1]], "ProtocolError",
                                     "over this server's reply limit"),
 }
@@ -133,14 +140,15 @@ def test_both_id_lookups_answer_and_refuse_alike(cora2_root, cora_reader, monkey
         assert (server.ops._index(None).table is not None) == table
         reply = client.call(0, "get", {"groups": [{"attrs": ["x"]}]}, [part.node_ids[picked]])
         assert torch.equal(reply.tensors[0], part.node_features["x"][picked])
-        sampled = client.call(0, "sample", {"num_neighbors": -1}, [part.node_ids[picked]])
+        sampled = client.call(0, "sample", {"edge_types": [None], "num_neighbors": -1},
+                              [part.node_ids[picked]])
         degree = part.indptr[1:] - part.indptr[:-1]
         assert sampled.tensors[0].tolist() == degree[picked].tolist()
         for ids, message in (([0, -3], "must lie in [0, 2708)"),
                              ([2708], "must lie in [0, 2708)"),
                              ([_not_owned(part)], "not owned by this part")):
             for op, args in (("get", {"groups": [{"attrs": ["x"]}]}),
-                             ("sample", {"num_neighbors": 2})):
+                             ("sample", {"edge_types": [None], "num_neighbors": 2})):
                 with pytest.raises(RemoteError, match=re.escape(message)) as info:
                     client.call(0, op, args, [torch.tensor(ids)])
                 assert info.value.remote_type == "StoreError"
