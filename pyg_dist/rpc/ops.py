@@ -166,18 +166,13 @@ SAMPLE = OpSpec("sample", "one hop of neighbours for owned seeds of one or more 
                 optional=("sizes", "replace", "seed", "weight_attr", "time_attr",
                           "temporal_strategy"),
                 tensors=(1, 2), reply_check=checks.sample)
-SAMPLE_TREE = OpSpec("sample_tree", "every hop of a batch, forwarded among the servers "
-                     "(the sampled subgraph, relabelled)",
-                     required=("num_neighbors", "seed"),
-                     optional=("replace", "disjoint", "subgraph", "timeout", "weight_attr",
-                               "time_attr", "temporal_strategy"),
-                     tensors=(1, 2), reply_check=checks.tree, worker=True)
-SAMPLE_TREE_TYPES = OpSpec(
-    "sample_tree_types", "every hop of a heterogeneous batch, forwarded among the servers",
-    required=("edge_types", "num_neighbors", "seed_types", "sizes", "seed"),
-    optional=("replace", "disjoint", "subgraph", "timeout", "weight_attr", "time_attr",
-              "temporal_strategy"),
-    tensors=(1, 2), reply=("node_types",), reply_check=checks.tree_types, worker=True)
+SAMPLE_TREE = OpSpec(
+    "sample_tree", "every hop of a batch, forwarded among the servers (the sampled "
+    "subgraph, relabelled)",
+    required=("edge_types", "num_neighbors", "seed_types", "seed"),
+    optional=("sizes", "replace", "disjoint", "subgraph", "timeout", "weight_attr",
+              "time_attr", "temporal_strategy"),
+    tensors=(1, 2), reply=("node_types",), reply_check=checks.tree, worker=True)
 GET = OpSpec("get", "feature rows of owned nodes of one or more node types (with "
              "``place``, of one, written into the caller's outputs at the given rows)",
              required=("groups",), optional=("sizes", "place"), tensors=(1, 2),
@@ -224,7 +219,7 @@ RPC_OPS: Mapping[str, OpSpec] = {s.name: s for s in (PING, RELEASE)}
 """The ops every :class:`~pyg_dist.rpc.server.RpcServer` answers itself."""
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
-    META, SAMPLE, SAMPLE_TREE, SAMPLE_TREE_TYPES, GET, SIZES,
+    META, SAMPLE, SAMPLE_TREE, GET, SIZES,
     EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS, EMB_CREATE, EMB_READ, EMB_WRITE,
     EMB_PUSH, EMB_CHECKPOINT)}
 """The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`)."""
@@ -237,7 +232,7 @@ def reply_tensor_limit(op: str, args: Any) -> int:
     """Most tensors a reply to this request may carry, derived from the
     request: :data:`~pyg_dist.rpc.protocol.MAX_TENSORS` (64), or more for the
     ops that answer a few tensors per type asked for (``sample``: 3 per
-    edge type; ``sample_tree_types``: 3 per edge type, 2 per node type, and
+    edge type; ``sample_tree``: 3 per edge type, 2 per node type, and
     the node types are at most 2 per edge type plus the seed types; ``get``:
     one per attribute of each of its node types). A reply is refused over it,
     before its tensors are built, and no earlier: a graph of 1,000 edge types
@@ -247,7 +242,7 @@ def reply_tensor_limit(op: str, args: Any) -> int:
         return MAX_TENSORS
     if op == SAMPLE.name:
         wanted = 3 * _length(args.get("edge_types"))
-    elif op == SAMPLE_TREE_TYPES.name:
+    elif op == SAMPLE_TREE.name:
         edge_types = _length(args.get("edge_types"))
         node_types = 2 * edge_types + _length(args.get("seed_types"))
         wanted = 3 * edge_types + 2 * node_types + 2 + MAX_TENSORS

@@ -51,7 +51,6 @@ from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.sample_settings import check_attributes, seed_times
 from pyg_dist.sampler.server_hops import (
     sample_on_servers,
-    sample_types_on_servers,
     server_hops_setting,
 )
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
@@ -266,10 +265,10 @@ class DistNeighborSampler(BaseSampler):
                           seed: Optional[int] = None) -> HeteroSamplerOutput:
         """Samples around seeds of several node types (a heterogeneous link
         batch's two endpoint types; PyG's ``edge_sample`` calls this): on
-        the servers (``sample_tree_types``) when they forward, else hop by
+        the servers (``sample_tree``) when they forward, else hop by
         hop."""
         if self.server_hops:
-            return sample_types_on_servers(self, seeds, seed_time, seed)
+            return sample_on_servers(self, seeds, seed_time, seed)
         return self.hop_by_hop_types(seeds, seed_time, seed=seed)
 
     def hop_by_hop_types(self, seeds: dict[str, Tensor],
@@ -278,7 +277,7 @@ class DistNeighborSampler(BaseSampler):
                          max_edges: Optional[int] = None) -> HeteroSamplerOutput:
         """Samples all hops around seeds of several node types (global ids
         per type), every hop one round trip from here to the servers (what
-        a coordinating server runs for ``sample_tree_types``).
+        a coordinating server runs for a heterogeneous ``sample_tree``).
 
         Args:
             seeds: Global ids per node type.

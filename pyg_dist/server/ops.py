@@ -118,12 +118,12 @@ class PartitionOps:
         self.graph_id = {"name": reader.meta.get("graph_name"),
                          "files_sha256": hashlib.sha256(files).hexdigest()}
         self._host = host_id()
-        # sample_tree and sample_tree_types; refused until a server gives
+        # sample_tree; refused until a server gives
         # it its peers (forward_with).
         self.forwarder = HopForwarder(self, None, RpcConfig(max_reply_bytes=max_reply_bytes))
 
     def forward_with(self, forwarder: HopForwarder) -> None:
-        """Serves ``sample_tree`` and ``sample_tree_types`` with ``forwarder``."""
+        """Serves ``sample_tree`` with ``forwarder``."""
         self.forwarder = forwarder
 
     @uses_context
@@ -133,17 +133,12 @@ class PartitionOps:
         (:mod:`pyg_dist.server.forwarding`)."""
         return self.forwarder.sample_tree(args, tensors, ctx)
 
-    def sample_tree_types(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Every hop of one heterogeneous batch, likewise."""
-        return self.forwarder.sample_tree_types(args, tensors)
-
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`:
         one per op of :data:`~pyg_dist.rpc.ops.PARTITION_OPS`, the table
         the trainer's calls are built from."""
         return {ops.META.name: self.meta, ops.SAMPLE.name: self.sample,
                 ops.SAMPLE_TREE.name: self.sample_tree,
-                ops.SAMPLE_TREE_TYPES.name: self.sample_tree_types,
                 ops.EDGE_INDEX.name: self.edge_index, ops.DEGREE.name: self.degree,
                 ops.STATS.name: self.stats, **self._nodes.handlers(),
                 **self._edges.handlers(), **self.embeddings.handlers()}

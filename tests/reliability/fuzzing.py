@@ -73,8 +73,9 @@ class RequestFuzzer:
             tensors = [ids]
         elif op == "sample_tree":
             # The whole batch, forwarded to the other part's server.
-            args = {"num_neighbors": [rng.choice([-1, 2, 5]), 2],
-                    "seed": rng.randint(0, 100), "disjoint": rng.random() < 0.3}
+            args = {"edge_types": [None], "num_neighbors": [[rng.choice([-1, 2, 5]), 2]],
+                    "seed_types": [None], "seed": rng.randint(0, 100),
+                    "disjoint": rng.random() < 0.3}
             tensors = [ids]
         elif op == "get":
             args = {"groups": [{"attrs": rng.choice([["x"], ["y"], ["x", "y"]])}]}
@@ -288,7 +289,8 @@ class HugeAnswerFuzzer:
         elif draw < 0.4:
             # A whole batch of hops with replacement: the answer compounds
             # per hop, and the peer's answers are the coordinator's memory.
-            args = {"num_neighbors": [rng.choice(self.FAN_OUTS), rng.choice(self.FAN_OUTS)],
+            args = {"edge_types": [None], "seed_types": [None],
+                    "num_neighbors": [[rng.choice(self.FAN_OUTS), rng.choice(self.FAN_OUTS)]],
                     "replace": True, "seed": rng.randint(0, 1 << 20)}
             frames = protocol.encode_request(req_id, "sample_tree", args, [ids])
         else:

@@ -76,7 +76,7 @@ def test_only_reads_are_retry_safe_and_the_embedding_writes_are_not():
     # Served by a worker whatever their size: a whole part's edges, a tree
     # that waits on the peers (never on the I/O thread), and the writes.
     assert [s.name for s in OPS.values() if s.worker] == \
-        ["sample_tree", "sample_tree_types", "edge_index", "emb_write", "emb_push",
+        ["sample_tree", "edge_index", "emb_write", "emb_push",
          "emb_checkpoint"]
 
 
