@@ -254,6 +254,20 @@ def reply_tensor_limit(op: str, args: Any) -> int:
     return max(MAX_TENSORS, wanted)
 
 
+def sample_answer_bytes(seeds: int, neighbours: int) -> int:
+    """Bytes of one edge type's ``sample`` answer: an int64 count per seed,
+    an int64 neighbour and edge id per sampled neighbour (what its server
+    checks against the reply limit, and a trainer lends memory for)."""
+    return 8 * (seeds + 2 * neighbours)
+
+
+def tree_answer_bytes(nodes: int, edges: int, hops: int, disjoint: bool) -> int:
+    """Bytes of a homogeneous ``sample_tree`` answer: an int64 id (and
+    batch entry, when disjoint) per node, int32 row and col and an int64
+    id per edge, and the per-hop counts."""
+    return sample_answer_bytes((2 if disjoint else 1) * nodes + 2 * hops + 1, edges)
+
+
 def _length(value: Any) -> int:
     return len(value) if isinstance(value, list) else 0
 

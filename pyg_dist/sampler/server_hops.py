@@ -20,7 +20,7 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import ForwardingError, ProtocolError, RemoteError, SamplerError
-from pyg_dist.rpc.ops import SAMPLE_TREE
+from pyg_dist.rpc.ops import SAMPLE_TREE, tree_answer_bytes
 from pyg_dist.sampler.sample_settings import seed_times
 from pyg_dist.store.remote_sampling import attribute_args
 
@@ -179,7 +179,7 @@ def _flags(sampler: Any) -> dict[str, Any]:
 
 def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
     """Most bytes a ``sample_tree`` answer takes (``k`` neighbours per node
-    and hop at most; 8 bytes a node, 16 an edge), or ``None`` when unbounded
+    and hop at most), or ``None`` when unbounded
     (a fan-out of -1, or an induced subgraph)."""
     fanouts = list(sampler.num_neighbors)
     if sampler.subgraph_type == SubgraphType.induced or any(k < 0 for k in fanouts):
@@ -189,5 +189,4 @@ def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
     for k in fanouts:
         frontier *= k
         nodes, edges = nodes + frontier, edges + frontier
-    per_node = 2 if sampler.disjoint else 1  # node ids (and batch)
-    return 8 * (per_node * nodes + 2 * edges + 2 * len(fanouts) + 1)
+    return tree_answer_bytes(nodes, edges, len(fanouts), sampler.disjoint)

@@ -262,16 +262,14 @@ class PartitionOps:
             # requests (the inline ones) the gather.
             n, top = tensors[0].numel(), csc.max_deg
             per_seed = k if replace and k >= 0 else top if k == -1 else min(k, top)
-            bound = 8 * n * (1 + 2 * per_seed) * _SAMPLE_WORK_FACTOR
+            bound = ops.sample_answer_bytes(n, n * per_seed) * _SAMPLE_WORK_FACTOR
             if not replace and 0 <= k < top:
                 bound += _SAMPLE_CANDIDATE_BYTES * n * top
             if bound <= _EXACT_ABOVE:
                 return bound
         rows = self._ids(tensors, csc.dst)
         deg = csc.deg.index_select(0, rows)
-        answer = 8 * (rows.numel() + 2 * sampled_count(deg, k, replace))
-        self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
-        work = _SAMPLE_WORK_FACTOR * answer
+        work = _SAMPLE_WORK_FACTOR * self._checked_answer(deg, k, replace)
         if not replace and k != -1 and rows.numel() and k < int(deg.max()):
             work += _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
         return work
@@ -284,9 +282,15 @@ class PartitionOps:
         parse_request(args, tensors)
         rows = self._ids(tensors[:1], csc.dst)
         deg = csc.deg.index_select(0, rows)
-        answer = 8 * (rows.numel() + 2 * sampled_count(deg, k, replace))
+        return _SAMPLE_WORK_FACTOR * self._checked_answer(deg, k, replace) + \
+            _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
+
+    def _checked_answer(self, deg: Tensor, k: int, replace: bool) -> int:
+        """Bytes of the answer for seeds of these degrees, refused over the
+        reply limit (:class:`~pyg_dist.errors.ProtocolError`)."""
+        answer = ops.sample_answer_bytes(deg.numel(), sampled_count(deg, k, replace))
         self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
-        return _SAMPLE_WORK_FACTOR * answer + _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
+        return answer
 
     @uses_context
     def sample(self, args: dict[str, Any], tensors: list[Tensor],
@@ -325,9 +329,9 @@ class PartitionOps:
         deg = csc.deg.index_select(0, rows)
         # k per seed bounds the answer; the exact count costs ops that only
         # a request near the limit needs.
-        if k == -1 or 8 * rows.numel() * (1 + 2 * k) > self.max_reply_bytes:
-            self._check_reply(8 * (rows.numel() + 2 * sampled_count(deg, k, replace)),
-                              "sample", "use a smaller fan-out or fewer seeds per request")
+        if k == -1 or ops.sample_answer_bytes(rows.numel(), rows.numel() * k) > \
+                self.max_reply_bytes:
+            self._checked_answer(deg, k, replace)
         generator = seeded_generator(seed)
         counts, positions = sample_segments(start, deg, k, replace, generator)
         return {}, csc, counts, positions
@@ -339,8 +343,7 @@ class PartitionOps:
         rows = self._ids(tensors[:1], csc.dst)
         start = csc.colptr.index_select(0, rows)
         deg = csc.deg.index_select(0, rows)
-        self._check_reply(8 * (rows.numel() + 2 * sampled_count(deg, k, replace)),
-                          "sample", "use a smaller fan-out or fewer seeds per request")
+        self._checked_answer(deg, k, replace)
         generator = seeded_generator(seed)
         edge_type = edge_type_arg(args.get("edge_type"))
         counts, positions = self._attributes.sample(edge_type, request, start, deg, k,

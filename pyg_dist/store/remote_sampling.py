@@ -22,7 +22,7 @@ from torch_geometric.typing import EdgeType
 
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels.seeds import mix_seed
-from pyg_dist.rpc.ops import SAMPLE, PartRequest
+from pyg_dist.rpc.ops import SAMPLE, PartRequest, sample_answer_bytes
 from pyg_dist.store.routing import Router, reassemble
 
 
@@ -98,7 +98,7 @@ def _answer_bound(request: tuple[int, str, dict, list[Tensor]]) -> Optional[int]
     fanouts, sizes = args["num_neighbors"], args["sizes"]
     if min(fanouts) < 0:
         return None
-    return sum(8 * (seeds + 2 * seeds * k) for seeds, k in zip(sizes, fanouts))
+    return sum(sample_answer_bytes(seeds, seeds * k) for seeds, k in zip(sizes, fanouts))
 
 
 def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
