@@ -160,6 +160,12 @@ _BAD = [
     (_tree_args([2], seed=1, timeout=float("inf")), "'timeout'"),
     (_tree_args([2], seed=1, weight_attr="w" * 300), "'weight_attr'"),
     (_tree_args([2], seed=1, weight_attr="no_such"), "no_such"),
+    # A homogeneous graph's tree names its one edge type and seed type nil.
+    (_tree_args([2], seed=1, seed_types=["v0"]), "'seed_types'"),
+    ({**_tree_args([2], seed=1), "edge_types": [None, None]}, "'edge_types'"),
+    ({**_tree_args([2], seed=1, seed_types=["v1"]), "edge_types": [["v0", "e0", "v1"]]},
+     "heterogeneous|edge type"),
+    (_tree_args([2], seed=1, sizes=[1, 3]), "'sizes'"),
 ]
 
 

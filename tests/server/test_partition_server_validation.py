@@ -59,6 +59,12 @@ BAD_REQUESTS = {
                                     lambda p: [p.node_ids[:2]],
                                     "ProtocolError",
                                     "'sample' lacks the required arguments ['num_neighbors']"),
+    # Version 1's forms (docs/wire-protocol.md, "Changes") are refused by name.
+    "a version 1 get": ("get", {"attrs": ["x"]}, lambda p: [p.node_ids[:2]], "ProtocolError",
+                        "'get' has unknown arguments ['attrs']"),
+    "a version 1 sample": ("sample", {"num_neighbors": 2}, lambda p: [p.node_ids[:2]],
+                           "ProtocolError",
+                           "'sample' lacks the required arguments ['edge_types']"),
     "arguments not a map": ("degree", [1, 2], lambda p: [], "ProtocolError",
                             "args must be a map"),
     "unknown attribute": ("get", {"groups": [{"attrs": ["x", "secret"]}]},
