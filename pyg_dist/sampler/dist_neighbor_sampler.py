@@ -46,7 +46,7 @@ from pyg_dist.errors import (
 )
 from pyg_dist.sampler import link_sampling
 from pyg_dist.sampler.fan_outs import check_num_neighbors
-from pyg_dist.sampler.hop_loop import sample_hops
+from pyg_dist.sampler.hop_loop import one_type, sample_hops
 from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.sample_settings import check_attributes, seed_times
 from pyg_dist.sampler.server_hops import (
@@ -343,13 +343,7 @@ class DistNeighborSampler(BaseSampler):
         out = sample_hops(self, {None: list(self.num_neighbors)}, {None: seed_nodes},
                           None if seed_time is None else {None: seed_time}, base_seed,
                           max_edges)
-        return SamplerOutput(
-            node=out.node[None], row=out.row[None], col=out.col[None], edge=out.edge[None],
-            batch=None if out.batch is None else out.batch[None],
-            num_sampled_nodes=None if out.num_sampled_nodes is None else
-            out.num_sampled_nodes[None],
-            num_sampled_edges=None if out.num_sampled_edges is None else
-            out.num_sampled_edges[None])
+        return one_type(out)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "

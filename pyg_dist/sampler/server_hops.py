@@ -21,6 +21,7 @@ from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import ForwardingError, ProtocolError, RemoteError, SamplerError
 from pyg_dist.rpc.ops import SAMPLE_TREE, tree_answer_bytes
+from pyg_dist.sampler.hop_loop import one_type
 from pyg_dist.sampler.sample_settings import seed_times
 from pyg_dist.store.remote_sampling import attribute_args
 
@@ -131,7 +132,7 @@ def sample_tree(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
         reply.release()
     tree = _typed_output(out, node_types, list(fanouts), sampler.num_hops,
                          sampler.disjoint, "subgraph" in args)
-    return tree if typed else _one_type(tree)
+    return tree if typed else one_type(tree)
 
 
 def _typed_output(out: list[Tensor], node_types: list, edge_types: list, hops: int,
@@ -150,17 +151,6 @@ def _typed_output(out: list[Tensor], node_types: list, edge_types: list, hops: i
         dict(zip(node_types, per_hop_nodes.view(num_types, hops + 1).tolist())),
         num_sampled_edges=None if induced else
         dict(zip(edge_types, per_hop_edges.view(len(edge_types), hops).tolist())))
-
-
-def _one_type(tree: HeteroSamplerOutput) -> SamplerOutput:
-    """A homogeneous graph's tree: the one type (``None``) of ``tree``."""
-    return SamplerOutput(
-        node=tree.node[None], row=tree.row[None], col=tree.col[None], edge=tree.edge[None],
-        batch=None if tree.batch is None else tree.batch[None],
-        num_sampled_nodes=None if tree.num_sampled_nodes is None else
-        tree.num_sampled_nodes[None],
-        num_sampled_edges=None if tree.num_sampled_edges is None else
-        tree.num_sampled_edges[None])
 
 
 def _flags(sampler: Any) -> dict[str, Any]:
