@@ -254,6 +254,12 @@ def reply_tensor_limit(op: str, args: Any) -> int:
     return max(MAX_TENSORS, wanted)
 
 
+def wire_edge_type(edge_type: Optional[Sequence[str]]) -> Optional[list[str]]:
+    """An edge type as a request writes it: nil (a homogeneous graph's one)
+    or ``[src, rel, dst]`` (msgpack has no tuples)."""
+    return None if edge_type is None else list(edge_type)
+
+
 def sample_answer_bytes(seeds: int, neighbours: int) -> int:
     """Bytes of one edge type's ``sample`` answer: an int64 count per seed,
     an int64 neighbour and edge id per sampled neighbour (what its server

@@ -20,7 +20,7 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import ForwardingError, ProtocolError, RemoteError, SamplerError
-from pyg_dist.rpc.ops import SAMPLE_TREE, tree_answer_bytes
+from pyg_dist.rpc.ops import SAMPLE_TREE, tree_answer_bytes, wire_edge_type
 from pyg_dist.sampler.hop_loop import one_type
 from pyg_dist.sampler.sample_settings import seed_times
 from pyg_dist.store.remote_sampling import attribute_args
@@ -100,7 +100,7 @@ def sample_tree(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
     fanouts = sampler.num_neighbors if typed else {None: sampler.num_neighbors}
     types = list(seeds_of)
     args: dict[str, Any] = {
-        "edge_types": [None if t is None else list(t) for t in fanouts],
+        "edge_types": [wire_edge_type(t) for t in fanouts],
         "num_neighbors": [list(k) for k in fanouts.values()],
         "seed_types": types, "sizes": [seeds_of[t].numel() for t in types],
         "seed": int(base_seed), "timeout": deadline, **_flags(sampler)}

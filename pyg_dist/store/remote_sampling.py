@@ -22,7 +22,7 @@ from torch_geometric.typing import EdgeType
 
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels.seeds import mix_seed
-from pyg_dist.rpc.ops import SAMPLE, PartRequest, sample_answer_bytes
+from pyg_dist.rpc.ops import SAMPLE, PartRequest, sample_answer_bytes, wire_edge_type
 from pyg_dist.store.routing import Router, reassemble
 
 
@@ -165,14 +165,9 @@ def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Ten
         tensors.append(torch.cat([times for _, _, _, times in shares]))
     return SAMPLE.request(part, {
         **shared, "seed": mix_seed(seed, part),
-        "edge_types": [_wire(frontiers[index][0]) for index, _, _, _ in shares],
+        "edge_types": [wire_edge_type(frontiers[index][0]) for index, _, _, _ in shares],
         "sizes": [ids.numel() for _, _, ids, _ in shares],
         "num_neighbors": [fanouts[index] for index, _, _, _ in shares]}, tensors)
-
-
-def _wire(edge_type: Optional[EdgeType]) -> Optional[list[str]]:
-    """An edge type as the wire writes it: nil or ``[src, rel, dst]``."""
-    return None if edge_type is None else list(edge_type)
 
 
 def attribute_args(weight_attr: Optional[str], time_attr: Optional[str],
