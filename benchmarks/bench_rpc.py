@@ -137,7 +137,8 @@ def bench_pyg_shm(client: RpcClient, ids: torch.Tensor, reply_bytes: int, depth:
     client.ping(0)  # the client learns that the server shares its host
 
     def issue():
-        return client.call_async(0, "get", {"attrs": ["x"]}, [ids], reply_bytes=reply_bytes)
+        return client.call_async(0, "get", {"groups": [{"attrs": ["x"]}]}, [ids],
+                                 reply_bytes=reply_bytes)
 
     def wait(future) -> None:
         reply = future.result(timeout=60)
@@ -288,14 +289,15 @@ def run_all(client: RpcClient, bare_endpoint: str, rows_list: list[int], num_nod
             ids = torch.randperm(num_nodes, generator=gen)[:rows]
             nbytes = rows * FEATURES * 4
             row(f"get {rows} rows ({nbytes / 1e6:.1f} MB)", depth,
-                partial(bench_pyg, client, "get", {"attrs": ["x"]}, ids, depth, seconds),
+                partial(bench_pyg, client, "get", {"groups": [{"attrs": ["x"]}]}, ids, depth,
+                        seconds),
                 i, ids.numel() * 8, nbytes)
             if shm:
                 row("  same host, shared memory", depth,
                     partial(bench_pyg_shm, client, ids, nbytes, depth, seconds),
                     i, ids.numel() * 8, nbytes)
         seeds = torch.randperm(num_nodes, generator=gen)[:16]
-        args = {"num_neighbors": 10, "replace": False, "seed": 7}
+        args = {"edge_types": [None], "num_neighbors": 10, "replace": False, "seed": 7}
         row("sample 16 seeds, fan-out 10", depth,
             partial(bench_pyg, client, "sample", args, seeds, depth, seconds),
             len(rows_list), 16 * 8)

@@ -3,7 +3,7 @@
 A batch draws one seed; every hop, part and edge type samples with its own
 seed derived from it, so that the answer does not depend on which server
 answers first or how requests are grouped. The trainer (per part) and the
-server (per edge type of a ``sample_types`` request) derive them with the
+server (per edge type of a ``sample`` request) derive them with the
 same function.
 """
 

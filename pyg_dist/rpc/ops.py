@@ -161,35 +161,22 @@ RELEASE = OpSpec("release", "unmaps shared-memory segments a closing client lent
                  required=("segments",), reply=("released",))
 META = OpSpec("meta", "counts, feature specs, partition book(s), versions of the part",
               reply_check=checks.books)
-SAMPLE = OpSpec("sample", "one hop of neighbours for owned seeds of one edge type",
-                required=("num_neighbors",),
-                optional=("replace", "seed", "edge_type", "weight_attr", "time_attr",
+SAMPLE = OpSpec("sample", "one hop of neighbours for owned seeds of one or more edge types",
+                required=("edge_types", "num_neighbors"),
+                optional=("sizes", "replace", "seed", "weight_attr", "time_attr",
                           "temporal_strategy"),
                 tensors=(1, 2), reply_check=checks.sample)
-SAMPLE_TYPES = OpSpec("sample_types", "one hop over several edge types at once",
-                      required=("edge_types", "sizes", "num_neighbors"),
-                      optional=("replace", "seed", "weight_attr", "time_attr",
-                                "temporal_strategy"),
-                      tensors=(1, 2), reply_check=checks.sample_types)
-SAMPLE_TREE = OpSpec("sample_tree", "every hop of a batch, forwarded among the servers "
-                     "(the sampled subgraph, relabelled)",
-                     required=("num_neighbors", "seed"),
-                     optional=("replace", "disjoint", "subgraph", "timeout", "weight_attr",
-                               "time_attr", "temporal_strategy"),
-                     tensors=(1, 2), reply_check=checks.tree, worker=True)
-SAMPLE_TREE_TYPES = OpSpec(
-    "sample_tree_types", "every hop of a heterogeneous batch, forwarded among the servers",
-    required=("edge_types", "num_neighbors", "seed_types", "sizes", "seed"),
-    optional=("replace", "disjoint", "subgraph", "timeout", "weight_attr", "time_attr",
-              "temporal_strategy"),
-    tensors=(1, 2), reply=("node_types",), reply_check=checks.tree_types, worker=True)
-GET = OpSpec("get", "feature rows of owned nodes of one node type (with ``place``, "
-             "written into the caller's outputs at the given rows)",
-             required=("attrs",), optional=("group", "place"), tensors=(1, 2),
-             reply=("attrs",), reply_check=checks.get)
-GET_TYPES = OpSpec("get_types", "feature rows of owned nodes of several node types",
-                   required=("groups", "sizes"), tensors=(1, 1), reply=("groups",),
-                   reply_check=checks.get_types)
+SAMPLE_TREE = OpSpec(
+    "sample_tree", "every hop of a batch, forwarded among the servers (the sampled "
+    "subgraph, relabelled)",
+    required=("edge_types", "num_neighbors", "seed_types", "seed"),
+    optional=("sizes", "replace", "disjoint", "subgraph", "timeout", "weight_attr",
+              "time_attr", "temporal_strategy"),
+    tensors=(1, 2), reply=("node_types",), reply_check=checks.tree, worker=True)
+GET = OpSpec("get", "feature rows of owned nodes of one or more node types (with "
+             "``place``, of one, written into the caller's outputs at the given rows)",
+             required=("groups",), optional=("sizes", "place"), tensors=(1, 2),
+             reply=("groups",), reply_check=checks.get)
 SIZES = OpSpec("sizes", "the whole graph's size and dtype of every feature of a node type",
                optional=("group",), reply=("sizes", "dtypes"))
 EDGE_INDEX = OpSpec("edge_index", "the part's edges of one edge type, global, paged",
@@ -200,7 +187,7 @@ DEGREE = OpSpec("degree", "in-degrees of the part's nodes for one edge type",
 STATS = OpSpec("stats", "what get and get_edges served since the server started")
 GET_EDGES = OpSpec("get_edges", "edge attribute rows by global edge id",
                    required=("attrs",), optional=("edge_type",), tensors=(1, 1),
-                   reply=("attrs",), reply_check=checks.get)
+                   reply=("attrs",), reply_check=checks.get_edges)
 EDGE_IDS = OpSpec("edge_ids", "the part's global edge ids of one edge type, paged",
                   optional=("edge_type", "start", "count"), reply=("total",),
                   reply_check=checks.aligned(1))
@@ -232,7 +219,7 @@ RPC_OPS: Mapping[str, OpSpec] = {s.name: s for s in (PING, RELEASE)}
 """The ops every :class:`~pyg_dist.rpc.server.RpcServer` answers itself."""
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
-    META, SAMPLE, SAMPLE_TYPES, SAMPLE_TREE, SAMPLE_TREE_TYPES, GET, GET_TYPES, SIZES,
+    META, SAMPLE, SAMPLE_TREE, GET, SIZES,
     EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS, EMB_CREATE, EMB_READ, EMB_WRITE,
     EMB_PUSH, EMB_CHECKPOINT)}
 """The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`)."""
@@ -244,27 +231,47 @@ OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}
 def reply_tensor_limit(op: str, args: Any) -> int:
     """Most tensors a reply to this request may carry, derived from the
     request: :data:`~pyg_dist.rpc.protocol.MAX_TENSORS` (64), or more for the
-    ops that answer a few tensors per type asked for (``sample_types``: 3 per
-    edge type; ``sample_tree_types``: 3 per edge type, 2 per node type, and
-    the node types are at most 2 per edge type plus the seed types; a
-    ``get_types``: one per attribute asked for). A reply is refused over it,
+    ops that answer a few tensors per type asked for (``sample``: 3 per
+    edge type; ``sample_tree``: 3 per edge type, 2 per node type, and
+    the node types are at most 2 per edge type plus the seed types; ``get``:
+    one per attribute of each of its node types). A reply is refused over it,
     before its tensors are built, and no earlier: a graph of 1,000 edge types
     is answered, not refused after the server did the work.
     """
     if not isinstance(args, dict):
         return MAX_TENSORS
-    if op == SAMPLE_TYPES.name:
-        wanted = 3 * _length(args.get("sizes"))
-    elif op == SAMPLE_TREE_TYPES.name:
+    if op == SAMPLE.name:
+        wanted = 3 * _length(args.get("edge_types"))
+    elif op == SAMPLE_TREE.name:
         edge_types = _length(args.get("edge_types"))
         node_types = 2 * edge_types + _length(args.get("seed_types"))
         wanted = 3 * edge_types + 2 * node_types + 2 + MAX_TENSORS
-    elif op == GET_TYPES.name and isinstance(args.get("groups"), list):
+    elif op == GET.name and isinstance(args.get("groups"), list):
         wanted = sum(_length(g.get("attrs")) if isinstance(g, dict) else 0
                      for g in args["groups"])
     else:
         return MAX_TENSORS
     return max(MAX_TENSORS, wanted)
+
+
+def wire_edge_type(edge_type: Optional[Sequence[str]]) -> Optional[list[str]]:
+    """An edge type as a request writes it: nil (a homogeneous graph's one)
+    or ``[src, rel, dst]`` (msgpack has no tuples)."""
+    return None if edge_type is None else list(edge_type)
+
+
+def sample_answer_bytes(seeds: int, neighbours: int) -> int:
+    """Bytes of one edge type's ``sample`` answer: an int64 count per seed,
+    an int64 neighbour and edge id per sampled neighbour (what its server
+    checks against the reply limit, and a trainer lends memory for)."""
+    return 8 * (seeds + 2 * neighbours)
+
+
+def tree_answer_bytes(nodes: int, edges: int, hops: int, disjoint: bool) -> int:
+    """Bytes of a homogeneous ``sample_tree`` answer: an int64 id (and
+    batch entry, when disjoint) per node, int32 row and col and an int64
+    id per edge, and the per-hop counts."""
+    return sample_answer_bytes((2 if disjoint else 1) * nodes + 2 * hops + 1, edges)
 
 
 def _length(value: Any) -> int:

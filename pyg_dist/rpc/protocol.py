@@ -6,14 +6,14 @@ whose dtype and shape the header declares. Nothing is ever pickled.
 
 Request header::
 
-    {"version": 1, "id": <uint>, "op": <str>, "args": <map>,
+    {"version": 2, "id": <uint>, "op": <str>, "args": <map>,
      "tensors": [[<dtype>, [<dim>, ...]], ...], "shm": <map, optional>}
 
 Reply header::
 
-    {"version": 1, "id": <uint or nil>, "status": "ok", "result": <map>,
+    {"version": 2, "id": <uint or nil>, "status": "ok", "result": <map>,
      "tensors": [[<dtype>, [<dim>, ...]], ...], "shm": [<offset>, ...]}
-    {"version": 1, "id": <uint or nil>, "status": "error",
+    {"version": 2, "id": <uint or nil>, "status": "error",
      "error": {"type": <str>, "message": <str>}}
 
 ``shm`` (optional) names a segment of shared memory the client lends for the
@@ -43,7 +43,7 @@ from pyg_dist.rpc import wire_values
 from pyg_dist.rpc.messages import ErrorReply, Reply, Request
 from pyg_dist.rpc.wire_values import MAX_ID, describe
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 # The only dtypes that may cross the wire; anything else is refused.
 DTYPES: dict[str, torch.dtype] = {
@@ -341,8 +341,8 @@ def decode_reply(frames: Sequence[Any], max_tensors: int = MAX_TENSORS
         frames: Header frame followed by tensor frames.
         max_tensors: Most tensors the reply may carry: :data:`MAX_TENSORS`,
             or more where the request asked for more (3 per edge type of a
-            ``sample_types``: :meth:`OpSpec.reply_tensors
-            <pyg_dist.rpc.ops.OpSpec.reply_tensors>`); the header's limits
+            ``sample``: :func:`reply_tensor_limit
+            <pyg_dist.rpc.ops.reply_tensor_limit>`); the header's limits
             grow with it.
 
     Raises:

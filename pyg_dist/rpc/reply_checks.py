@@ -102,70 +102,30 @@ def _fan_out(value: Any) -> int:
 
 
 def sample(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-            reply: list[Tensor]) -> Optional[str]:
-    return _hops([_ids_of(tensors)], [_fan_out(args.get("num_neighbors"))],
-                 args.get("replace") is True, reply)
-
-
-def sample_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-                  reply: list[Tensor]) -> Optional[str]:
-    sizes = list(args["sizes"])
+           reply: list[Tensor]) -> Optional[str]:
+    """Per edge type asked for, :func:`_hops`' three tensors (``sizes``
+    seeds each; one edge type without ``sizes`` has them all)."""
+    sizes = list(args.get("sizes", [_ids_of(tensors)]))
     k = args.get("num_neighbors")
     fan_outs = [_fan_out(v) for v in k] if isinstance(k, list) else [_fan_out(k)] * len(sizes)
     return _hops(sizes, fan_outs, args.get("replace") is True, reply)
 
 
 def tree(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-          reply: list[Tensor]) -> Optional[str]:
-    """``node, row, col, edge, num_sampled_nodes, num_sampled_edges`` (and
-    ``batch`` when disjoint), 1-D int64 but ``row`` and ``col`` (int32,
-    indices into the nodes); the edges index into the nodes,
-    the seeds come first, and the per-hop counts add up (none for an
-    induced subgraph)."""
-    problem = _count(7 if args.get("disjoint") is True else 6, reply)
-    if problem is not None:
-        return problem
-    # row and col index into the nodes: int32 halves their bytes.
-    dtypes = [torch.int64, torch.int32, torch.int32] + [torch.int64] * (len(reply) - 3)
-    if any(t.dim() != 1 or t.dtype != d for t, d in zip(reply, dtypes)):
-        return (f"tensors {[_shape(t) for t in reply]}, where 1-D ones of "
-                f"{[str(d) for d in dtypes]} were due")
-    node, row, col, edge, per_hop_nodes, per_hop_edges = reply[:6]
-    seeds = _ids_of(tensors)
-    if row.numel() != col.numel() or row.numel() != edge.numel():
-        return f"{row.numel()} rows, {col.numel()} columns and {edge.numel()} edge ids"
-    if node.numel() < seeds or not torch.equal(node[:seeds], tensors[0].to(torch.int64)):
-        return f"{node.numel()} nodes that do not start with the {seeds} seeds"
-    if len(reply) == 7 and reply[6].numel() != node.numel():
-        return f"{reply[6].numel()} batch entries for {node.numel()} nodes"
-    for name, index in (("row", row), ("col", col)):
-        low, high = _bounds(index)
-        if index.numel() and not 0 <= low <= high < node.numel():
-            return f"{name} entries outside the {node.numel()} sampled nodes"
-    if args.get("subgraph") == "induced":
-        return None if not per_hop_nodes.numel() and not per_hop_edges.numel() else \
-            "per-hop counts for an induced subgraph"
-    hops = len(args["num_neighbors"])
-    if per_hop_nodes.numel() != hops + 1 or per_hop_edges.numel() != hops \
-            or int(per_hop_nodes.sum()) != node.numel() \
-            or int(per_hop_edges.sum()) != row.numel() or int(per_hop_nodes[0]) != seeds:
-        return (f"per-hop counts {per_hop_nodes.tolist()} (nodes) and "
-                f"{per_hop_edges.tolist()} (edges) that do not add up to {node.numel()} nodes "
-                f"and {row.numel()} edges over {hops} hops from {seeds} seeds")
-    return None
-
-
-def tree_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-                reply: list[Tensor]) -> Optional[str]:
-    """Per node type (``result["node_types"]``) its nodes, per edge type (the
-    request's) ``row``, ``col`` (int32 indices into its source's and its
-    destination's nodes) and ``edge``, then the per-hop counts, flattened
-    (empty for an induced subgraph), and, when disjoint, per node type its
-    ``batch``; the seeds first in their types' nodes."""
+         reply: list[Tensor]) -> Optional[str]:
+    """Per node type (``result["node_types"]``; ``[nil]`` for a homogeneous
+    graph) its nodes, per edge type (the request's; nil joins the nil node
+    type to itself) ``row``, ``col`` (int32 indices into its source's and
+    its destination's nodes) and ``edge``, then the per-hop counts,
+    flattened (empty for an induced subgraph), and, when disjoint, per node
+    type its ``batch``; all 1-D int64 but ``row`` and ``col``. The seeds come
+    first in their types' nodes, and the per-hop counts add up to the nodes
+    and edges of every type, its seeds first."""
     node_types = result.get("node_types")
-    if not isinstance(node_types, list) or not all(isinstance(t, str) for t in node_types):
+    if not isinstance(node_types, list) or \
+            not all(t is None or isinstance(t, str) for t in node_types):
         return f"node types {describe(node_types)}"
-    edge_types = [tuple(t) for t in args["edge_types"]]
+    edge_types = [None if t is None else tuple(t) for t in args["edge_types"]]
     num_types, num_edge_types = len(node_types), len(edge_types)
     disjoint = args.get("disjoint") is True
     problem = _count(num_types * (2 if disjoint else 1) + 3 * num_edge_types + 2, reply)
@@ -174,69 +134,79 @@ def tree_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, An
     nodes = dict(zip(node_types, reply[:num_types]))
     per_edge = reply[num_types:num_types + 3 * num_edge_types]
     per_hop_nodes, per_hop_edges = reply[num_types + 3 * num_edge_types:][:2]
+    # row and col index into the nodes: int32 halves their bytes.
     dtypes = [torch.int64] * num_types + [torch.int32, torch.int32, torch.int64] * \
         num_edge_types + [torch.int64] * (len(reply) - num_types - 3 * num_edge_types)
     if any(t.dim() != 1 or t.dtype != d for t, d in zip(reply, dtypes)):
-        return f"tensors of dtypes {[str(t.dtype) for t in reply]}, where {dtypes} were due"
+        return (f"tensors {[_shape(t) for t in reply][:8]}, where 1-D ones of "
+                f"{[str(d) for d in dtypes][:8]} were due")
+    seeds = dict(zip(args["seed_types"], args.get("sizes", [_ids_of(tensors)])))
     start = 0
-    for node_type, size in zip(args["seed_types"], args["sizes"]):
+    for node_type, size in seeds.items():
         node = nodes.get(node_type)
         if node is None or node.numel() < size or \
                 not torch.equal(node[:size], tensors[0][start:start + size]):
-            return f"{node_type!r} nodes that do not start with its {size} seeds"
+            return f"{describe(node_type)} nodes that do not start with its {size} seeds"
         start += size
     edge_counts = []
-    for i, (src, _, dst) in enumerate(edge_types):
-        row, col, edge = per_edge[3 * i:3 * i + 3]
+    for edge_type, (row, col, edge) in zip(edge_types, zip(*[iter(per_edge)] * 3)):
+        src, dst = (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
         if src not in nodes or dst not in nodes:
-            return f"no nodes of {src!r} or {dst!r} for edge type {edge_types[i]}"
+            return f"no nodes of {describe(src)} or {describe(dst)} for edge type {edge_type}"
         if row.numel() != col.numel() or row.numel() != edge.numel():
-            return f"{row.numel()} rows, {col.numel()} columns, {edge.numel()} edge ids"
+            return f"{row.numel()} rows, {col.numel()} columns and {edge.numel()} edge ids"
         for name, index, node_type in (("row", row, src), ("col", col, dst)):
             low, high = _bounds(index)
             if index.numel() and not 0 <= low <= high < nodes[node_type].numel():
-                return f"{name} entries of {edge_types[i]} outside its {node_type!r} nodes"
+                return f"{name} entries of {edge_type} outside its {describe(node_type)} nodes"
         edge_counts.append(row.numel())
+    if disjoint and any(b.numel() != nodes[t].numel()
+                        for t, b in zip(node_types, reply[-num_types:])):
+        return "batch entries that do not match the nodes of their type"
     if args.get("subgraph") == "induced":
         return None if not per_hop_nodes.numel() and not per_hop_edges.numel() else \
             "per-hop counts for an induced subgraph"
     hops = len(args["num_neighbors"][0]) if args["num_neighbors"] else 0
     if per_hop_nodes.numel() != num_types * (hops + 1) or \
-            per_hop_edges.numel() != num_edge_types * hops or \
-            per_hop_nodes.view(num_types, hops + 1).sum(1).tolist() != \
-            [nodes[t].numel() for t in node_types] or \
-            per_hop_edges.view(num_edge_types, hops).sum(1).tolist() != edge_counts:
+            per_hop_edges.numel() != num_edge_types * hops:
+        return (f"{per_hop_nodes.numel()} per-hop node and {per_hop_edges.numel()} edge "
+                f"counts for {num_types} node and {num_edge_types} edge types over {hops} hops")
+    per_type = per_hop_nodes.view(num_types, hops + 1)
+    if per_type.sum(1).tolist() != [nodes[t].numel() for t in node_types] or \
+            per_hop_edges.view(num_edge_types, hops).sum(1).tolist() != edge_counts or \
+            per_type[:, 0].tolist() != [seeds.get(t, 0) for t in node_types]:
         return "per-hop counts that do not add up to the nodes and edges of every type"
-    if disjoint and any(b.numel() != nodes[t].numel()
-                        for t, b in zip(node_types, reply[-num_types:])):
-        return "batch entries that do not match the nodes of their type"
     return None
 
 
 def get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-         reply: list[Tensor]) -> Optional[str]:
-    if "place" in args:  # the rows were written into the caller's outputs
+        reply: list[Tensor]) -> Optional[str]:
+    """Every group's attribute tensors, group after group, each of as many
+    rows as the group has ids (``sizes``; one group without ``sizes`` has
+    them all); none when the rows were written into the caller's outputs
+    (``place``)."""
+    if "place" in args:
         if result.get("placed") is not True or reply:
             return (f"{len(reply)} tensors and placed={describe(result.get('placed'))}, "
                     f"where it wrote its rows in place")
         return None
-    return _count(len(args["attrs"]), reply) or _rows(reply, _ids_of(tensors))
-
-
-def get_types(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-               reply: list[Tensor]) -> Optional[str]:
-    groups, sizes = args["groups"], args["sizes"]
+    groups = args["groups"]
+    sizes = args.get("sizes", [_ids_of(tensors)])
     problem = _count(sum(len(g["attrs"]) for g in groups), reply)
-    if problem is not None:
-        return problem
     start = 0
     for group, size in zip(groups, sizes):
-        attrs = len(group["attrs"])
-        problem = _rows(reply[start:start + attrs], size)
         if problem is not None:
             return problem
+        attrs = len(group["attrs"])
+        problem = _rows(reply[start:start + attrs], size)
         start += attrs
-    return None
+    return problem
+
+
+def get_edges(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
+              reply: list[Tensor]) -> Optional[str]:
+    """One tensor per attribute, a row per edge id."""
+    return _count(len(args["attrs"]), reply) or _rows(reply, _ids_of(tensors))
 
 
 def aligned(count: int) -> ReplyCheck:

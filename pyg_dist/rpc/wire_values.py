@@ -91,7 +91,7 @@ def unpack_header(raw: memoryview, tensors: int = 0) -> Any:
         raw: The frame's bytes.
         tensors: Tensor specs the header may carry beyond the fixed limits
             (a reply whose request asked for thousands of tensors: 3 per
-            edge type of a ``sample_types``): each may add two containers
+            edge type of a ``sample``): each may add two containers
             (``[dtype, [shape...]]``), four items, and one entry to the list
             of specs. Derived from the caller's own request, never from the
             header.

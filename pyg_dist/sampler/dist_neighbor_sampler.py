@@ -46,12 +46,11 @@ from pyg_dist.errors import (
 )
 from pyg_dist.sampler import link_sampling
 from pyg_dist.sampler.fan_outs import check_num_neighbors
-from pyg_dist.sampler.hop_loop import sample_hops
+from pyg_dist.sampler.hop_loop import one_type, sample_hops
 from pyg_dist.sampler.metadata import SamplerMetadata
 from pyg_dist.sampler.sample_settings import check_attributes, seed_times
 from pyg_dist.sampler.server_hops import (
     sample_on_servers,
-    sample_types_on_servers,
     server_hops_setting,
 )
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
@@ -266,10 +265,10 @@ class DistNeighborSampler(BaseSampler):
                           seed: Optional[int] = None) -> HeteroSamplerOutput:
         """Samples around seeds of several node types (a heterogeneous link
         batch's two endpoint types; PyG's ``edge_sample`` calls this): on
-        the servers (``sample_tree_types``) when they forward, else hop by
+        the servers (``sample_tree``) when they forward, else hop by
         hop."""
         if self.server_hops:
-            return sample_types_on_servers(self, seeds, seed_time, seed)
+            return sample_on_servers(self, seeds, seed_time, seed)
         return self.hop_by_hop_types(seeds, seed_time, seed=seed)
 
     def hop_by_hop_types(self, seeds: dict[str, Tensor],
@@ -278,7 +277,7 @@ class DistNeighborSampler(BaseSampler):
                          max_edges: Optional[int] = None) -> HeteroSamplerOutput:
         """Samples all hops around seeds of several node types (global ids
         per type), every hop one round trip from here to the servers (what
-        a coordinating server runs for ``sample_tree_types``).
+        a coordinating server runs for a heterogeneous ``sample_tree``).
 
         Args:
             seeds: Global ids per node type.
@@ -344,13 +343,7 @@ class DistNeighborSampler(BaseSampler):
         out = sample_hops(self, {None: list(self.num_neighbors)}, {None: seed_nodes},
                           None if seed_time is None else {None: seed_time}, base_seed,
                           max_edges)
-        return SamplerOutput(
-            node=out.node[None], row=out.row[None], col=out.col[None], edge=out.edge[None],
-            batch=None if out.batch is None else out.batch[None],
-            num_sampled_nodes=None if out.num_sampled_nodes is None else
-            out.num_sampled_nodes[None],
-            num_sampled_edges=None if out.num_sampled_edges is None else
-            out.num_sampled_edges[None])
+        return one_type(out)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.sampler import HeteroSamplerOutput
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.typing import EdgeType, NodeType
 
@@ -189,3 +189,15 @@ def _induced_edges(sampler: Any, edge_types: list[Optional[EdgeType]],
         row[edge_type], col[edge_type] = src_local[found], dst_local[found]
         edge[edge_type] = eids.to(torch.long)[found]
     return row, col, edge
+
+
+def one_type(out: HeteroSamplerOutput) -> SamplerOutput:
+    """A homogeneous graph's subgraph: the one type (``None``, node and edge
+    type alike) of the typed loop's output ``out``."""
+    return SamplerOutput(
+        node=out.node[None], row=out.row[None], col=out.col[None], edge=out.edge[None],
+        batch=None if out.batch is None else out.batch[None],
+        num_sampled_nodes=None if out.num_sampled_nodes is None else
+        out.num_sampled_nodes[None],
+        num_sampled_edges=None if out.num_sampled_edges is None else
+        out.num_sampled_edges[None])

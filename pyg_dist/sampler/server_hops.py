@@ -12,8 +12,7 @@ seed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -21,7 +20,8 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import ForwardingError, ProtocolError, RemoteError, SamplerError
-from pyg_dist.rpc.ops import SAMPLE_TREE, SAMPLE_TREE_TYPES
+from pyg_dist.rpc.ops import SAMPLE_TREE, tree_answer_bytes, wire_edge_type
+from pyg_dist.sampler.hop_loop import one_type
 from pyg_dist.sampler.sample_settings import seed_times
 from pyg_dist.store.remote_sampling import attribute_args
 
@@ -29,8 +29,7 @@ logger = logging.getLogger(__name__)
 
 
 def server_hops_setting(sampler: Any, server_hops: Optional[bool]) -> bool:
-    """Whether ``sampler`` samples with ``sample_tree`` (``sample_tree_types``
-    on a heterogeneous graph): ``server_hops`` checked against what the
+    """Whether ``sampler`` samples with ``sample_tree``: ``server_hops`` checked against what the
     servers allow (``None``: when they do).
 
     Raises:
@@ -46,92 +45,108 @@ def server_hops_setting(sampler: Any, server_hops: Optional[bool]) -> bool:
     return able if server_hops is None else bool(server_hops)
 
 
-def sample_on_servers(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
-                      seed: Optional[int]) -> SamplerOutput:
-    """:func:`sample_tree` of one batch; if its coordinator cannot forward
+def sample_on_servers(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
+                      seed_time: Union[Tensor, dict[str, Tensor], None],
+                      seed: Optional[int]) -> Union[SamplerOutput, HeteroSamplerOutput]:
+    """:func:`sample_tree` of one batch (a homogeneous graph's seeds, or
+    seeds per node type); if its coordinator cannot forward
     (``ForwardingError``), the batch and every later one are sampled hop by
     hop, with one warning in the log."""
-    seeds = sampler.graph_store.router.check_ids(seeds.view(-1).cpu(), "seed nodes")
-    seed_time = seed_times(sampler, seeds, seed_time)
+    typed = isinstance(seeds, dict)
+    if typed:
+        seeds, seed_time = sampler.checked_seed_dict(seeds, seed_time)
+    else:
+        seeds = sampler.graph_store.router.check_ids(seeds.view(-1).cpu(), "seed nodes")
+        seed_time = seed_times(sampler, seeds, seed_time)
     base_seed = sampler.draw_seed() if seed is None else int(seed)
-    out = _or_hop_by_hop(sampler, lambda: sample_tree(sampler, seeds, seed_time, base_seed))
-    return out if out is not None else sampler.hop_by_hop(seeds, seed_time, seed=base_seed)
-
-
-def sample_types_on_servers(sampler: Any, seeds: dict[str, Tensor],
-                            seed_time: Optional[dict[str, Tensor]],
-                            seed: Optional[int]) -> HeteroSamplerOutput:
-    """:func:`sample_tree_types` of one heterogeneous batch, falling back to
-    hop by hop as :func:`sample_on_servers` does."""
-    seeds, seed_time = sampler.checked_seed_dict(seeds, seed_time)
-    base_seed = sampler.draw_seed() if seed is None else int(seed)
-    out = _or_hop_by_hop(
-        sampler, lambda: sample_tree_types(sampler, seeds, seed_time, base_seed))
-    return out if out is not None else \
-        sampler.hop_by_hop_types(seeds, seed_time, seed=base_seed)
-
-
-def _or_hop_by_hop(sampler: Any, tree: Callable[[], Any]) -> Any:
-    """``tree()``, or ``None`` (and the sampler samples hop by hop from now
-    on) when the coordinator answered that it cannot forward."""
     try:
-        return tree()
+        return sample_tree(sampler, seeds, seed_time, base_seed)
     except RemoteError as exc:
         if exc.remote_type != ForwardingError.__name__:
             raise
         logger.warning("the servers cannot sample on their own (%s); sampling hop by hop "
                        "from now on", exc.remote_message or exc)
         sampler.server_hops = False
-    return None
+    hop_by_hop = sampler.hop_by_hop_types if typed else sampler.hop_by_hop
+    return hop_by_hop(seeds, seed_time, seed=base_seed)
 
 
-def sample_tree_types(sampler: Any, seeds: dict[str, Tensor],
-                      seed_time: Optional[dict[str, Tensor]],
-                      base_seed: int) -> HeteroSamplerOutput:
-    """Samples every hop of a heterogeneous batch on the servers.
+def sample_tree(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
+                seed_time: Union[Tensor, dict[str, Tensor], None],
+                base_seed: int) -> Union[SamplerOutput, HeteroSamplerOutput]:
+    """Samples every hop of a batch on the servers: a homogeneous graph's
+    as the one-type case of a heterogeneous one (node and edge type nil).
 
     Args:
-        sampler: The :class:`~pyg_dist.sampler.DistNeighborSampler`.
-        seeds: Checked global ids per node type.
-        seed_time: With ``time_attr``, one int64 time per seed of each type.
+        sampler: The :class:`~pyg_dist.sampler.DistNeighborSampler` (its
+            settings, graph store and deadline).
+        seeds: Checked global ids of the seeds (int64), per node type on a
+            heterogeneous graph.
+        seed_time: With ``time_attr``, one int64 time per seed (likewise).
         base_seed: The batch's random seed.
 
     Raises:
-        RemoteError: as :func:`sample_tree`.
+        RemoteError: as the coordinator answered it (a peer that timed out
+            arrives as ``RemoteRpcTimeoutError`` naming that peer; a server
+            that does not forward as ``RemoteForwardingError``).
         ProtocolError: if the coordinator names other node types than the
             graph's.
     """
     router = sampler.graph_store.router
     deadline = router.deadline(sampler.timeout)
-    types = list(seeds)
+    typed = isinstance(seeds, dict)
+    seeds_of = seeds if typed else {None: seeds}
+    times_of = seed_time if typed or seed_time is None else {None: seed_time}
+    fanouts = sampler.num_neighbors if typed else {None: sampler.num_neighbors}
+    types = list(seeds_of)
     args: dict[str, Any] = {
-        "edge_types": [list(t) for t in sampler.num_neighbors],
-        "num_neighbors": [list(k) for k in sampler.num_neighbors.values()],
-        "seed_types": types, "sizes": [seeds[t].numel() for t in types],
+        "edge_types": [wire_edge_type(t) for t in fanouts],
+        "num_neighbors": [list(k) for k in fanouts.values()],
+        "seed_types": types, "sizes": [seeds_of[t].numel() for t in types],
         "seed": int(base_seed), "timeout": deadline, **_flags(sampler)}
-    tensors = [torch.cat([seeds[t] for t in types])]
-    if seed_time is not None:
-        tensors.append(torch.cat([seed_time[t] for t in types]))
+    tensors = [torch.cat([seeds_of[t] for t in types])]
+    if times_of is not None:
+        tensors.append(torch.cat([times_of[t] for t in types]))
+    # Batches take turns among the servers (which one coordinates does not
+    # change the batch): trees in flight spread evenly over their slots.
     part = next(sampler.coordinators) % router.num_parts
-    reply = router.call_all([SAMPLE_TREE_TYPES.request(part, args, tensors)], deadline)[0]
-    node_types = reply.result["node_types"]  # checked: names, one node tensor each
-    if node_types != list(sampler.graph_store.node_types):
-        raise ProtocolError(f"server {router.endpoints[part]} answered node types "
-                            f"{node_types[:8]}, the graph has "
-                            f"{list(sampler.graph_store.node_types)[:8]}",
-                            address=router.endpoints[part], op=SAMPLE_TREE_TYPES.name)
-    out = [t.to(torch.long) for t in reply.tensors]
-    edge_types = list(sampler.num_neighbors)
-    num_types, hops = len(node_types), sampler.num_hops
-    node = dict(zip(node_types, out[:num_types]))
+    # A coordinator on this host writes the subgraph into memory lent for
+    # it when its size is bounded (every fan-out >= 0, not induced).
+    bound = None if typed else _answer_bound(sampler, seeds)
+    reply = router.call_all([SAMPLE_TREE.request(part, args, tensors)], deadline,
+                            reply_bytes=[bound])[0]
+    try:
+        node_types = reply.result["node_types"]  # checked: one node tensor each
+        expected = list(sampler.graph_store.node_types) if typed else [None]
+        if node_types != expected:
+            raise ProtocolError(f"server {router.endpoints[part]} answered node types "
+                                f"{node_types[:8]}, the graph has {expected[:8]}",
+                                address=router.endpoints[part], op=SAMPLE_TREE.name)
+        # Checked against the request (pyg_dist.rpc.ops): indices into the
+        # nodes, the seeds first, per-hop counts that add up. Copied out of
+        # lent memory, which goes back to the pool on release.
+        lent = reply.on_release is not None
+        out = [t.to(torch.long) if t.dtype != torch.long else t.clone() if lent else t
+               for t in reply.tensors]
+    finally:
+        reply.release()
+    tree = _typed_output(out, node_types, list(fanouts), sampler.num_hops,
+                         sampler.disjoint, "subgraph" in args)
+    return tree if typed else one_type(tree)
+
+
+def _typed_output(out: list[Tensor], node_types: list, edge_types: list, hops: int,
+                  disjoint: bool, induced: bool) -> HeteroSamplerOutput:
+    """A tree reply's tensors (``sample_tree``'s layout) by type."""
+    num_types = len(node_types)
     per_edge = out[num_types:num_types + 3 * len(edge_types)]
     per_hop_nodes, per_hop_edges = out[num_types + 3 * len(edge_types):][:2]
-    induced = "subgraph" in args
     return HeteroSamplerOutput(
-        node=node, row={t: per_edge[3 * i] for i, t in enumerate(edge_types)},
+        node=dict(zip(node_types, out[:num_types])),
+        row={t: per_edge[3 * i] for i, t in enumerate(edge_types)},
         col={t: per_edge[3 * i + 1] for i, t in enumerate(edge_types)},
         edge={t: per_edge[3 * i + 2] for i, t in enumerate(edge_types)},
-        batch=dict(zip(node_types, out[-num_types:])) if sampler.disjoint else None,
+        batch=dict(zip(node_types, out[-num_types:])) if disjoint else None,
         num_sampled_nodes=None if induced else
         dict(zip(node_types, per_hop_nodes.view(num_types, hops + 1).tolist())),
         num_sampled_edges=None if induced else
@@ -152,54 +167,9 @@ def _flags(sampler: Any) -> dict[str, Any]:
     return args
 
 
-def sample_tree(sampler: Any, seeds: Tensor, seed_time: Optional[Tensor],
-                base_seed: int) -> SamplerOutput:
-    """Samples every hop around ``seeds`` on the servers.
-
-    Args:
-        sampler: The :class:`~pyg_dist.sampler.DistNeighborSampler` (its
-            settings, graph store and deadline).
-        seeds: Checked global ids of the seeds (int64).
-        seed_time: With ``time_attr``, one int64 time per seed.
-        base_seed: The batch's random seed.
-
-    Raises:
-        RemoteError: as the coordinator answered it (a peer that timed out
-            arrives as ``RemoteRpcTimeoutError`` naming that peer; a server
-            that does not forward as ``RemoteForwardingError``).
-    """
-    router = sampler.graph_store.router
-    deadline = router.deadline(sampler.timeout)
-    args: dict[str, Any] = {"num_neighbors": list(sampler.num_neighbors),
-                            "seed": int(base_seed), "timeout": deadline, **_flags(sampler)}
-    tensors = [seeds] if seed_time is None else [seeds, seed_time]
-    # Batches take turns among the servers (which one coordinates does not
-    # change the batch): trees in flight spread evenly over their slots.
-    part = next(sampler.coordinators) % router.num_parts
-    request = SAMPLE_TREE.request(part, args, tensors)
-    # A coordinator on this host writes the subgraph into memory lent for
-    # it when its size is bounded (every fan-out >= 0, not induced).
-    reply = router.call_all([request], deadline, reply_bytes=[_answer_bound(sampler, seeds)])[0]
-    try:
-        # Checked against the request (pyg_dist.rpc.ops): indices into the
-        # nodes, the seeds first, per-hop counts that add up. Copied out of
-        # lent memory, which goes back to the pool on release.
-        lent = reply.on_release is not None
-        out = [t.to(torch.long) if t.dtype != torch.long else t.clone() if lent else t
-               for t in reply.tensors]
-    finally:
-        reply.release()
-    node, row, col, edge, per_hop_nodes, per_hop_edges, *batch = out
-    induced = "subgraph" in args
-    return SamplerOutput(
-        node=node, row=row, col=col, edge=edge, batch=batch[0] if batch else None,
-        num_sampled_nodes=None if induced else per_hop_nodes.tolist(),
-        num_sampled_edges=None if induced else per_hop_edges.tolist())
-
-
 def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
     """Most bytes a ``sample_tree`` answer takes (``k`` neighbours per node
-    and hop at most; 8 bytes a node, 16 an edge), or ``None`` when unbounded
+    and hop at most), or ``None`` when unbounded
     (a fan-out of -1, or an induced subgraph)."""
     fanouts = list(sampler.num_neighbors)
     if sampler.subgraph_type == SubgraphType.induced or any(k < 0 for k in fanouts):
@@ -209,5 +179,4 @@ def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
     for k in fanouts:
         frontier *= k
         nodes, edges = nodes + frontier, edges + frontier
-    per_node = 2 if sampler.disjoint else 1  # node ids (and batch)
-    return 8 * (per_node * nodes + 2 * edges + 2 * len(fanouts) + 1)
+    return tree_answer_bytes(nodes, edges, len(fanouts), sampler.disjoint)

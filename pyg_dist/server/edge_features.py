@@ -69,10 +69,6 @@ class EdgeTable:
     features: dict[str, Tensor]
 
 
-def _edge_type_json(edge_type: Any) -> Any:
-    return None if edge_type is None else list(edge_type)
-
-
 class EdgeFeatureOps:
     """The edge attribute ops of one part.
 
@@ -128,15 +124,15 @@ class EdgeFeatureOps:
         if edge_type not in self._edge_types:
             raise StoreError(
                 f"part {self.part} holds no edge type "
-                f"{describe(_edge_type_json(edge_type))}; it holds "
-                f"{[_edge_type_json(t) for t in self._edge_types]}")
+                f"{describe(ops.wire_edge_type(edge_type))}; it holds "
+                f"{[ops.wire_edge_type(t) for t in self._edge_types]}")
         return edge_type
 
     def _plan(self, args: dict[str, Any]) -> tuple[Any, list[str], int]:
         """Checks ``get_edges``'s arguments: ``(edge_type, attrs, bytes per row)``."""
         edge_type = self._edge_type(args)
         attrs, row_bytes = attrs_arg(args, self._specs[edge_type], "edge attribute",
-                                     f"edge type {describe(_edge_type_json(edge_type))}")
+                                     f"edge type {describe(ops.wire_edge_type(edge_type))}")
         return edge_type, attrs, row_bytes
 
     def _table(self, edge_type: Any) -> EdgeTable:

@@ -1,5 +1,4 @@
-"""``sample_tree`` and ``sample_tree_types``: a batch's hops carried among
-the servers.
+"""``sample_tree``: a batch's hops carried among the servers.
 
 Sampled hop by hop from the trainer, a batch of ``L`` hops costs ``L``
 round trips before its features are fetched: behind 5 ms of link delay,
@@ -11,9 +10,10 @@ request a trainer sends (same per-part seed), and relabels with the
 trainer's own code (:meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop`).
 The trainer then pays one round trip for the subgraph and one for its
 features, and the batch is bit for bit the one hop-by-hop sampling draws.
-``sample_tree_types`` does the same for a heterogeneous batch
+A heterogeneous batch is sampled the same way
 (:meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop_types`, one
-``sample_types`` per peer and hop).
+``sample`` of every edge type per peer and hop); a homogeneous one is its
+one-type case (edge type and node type nil).
 
 Peers: a server forwards only when it was given the cluster's server list
 (``pyg-dist serve --peers`` or ``--peers-file``, which
@@ -44,6 +44,7 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from pyg_dist.errors import (
     ForwardingError,
@@ -58,7 +59,7 @@ from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
 from pyg_dist.rpc.wire_values import describe, error_text
 from pyg_dist.server.own_part import OwnPartFirst
-from pyg_dist.server.tree_requests import TreeRequest, parse_tree, parse_tree_types
+from pyg_dist.server.tree_requests import TreeRequest, parse_tree
 
 logger = logging.getLogger(__name__)
 
@@ -134,23 +135,29 @@ class HopForwarder:
 
     def sample_tree(self, args: dict[str, Any], tensors: list[Tensor],
                     ctx: Optional[CallContext] = None) -> Result:
-        """Every hop of one batch around the seeds ``tensors[0]``, written
-        into memory the client lent for it when it did (``ctx``: a trainer
-        on this host).
+        """Every hop of one batch around the seeds of ``seed_types``
+        (``sizes`` of each, one after another in ``tensors[0]``), over the
+        edge types ``edge_types`` with one fan-out list each (a homogeneous
+        graph: ``[nil]`` both), written into memory the client lent for it
+        when it did (``ctx``: a trainer on this host).
 
-        Args ``num_neighbors`` (one fan-out per hop), ``seed`` (the batch's
-        seed, as :meth:`~pyg_dist.sampler.DistNeighborSampler.draw_seed`
-        draws it), and optionally ``replace``, ``disjoint``, ``subgraph``
+        Args also ``seed`` (the batch's seed, as
+        :meth:`~pyg_dist.sampler.DistNeighborSampler.draw_seed` draws it),
+        and optionally ``replace``, ``disjoint``, ``subgraph``
         (``"directional"`` or ``"induced"``), ``timeout`` (the trainer's
         deadline in seconds), ``weight_attr``, ``time_attr`` (a second tensor
         then holds one int64 time per seed) and ``temporal_strategy``
         (:mod:`pyg_dist.server.tree_requests`).
 
         Returns:
-            Tensors ``node`` (global ids, seeds first), ``row``, ``col``
-            (int32 indices into ``node``), ``edge`` (global edge ids),
-            ``num_sampled_nodes``, ``num_sampled_edges`` (empty for an
-            induced subgraph) and, when disjoint, ``batch``.
+            Result ``node_types`` (every node type, in the graph's order;
+            ``[nil]`` for a homogeneous graph) and tensors: per node type its
+            ``node`` (global ids, seeds first); per edge type, in the
+            request's order, ``row``, ``col`` (int32 indices into its source's
+            and destination's nodes) and ``edge``; the per-hop node counts
+            (node type after node type) and edge counts (edge type after edge
+            type), empty for an induced subgraph; when disjoint, per node
+            type its ``batch``.
 
         Raises:
             ForwardingError: if this server does not forward, cannot reach
@@ -160,37 +167,16 @@ class HopForwarder:
             ProtocolError: on a malformed request.
         """
         request = parse_tree(args, tensors)
-        out = self._run(request, lambda sampler, max_edges: sampler.hop_by_hop(
-            request.seeds[None], None if request.seed_time is None else request.seed_time[None],
-            seed=request.seed, max_edges=max_edges))
-        answer = [out.node, out.row, out.col, out.edge,
-                  _counts(out.num_sampled_nodes), _counts(out.num_sampled_edges)]
-        if out.batch is not None:
-            answer.append(out.batch)
-        return {}, self._reply(answer, {1, 2}, ctx)
-
-    def sample_tree_types(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Every hop of one heterogeneous batch around the seeds of
-        ``seed_types`` (``sizes`` of each, one after another in
-        ``tensors[0]``), over the edge types ``edge_types`` with one fan-out
-        list each; the other arguments as :meth:`sample_tree`'s.
-
-        Returns:
-            Result ``node_types`` (every node type, in the graph's order) and
-            tensors: per node type its ``node``; per edge type, in the
-            request's order, ``row``, ``col`` (int32) and ``edge``; the
-            per-hop node counts (node type after node type) and edge counts
-            (edge type after edge type), empty for an induced subgraph; when
-            disjoint, per node type its ``batch``.
-
-        Raises:
-            As :meth:`sample_tree`.
-        """
-        request = parse_tree_types(args, tensors)
-        out = self._run(request, lambda sampler, max_edges: sampler.hop_by_hop_types(
-            request.seeds, request.seed_time, seed=request.seed, max_edges=max_edges))
+        if request.homogeneous:
+            out = _typed(self._run(request, lambda sampler, max_edges: sampler.hop_by_hop(
+                request.seeds[None], None if request.seed_time is None else
+                request.seed_time[None], seed=request.seed, max_edges=max_edges)))
+            edge_types: list = [None]
+        else:
+            out = self._run(request, lambda sampler, max_edges: sampler.hop_by_hop_types(
+                request.seeds, request.seed_time, seed=request.seed, max_edges=max_edges))
+            edge_types = [t for t, _ in request.settings[0]]
         node_types = list(out.node)
-        edge_types = [t for t, _ in request.settings[0]]
         answer = [out.node[t] for t in node_types]
         for edge_type in edge_types:
             answer += [out.row[edge_type], out.col[edge_type], out.edge[edge_type]]
@@ -202,7 +188,7 @@ class HopForwarder:
         if out.batch is not None:
             answer += [out.batch[t] for t in node_types]
         rows = {len(node_types) + 3 * i + j for i in range(len(edge_types)) for j in (0, 1)}
-        return {"node_types": node_types}, self._reply(answer, rows, None)
+        return {"node_types": node_types}, self._reply(answer, rows, ctx)
 
     def _run(self, request: TreeRequest, sample: Callable[[Any, int], Any]) -> Any:
         """``sample(sampler, max_edges)`` within a tree slot."""
@@ -285,12 +271,12 @@ class HopForwarder:
         Raises:
             ProtocolError: on a malformed request (the handler refuses it).
         """
-        hetero = "edge_types" in args
-        request = (parse_tree_types if hetero else parse_tree)(args, tensors)
+        request = parse_tree(args, tensors)
         fanouts, replace, disjoint, subgraph = request.settings[:4]
         # Per hop, every edge type's fan-out may apply to every frontier node.
-        per_hop = [-1 if any(k[h] < 0 for _, k in fanouts) else sum(k[h] for _, k in fanouts)
-                   for h in range(len(fanouts[0][1]))] if hetero else list(fanouts)
+        per_hop = list(fanouts) if request.homogeneous else \
+            [-1 if any(k[h] < 0 for _, k in fanouts) else sum(k[h] for _, k in fanouts)
+             for h in range(len(fanouts[0][1]))]
         seeds = tensors[0].numel() if tensors else 0
         num_nodes, num_edges = self._graph_size
         copies = seeds if disjoint else 1  # a disjoint tree may repeat the graph per seed
@@ -480,6 +466,18 @@ def _listed_parts(peers: Any) -> dict[str, int]:
                 member = member.strip()
                 parts[member if "://" in member else f"tcp://{member}"] = part
     return parts
+
+
+def _typed(out: SamplerOutput) -> HeteroSamplerOutput:
+    """A homogeneous batch as the one-type case of a heterogeneous one: its
+    node type and its edge type ``None``."""
+    def one(value: Any) -> Any:
+        return None if value is None else {None: value}
+
+    return HeteroSamplerOutput(node=one(out.node), row=one(out.row), col=one(out.col),
+                               edge=one(out.edge), batch=one(out.batch),
+                               num_sampled_nodes=one(out.num_sampled_nodes),
+                               num_sampled_edges=one(out.num_sampled_edges))
 
 
 def _counts(values: Optional[list[int]]) -> Tensor:

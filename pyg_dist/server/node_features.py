@@ -1,12 +1,12 @@
-"""Node features on a partition server: ``get``, ``get_types`` and ``sizes``.
+"""Node features on a partition server: ``get`` and ``sizes``.
 
-``get`` answers rows of node features (``attrs``) of one node type
-(``group``) for global ids this part owns; ``get_types`` does the same for
-several node types in one request (a heterogeneous batch asks each server
-once). Both go through one path, :meth:`NodeFeatureOps._serve_rows`, which
-checks the answer against the reply limit, allocates every output at once
-through the call context (memory the client lent, when it did) and counts
-what was served for ``stats``.
+``get`` answers rows of node features for global ids this part owns, for
+one or more node types at once (``groups``: a heterogeneous batch asks each
+server once; a homogeneous graph's one node type is ``group`` nil). One
+path, :meth:`NodeFeatureOps._serve_rows`, checks the answer against the
+reply limit, allocates every output at once through the call context
+(memory the client lent, when it did) and counts what was served for
+``stats``.
 
 A ``get`` with a ``place`` argument comes from a trainer on this host that
 allocated the batch's outputs in shared memory it lent every server
@@ -45,7 +45,9 @@ from pyg_dist.store.local import PartitionFeatureStore
 Result = tuple[dict[str, Any], list[Tensor]]
 
 MAX_GROUPS = 4096
-"""Most node types one ``get_types`` may name."""
+"""Most node types one ``get`` may name."""
+
+_GROUP_KEYS = frozenset(("group", "attrs"))
 
 
 class NodeFeatureOps:
@@ -81,12 +83,11 @@ class NodeFeatureOps:
 
     def handlers(self) -> dict[str, Any]:
         """Operation name -> handler."""
-        return {ops.GET.name: self.get, ops.GET_TYPES.name: self.get_types,
-                ops.SIZES.name: self.sizes}
+        return {ops.GET.name: self.get, ops.SIZES.name: self.sizes}
 
     def estimators(self) -> dict[str, Any]:
         """Operation name -> bytes of its answer."""
-        return {ops.GET.name: self.get_bytes, ops.GET_TYPES.name: self.get_types_bytes}
+        return {ops.GET.name: self.get_bytes}
 
     def served(self) -> dict[str, int]:
         """``get_calls``, ``get_rows``, ``get_bytes`` served so far."""
@@ -106,7 +107,7 @@ class NodeFeatureOps:
 
     def _get_plan(self, args: dict[str, Any]) -> tuple[Optional[str], list[str],
                                                       dict[str, dict[str, Any]], int]:
-        """Checks ``get``'s arguments: ``(group, attrs, specs, bytes per row)``."""
+        """Checks one group of a ``get``: ``(group, attrs, specs, bytes per row)``."""
         group = group_arg(args.get("group"))
         attrs = args.get("attrs")
         key = (group, *attrs) if isinstance(attrs, list) and \
@@ -122,7 +123,8 @@ class NodeFeatureOps:
         return plan
 
     def get_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Bytes of ``get``'s answer (rows times the attributes' row bytes).
+        """Bytes of ``get``'s answer (every group's rows times its attributes'
+        row bytes).
 
         Raises:
             ProtocolError: if the answer would exceed the reply limit, or
@@ -131,29 +133,52 @@ class NodeFeatureOps:
         """
         if len(tensors) != 1 or "place" in args:
             return 0  # refused by get itself, or written into the client's memory
-        answer = tensors[0].numel() * self._get_plan(args)[3]
+        answer = sum(ids.numel() * plan[3] for plan, ids in self._groups(args, tensors))
         self._check_reply(answer, "get", "ask for fewer ids per request")
         return answer
 
     @uses_context
     def get(self, args: dict[str, Any], tensors: list[Tensor], ctx: CallContext) -> Result:
-        """Rows of features ``attrs`` (list of names) of ``group`` for the ids,
-        one tensor per attribute, written into the outputs the call context
-        allocates (memory the client lent, when it did)."""
-        plan = self._get_plan(args)
-        if "place" in args:
-            return self._place(plan, args, tensors, ctx)
-        rows = self._ids_of(tensors, self._index_of(plan[0]))
-        return {"attrs": plan[1]}, self._serve_rows([(plan, rows)], "get", ctx)
+        """Rows of features of one or more node types: ``groups``, a list of
+        ``{"group", "attrs"}`` (``group`` nil: a homogeneous graph's one node
+        type), and ``sizes``, ids per group (one group may leave it out: it
+        has every id). The ids travel as one tensor, group after group; the
+        answer is every group's attribute tensors in that order, written
+        into the outputs the call context allocates (memory the client lent,
+        when it did). With ``place`` (one group), see the module."""
+        placed = "place" in args
+        if len(tensors) != (2 if placed else 1):
+            raise ProtocolError(
+                f"a 'get' takes one tensor of node ids (with 'place', two: node ids and the "
+                f"output rows they go to); got {len(tensors)}")
+        planned = self._groups(args, tensors[:1])
+        if placed:
+            return self._place(planned, args, tensors, ctx)
+        rows = [(plan, self._ids_of([ids], self._index_of(plan[0]))) for plan, ids in planned]
+        return {"groups": len(rows)}, self._serve_rows(rows, ctx)
 
-    def _place(self, plan: tuple, args: dict[str, Any], tensors: list[Tensor],
-               ctx: CallContext) -> Result:
+    def _groups(self, args: dict[str, Any], tensors: list[Tensor]
+                ) -> list[tuple[tuple, Tensor]]:
+        """``get``'s groups checked: ``[(plan, the group's ids)]`` (the ids'
+        dtype and ownership are checked when they are looked up)."""
+        groups = args.get("groups")
+        if not isinstance(groups, list) or not 0 < len(groups) <= MAX_GROUPS or not all(
+                isinstance(g, dict) and g.keys() <= _GROUP_KEYS for g in groups):
+            raise ProtocolError(f"argument 'groups' must be a list of 1 to {MAX_GROUPS} "
+                                f"{{group, attrs}} maps, got {describe(groups)}")
+        if "sizes" not in args and len(groups) == 1:
+            return [(self._get_plan(groups[0]), tensors[0])]
+        slices = split_by_sizes(args, tensors, len(groups), "get")
+        return [(self._get_plan(group), ids) for group, (ids,) in zip(groups, slices)]
+
+    def _place(self, planned: list[tuple[tuple, Tensor]], args: dict[str, Any],
+               tensors: list[Tensor], ctx: CallContext) -> Result:
         """``get`` into the outputs a ``place`` argument names (see the module)."""
-        group, attrs, specs, row_bytes = plan
-        if len(tensors) != 2:
-            raise ProtocolError(f"a 'get' with 'place' takes two tensors, node ids and the "
-                                f"output rows they go to; got {len(tensors)}")
-        rows = self._ids_of(tensors[:1], self._index_of(group))
+        if len(planned) != 1:
+            raise ProtocolError(f"a 'get' with 'place' names one group (its outputs are one "
+                                f"node type's), got {len(planned)}")
+        (group, attrs, specs, row_bytes), ids = planned[0]
+        rows = self._ids_of([ids], self._index_of(group))
         positions = output_positions(tensors[1], rows.numel(), "get")
         outs = ctx.placed(args["place"], [(DTYPES[specs[a]["dtype"]], specs[a]["shape"])
                                           for a in attrs])
@@ -174,44 +199,14 @@ class NodeFeatureOps:
             else:
                 gathered = self.features.get_tensor(TensorAttr(group, name, rows.long()))
             place_rows(out, positions, gathered.to(out.dtype))
-        return {"attrs": attrs, "placed": True}, []
+        return {"groups": 1, "placed": True}, []
 
-    @uses_context
-    def get_types(self, args: dict[str, Any], tensors: list[Tensor],
-                  ctx: CallContext) -> Result:
-        """``get`` for several node types in one request: ``groups`` (a list
-        of ``{"group", "attrs"}``) and ``sizes`` (ids per group); the ids of
-        every group travel as one tensor, group after group, and the answer
-        is every group's attribute tensors in that order."""
-        planned = [(plan, self._ids_of([ids], self._index_of(plan[0])))
-                   for plan, ids in self._get_types_groups(args, tensors)]
-        return {"groups": len(planned)}, self._serve_rows(planned, "get_types", ctx)
-
-    def get_types_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Bytes of ``get_types``' answer (every group's rows)."""
-        answer = sum(ids.numel() * plan[3]
-                     for plan, ids in self._get_types_groups(args, tensors))
-        self._check_reply(answer, "get_types", "ask for fewer ids per request")
-        return answer
-
-    def _get_types_groups(self, args: dict[str, Any], tensors: list[Tensor]
-                          ) -> list[tuple[tuple, Tensor]]:
-        """``get_types``' groups checked: ``[(get plan, the group's ids)]``
-        (the ids' ownership is checked when they are looked up)."""
-        groups = args.get("groups")
-        if not isinstance(groups, list) or not 0 < len(groups) <= MAX_GROUPS or not all(
-                isinstance(g, dict) for g in groups):
-            raise ProtocolError(f"argument 'groups' must be a list of 1 to {MAX_GROUPS} "
-                                f"{{group, attrs}} maps, got {describe(groups)}")
-        slices = split_by_sizes(args, tensors, len(groups), "get_types")
-        return [(self._get_plan(group), ids) for group, (ids,) in zip(groups, slices)]
-
-    def _serve_rows(self, planned: list[tuple[tuple, Tensor]], op: str,
+    def _serve_rows(self, planned: list[tuple[tuple, Tensor]],
                     ctx: CallContext) -> list[Tensor]:
         """Gathers the rows of every ``(plan, rows)`` into outputs the call
         context allocates at once (the lent memory, when there is some)."""
         answer = sum(rows.numel() * plan[3] for plan, rows in planned)
-        self._check_reply(answer, op, "ask for fewer ids per request")
+        self._check_reply(answer, "get", "ask for fewer ids per request")
         with self._lock:
             self._served["get_calls"] += 1
             self._served["get_rows"] += sum(rows.numel() for _, rows in planned)

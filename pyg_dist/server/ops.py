@@ -1,6 +1,6 @@
-"""The partition server's operations: ``meta``, ``sample`` (and ``sample_types``,
-several edge types in one request: :mod:`pyg_dist.server.typed_sample`), ``get``,
-``get_types``, ``sizes`` (:mod:`pyg_dist.server.node_features`),
+"""The partition server's operations: ``meta``, ``sample`` (one or several edge
+types in one request: :mod:`pyg_dist.server.typed_sample`), ``get``
+(one or several node types), ``sizes`` (:mod:`pyg_dist.server.node_features`),
 ``edge_index``, ``degree``, ``stats`` (argument checks in
 :mod:`pyg_dist.server.requests`, sampling by weight or time in
 :mod:`pyg_dist.server.sample_attrs`), and the edge attribute ops
@@ -118,12 +118,12 @@ class PartitionOps:
         self.graph_id = {"name": reader.meta.get("graph_name"),
                          "files_sha256": hashlib.sha256(files).hexdigest()}
         self._host = host_id()
-        # sample_tree and sample_tree_types; refused until a server gives
+        # sample_tree; refused until a server gives
         # it its peers (forward_with).
         self.forwarder = HopForwarder(self, None, RpcConfig(max_reply_bytes=max_reply_bytes))
 
     def forward_with(self, forwarder: HopForwarder) -> None:
-        """Serves ``sample_tree`` and ``sample_tree_types`` with ``forwarder``."""
+        """Serves ``sample_tree`` with ``forwarder``."""
         self.forwarder = forwarder
 
     @uses_context
@@ -133,18 +133,12 @@ class PartitionOps:
         (:mod:`pyg_dist.server.forwarding`)."""
         return self.forwarder.sample_tree(args, tensors, ctx)
 
-    def sample_tree_types(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """Every hop of one heterogeneous batch, likewise."""
-        return self.forwarder.sample_tree_types(args, tensors)
-
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`:
         one per op of :data:`~pyg_dist.rpc.ops.PARTITION_OPS`, the table
         the trainer's calls are built from."""
         return {ops.META.name: self.meta, ops.SAMPLE.name: self.sample,
-                ops.SAMPLE_TYPES.name: self.sample_types,
                 ops.SAMPLE_TREE.name: self.sample_tree,
-                ops.SAMPLE_TREE_TYPES.name: self.sample_tree_types,
                 ops.EDGE_INDEX.name: self.edge_index, ops.DEGREE.name: self.degree,
                 ops.STATS.name: self.stats, **self._nodes.handlers(),
                 **self._edges.handlers(), **self.embeddings.handlers()}
@@ -154,7 +148,6 @@ class PartitionOps:
         :class:`~pyg_dist.rpc.RpcServer` (routing by cost, reply budgets).
         ``meta`` and ``sizes`` answer with views or a few bytes: none."""
         return {ops.SAMPLE.name: self.sample_bytes,
-                ops.SAMPLE_TYPES.name: self.sample_types_bytes,
                 ops.EDGE_INDEX.name: self.edge_index_bytes, **self._nodes.estimators(),
                 **self._edges.estimators(), **self.embeddings.estimators()}
 
@@ -234,7 +227,24 @@ class PartitionOps:
         return result, list(self._books)
 
     def sample_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """Memory ``sample`` needs while it runs: its answer and the kernel's
+        """Memory ``sample`` needs while it runs, summed over its edge types
+        (several are checked against the reply limit as a whole).
+
+        Raises:
+            ProtocolError: if the answer would exceed the reply limit, or
+                the request is malformed.
+            StoreError: if a seed is not owned by this part.
+        """
+        per_type = [self._type_sample_bytes(sub_args, sub_tensors)
+                    for sub_args, sub_tensors in split_typed_request(args, tensors)]
+        total = sum(per_type)
+        if len(per_type) > 1:  # one type's estimate checked its own answer
+            self._check_reply(total // _SAMPLE_WORK_FACTOR, "sample",
+                              "use a smaller fan-out or fewer seeds per request")
+        return total
+
+    def _type_sample_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """``sample_bytes`` of one edge type: its answer and the kernel's
         temporaries. From the bound of ``k`` per seed when that is small and
         draws with replacement, else from the seeds' degrees (one gather).
 
@@ -252,16 +262,14 @@ class PartitionOps:
             # requests (the inline ones) the gather.
             n, top = tensors[0].numel(), csc.max_deg
             per_seed = k if replace and k >= 0 else top if k == -1 else min(k, top)
-            bound = 8 * n * (1 + 2 * per_seed) * _SAMPLE_WORK_FACTOR
+            bound = ops.sample_answer_bytes(n, n * per_seed) * _SAMPLE_WORK_FACTOR
             if not replace and 0 <= k < top:
                 bound += _SAMPLE_CANDIDATE_BYTES * n * top
             if bound <= _EXACT_ABOVE:
                 return bound
         rows = self._ids(tensors, csc.dst)
         deg = csc.deg.index_select(0, rows)
-        answer = 8 * (rows.numel() + 2 * sampled_count(deg, k, replace))
-        self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
-        work = _SAMPLE_WORK_FACTOR * answer
+        work = _SAMPLE_WORK_FACTOR * self._checked_answer(deg, k, replace)
         if not replace and k != -1 and rows.numel() and k < int(deg.max()):
             work += _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
         return work
@@ -274,49 +282,68 @@ class PartitionOps:
         parse_request(args, tensors)
         rows = self._ids(tensors[:1], csc.dst)
         deg = csc.deg.index_select(0, rows)
-        answer = 8 * (rows.numel() + 2 * sampled_count(deg, k, replace))
+        return _SAMPLE_WORK_FACTOR * self._checked_answer(deg, k, replace) + \
+            _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
+
+    def _checked_answer(self, deg: Tensor, k: int, replace: bool) -> int:
+        """Bytes of the answer for seeds of these degrees, refused over the
+        reply limit (:class:`~pyg_dist.errors.ProtocolError`)."""
+        answer = ops.sample_answer_bytes(deg.numel(), sampled_count(deg, k, replace))
         self._check_reply(answer, "sample", "use a smaller fan-out or fewer seeds per request")
-        return _SAMPLE_WORK_FACTOR * answer + _SAMPLE_CANDIDATE_BYTES * int(deg.sum())
+        return answer
 
     @uses_context
     def sample(self, args: dict[str, Any], tensors: list[Tensor],
                ctx: Optional[CallContext] = None) -> Result:
-        """One hop for owned seeds: tensors ``counts``, ``neighbours``, ``edge_ids``,
-        written into memory the client lent when it did (``ctx``).
+        """One hop for owned seeds of one or more edge types
+        (:mod:`pyg_dist.server.typed_sample`: ``edge_types``, ``sizes``,
+        ``num_neighbors``, ``seed``): per edge type, in the order asked,
+        tensors ``counts``, ``neighbours``, ``edge_ids``, written into memory
+        the client lent when it did (``ctx``).
 
-        Args ``num_neighbors`` (``-1``: all), ``replace`` (bool), ``seed``
-        (int or nil: same seed, same answer), ``edge_type`` (nil); optional
-        ``weight_attr`` (an edge attribute to draw by), ``time_attr`` (a node
-        or edge time; the second tensor then holds one int64 time per seed)
-        and ``temporal_strategy`` (``"uniform"`` or ``"last"``), see
-        :mod:`pyg_dist.server.sample_attrs`.
+        Every edge type is drawn alike: ``num_neighbors`` (``-1``: all),
+        ``replace`` (bool), its ``seed`` (int or nil: same seed, same answer);
+        optional ``weight_attr`` (an edge attribute to draw by),
+        ``time_attr`` (a node or edge time; the second tensor then holds one
+        int64 time per seed) and ``temporal_strategy`` (``"uniform"`` or
+        ``"last"``), see :mod:`pyg_dist.server.sample_attrs`.
         """
+        result: dict[str, Any] = {}
+        drawn = []
+        for sub_args, sub_tensors in split_typed_request(args, tensors):
+            extra, *answer = self._sample_type(sub_args, sub_tensors)
+            result.update(extra)
+            drawn.append(answer)
+        return result, _sample_answer(drawn, ctx)
+
+    def _sample_type(self, args: dict[str, Any], tensors: list[Tensor]
+                     ) -> tuple[dict[str, Any], Csc, Tensor, Tensor]:
+        """One edge type of a ``sample``: ``(result, csc, counts, positions)``."""
         csc = self._csc_of(args)
         k, replace = fan_out(args)
         seed = int_arg(args, "seed", None, *_SEED_RANGE)
         if wants_attributes(args):
-            return self._sample_by_attributes(args, tensors, csc, k, replace, seed, ctx)
+            return self._sample_by_attributes(args, tensors, csc, k, replace, seed)
         rows = self._ids(tensors, csc.dst)
         start = csc.colptr.index_select(0, rows)
         deg = csc.deg.index_select(0, rows)
         # k per seed bounds the answer; the exact count costs ops that only
         # a request near the limit needs.
-        if k == -1 or 8 * rows.numel() * (1 + 2 * k) > self.max_reply_bytes:
-            self._check_reply(8 * (rows.numel() + 2 * sampled_count(deg, k, replace)),
-                              "sample", "use a smaller fan-out or fewer seeds per request")
+        if k == -1 or ops.sample_answer_bytes(rows.numel(), rows.numel() * k) > \
+                self.max_reply_bytes:
+            self._checked_answer(deg, k, replace)
         generator = seeded_generator(seed)
         counts, positions = sample_segments(start, deg, k, replace, generator)
-        return {}, _sample_answer(csc, counts, positions, ctx)
+        return {}, csc, counts, positions
 
     def _sample_by_attributes(self, args: dict[str, Any], tensors: list[Tensor], csc: Csc,
-                              k: int, replace: bool, seed: Optional[int],
-                              ctx: Optional[CallContext] = None) -> Result:
+                              k: int, replace: bool, seed: Optional[int]
+                              ) -> tuple[dict[str, Any], Csc, Tensor, Tensor]:
         request = parse_request(args, tensors)
         rows = self._ids(tensors[:1], csc.dst)
         start = csc.colptr.index_select(0, rows)
         deg = csc.deg.index_select(0, rows)
-        self._check_reply(8 * (rows.numel() + 2 * sampled_count(deg, k, replace)),
-                          "sample", "use a smaller fan-out or fewer seeds per request")
+        self._checked_answer(deg, k, replace)
         generator = seeded_generator(seed)
         edge_type = edge_type_arg(args.get("edge_type"))
         counts, positions = self._attributes.sample(edge_type, request, start, deg, k,
@@ -324,28 +351,7 @@ class PartitionOps:
         result = {}
         if request.time_attr is not None:
             result["time_kind"] = self._attributes.time(edge_type, request.time_attr)[1]
-        return result, _sample_answer(csc, counts, positions, ctx)
-
-    def sample_types(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
-        """One hop over several edge types (:mod:`pyg_dist.server.typed_sample`):
-        every edge type served as ``sample`` serves it, its three tensors
-        after the previous type's."""
-        result: dict[str, Any] = {}
-        out: list[Tensor] = []
-        for sub_args, sub_tensors in split_typed_request(args, tensors):
-            answer, answer_tensors = self.sample(sub_args, sub_tensors)
-            result.update(answer)
-            out += answer_tensors
-        return result, out
-
-    def sample_types_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
-        """``sample_bytes`` summed over the request's edge types (the answer
-        is checked against the reply limit as a whole)."""
-        total = sum(self.sample_bytes(sub_args, sub_tensors)
-                    for sub_args, sub_tensors in split_typed_request(args, tensors))
-        self._check_reply(total // _SAMPLE_WORK_FACTOR, "sample_types",
-                          "use a smaller fan-out or fewer seeds per request")
-        return total
+        return result, csc, counts, positions
 
     def edge_index_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Bytes of ``edge_index``'s answer (three int64 per edge)."""
@@ -397,18 +403,22 @@ class PartitionOps:
                                   csc.edge_ids[start:stop]]
 
 
-def _sample_answer(csc: Csc, counts: Tensor, positions: Tensor,
+def _sample_answer(drawn: list[tuple[Csc, Tensor, Tensor]],
                    ctx: Optional[CallContext]) -> list[Tensor]:
-    """``counts`` and the neighbours and edge ids at CSC ``positions``,
-    gathered straight into the memory the client lent for them, if it did
-    (a trainer on this host: the answer then crosses no socket)."""
+    """Per ``(csc, counts, positions)`` of an edge type, ``counts`` and the
+    neighbours and edge ids at those CSC positions, gathered straight into
+    the memory the client lent for them, if it did (a trainer on this host:
+    the answer then crosses no socket), all edge types' at once."""
     if ctx is None or not ctx.lent:
-        return [counts, csc.row.index_select(0, positions),
-                csc.edge_ids.index_select(0, positions)]
-    n = positions.numel()
-    out = ctx.alloc([(counts.dtype, counts.shape), (csc.row.dtype, (n,)),
-                     (csc.edge_ids.dtype, (n,))])
-    out[0].copy_(counts)
-    torch.index_select(csc.row, 0, positions, out=out[1])
-    torch.index_select(csc.edge_ids, 0, positions, out=out[2])
+        return [t for csc, counts, positions in drawn
+                for t in (counts, csc.row.index_select(0, positions),
+                          csc.edge_ids.index_select(0, positions))]
+    out = ctx.alloc([spec for csc, counts, positions in drawn
+                     for spec in ((counts.dtype, counts.shape),
+                                  (csc.row.dtype, (positions.numel(),)),
+                                  (csc.edge_ids.dtype, (positions.numel(),)))])
+    for i, (csc, counts, positions) in enumerate(drawn):
+        out[3 * i].copy_(counts)
+        torch.index_select(csc.row, 0, positions, out=out[3 * i + 1])
+        torch.index_select(csc.edge_ids, 0, positions, out=out[3 * i + 2])
     return out

@@ -84,7 +84,7 @@ class OwnPartFirst:
     to its own part in this process (the handler, no socket) and sends the
     others on.
 
-    A peer's ``sample`` and ``sample_types`` answers are checked where the
+    A peer's ``sample`` answers are checked where the
     tree reads them, as a trainer's are (:func:`pyg_dist.store.remote_sampling.
     sample_hop`: neighbour and edge ids past the graph's), before any of it
     reaches the tree.

@@ -22,7 +22,7 @@ from pyg_dist.errors import (
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.plugins import PluginRegistry, default_registry
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE, SAMPLE_TREE_TYPES
+from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE
 from pyg_dist.rpc.server import RpcServer
 from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.server.embedding_checkpoint import EmbeddingCheckpoint
@@ -105,8 +105,7 @@ class PartitionServer:
             self.ops.embeddings.checkpointer = self.checkpoint.save
         self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}",
                               estimators={**self.ops.estimators(),
-                                          SAMPLE_TREE.name: self.forwarder.estimate,
-                                          SAMPLE_TREE_TYPES.name: self.forwarder.estimate},
+                                          SAMPLE_TREE.name: self.forwarder.estimate},
                               ops=PARTITION_OPS)
         logger.info("loaded part %d of %s (%s feature store, %s graph store)", part, root,
                     feature_store, graph_store)

@@ -218,7 +218,7 @@ def attrs_arg(args: dict[str, Any], specs: dict[str, dict[str, Any]], noun: str,
 def split_by_sizes(args: dict[str, Any], tensors: list[Tensor], count: int, op: str,
                    max_tensors: int = 1) -> list[list[Tensor]]:
     """The per-entry slices of a request that batches ``count`` entries (node
-    types of ``get_types``, edge types of ``sample_types``): its ``sizes``
+    types of ``get``, edge types of ``sample``): its ``sizes``
     argument (one non-negative int per entry) cuts each of its 1 to
     ``max_tensors`` aligned 1-D tensors, entry after entry.
 

@@ -1,20 +1,21 @@
-"""``sample_types``: one hop over several edge types in one request.
+"""``sample``'s request: one hop over one or more edge types.
 
-A heterogeneous hop samples every edge type at once. Sent as one ``sample``
-per edge type, a hop over 6 edge types and 2 parts is 12 requests; sent as
-one ``sample_types`` per server it is 2. The request names its edge types
-and how many seed ids each has; the ids (and, temporal, the seed times) of
-all of them travel as one tensor each, edge type after edge type. Every
-edge type is then served exactly as a ``sample`` with the same arguments
-would be, so there is one sampling path, and the answer is every edge type's
-``counts``, ``neighbours`` and ``edge_ids`` in the order asked.
+A heterogeneous hop samples every edge type at once. Sent as one request per
+edge type, a hop over 6 edge types and 2 parts would be 12 requests; sent as
+one ``sample`` per server it is 2. The request names its edge types and how
+many seed ids each has; the ids (and, temporal, the seed times) of all of
+them travel as one tensor each, edge type after edge type. A homogeneous
+graph's one edge type is nil. Every edge type is served by the same path,
+and the answer is every edge type's ``counts``, ``neighbours`` and
+``edge_ids`` in the order asked.
 
-Arguments: ``edge_types`` (a non-empty list of ``[src, rel, dst]``, at most
-:data:`MAX_EDGE_TYPES`), ``sizes`` (seeds per edge type, non-negative ints
-summing to the ids' length), ``num_neighbors`` (one int for all, or one per
-edge type), ``seed`` (every edge type derives its own), and ``sample``'s
-other arguments (``replace``, ``weight_attr``, ``time_attr``,
-``temporal_strategy``), the same for all.
+Arguments: ``edge_types`` (a non-empty list of nil or ``[src, rel, dst]``,
+at most :data:`MAX_EDGE_TYPES`), ``sizes`` (seeds per edge type,
+non-negative ints summing to the ids' length; one edge type may leave it
+out), ``num_neighbors`` (one int for all, or one per edge type), ``seed``
+(edge type *i* samples with ``mix_seed(seed, i)``), and the other arguments
+(``replace``, ``weight_attr``, ``time_attr``, ``temporal_strategy``), the
+same for all.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ MAX_EDGE_TYPES = 4096
 
 def split_typed_request(args: dict[str, Any], tensors: list[Tensor]
                         ) -> Iterator[tuple[dict[str, Any], list[Tensor]]]:
-    """The per-edge-type ``sample`` requests a ``sample_types`` stands for.
+    """The per-edge-type requests a ``sample`` stands for: ``(args, tensors)``
+    with ``edge_type`` and that type's own ``num_neighbors`` and ``seed``.
 
     Raises:
         ProtocolError: on a malformed request (checked whole before the
@@ -45,7 +47,10 @@ def split_typed_request(args: dict[str, Any], tensors: list[Tensor]
     if not isinstance(edge_types, list) or not 0 < len(edge_types) <= MAX_EDGE_TYPES:
         raise ProtocolError(f"argument 'edge_types' must be a list of 1 to {MAX_EDGE_TYPES} "
                             f"edge types, got {describe(edge_types)}")
-    slices = split_by_sizes(args, tensors, len(edge_types), "sample_types", max_tensors=2)
+    if "sizes" not in args and len(edge_types) == 1:
+        slices = [tensors]  # the one edge type has every seed
+    else:
+        slices = split_by_sizes(args, tensors, len(edge_types), "sample", max_tensors=2)
     if isinstance(fanouts, int) and not isinstance(fanouts, bool):
         fanouts = [fanouts] * len(edge_types)
     if not isinstance(fanouts, list) or len(fanouts) != len(edge_types):

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import StoreError
-from pyg_dist.rpc.ops import EDGE_IDS, GET_EDGES
+from pyg_dist.rpc.ops import EDGE_IDS, GET_EDGES, wire_edge_type
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 
@@ -82,10 +82,6 @@ def edge_type_key(edge_type: Any) -> EdgeType:
         return tuple(edge_type)  # type: ignore[return-value]
     raise StoreError(f"an edge type is None (homogeneous graph) or (src, rel, dst), got "
                      f"{type(edge_type).__name__}")
-
-
-def _wire(edge_type: EdgeType) -> Optional[list[str]]:
-    return None if edge_type is None else list(edge_type)
 
 
 def _infos(features: Mapping[str, Any]) -> dict[str, EdgeFeatureInfo]:
@@ -283,7 +279,7 @@ class EdgeFeatureFetcher:
                     pages: list[tuple[int, int]]) -> dict[int, int]:
         """Asks for ``edge_ids`` pages ``(part, start)`` at once and writes
         them into ``book``; returns each part's total."""
-        calls = [EDGE_IDS.request(part, {"edge_type": _wire(key), "start": start,
+        calls = [EDGE_IDS.request(part, {"edge_type": wire_edge_type(key), "start": start,
                                          "count": self._page_size(part)})
                  for part, start in pages]
         replies = self.router.call_all(calls) if self.timeout is None else \
@@ -370,8 +366,9 @@ class EdgeFeatureFetcher:
         key, infos = self._known(edge_type, names)
         ids = self.check_ids(key, edge_ids)
         shares = self._split(key, ids) if ids.numel() else []
-        return row_request(GET_EDGES.name, {"edge_type": _wire(key), "attrs": names}, names,
-                           infos, ids.numel(), shares, self.reply_limits, pin)
+        args = {"edge_type": wire_edge_type(key), "attrs": names}
+        return row_request(GET_EDGES.name, args, names, infos, ids.numel(), shares,
+                           self.reply_limits, pin)
 
     def _split(self, key: EdgeType, ids: Tensor) -> list[tuple[int, Tensor, Tensor]]:
         """``[(part, positions, ids[positions]), ...]`` for every owning part."""

@@ -258,9 +258,9 @@ class RemoteFeatureStore(FeatureStore):
                 infos = [self.features[(group, name)] for name in names]
                 shares = self.router.split_checked(ids, "TensorAttr.index", group) \
                     if ids.numel() else []
-                requests.append(row_request(GET.name, {"attrs": names, "group": group}, names,
-                                            infos, ids.numel(), shares, self._reply_limits,
-                                            pin, pool))
+                args = {"groups": [{"group": group, "attrs": names}]}
+                requests.append(row_request(GET.name, args, names, infos, ids.numel(), shares,
+                                            self._reply_limits, pin, pool))
         pending = []
         for i, embedding, attr in reads:
             ids, scalar = self._to_ids(attr.index, attr.group_name)

@@ -33,7 +33,7 @@ from torch_geometric.utils import index_sort
 
 from pyg_dist.errors import GraphKindMismatchError, StoreError
 from pyg_dist.partitioning.type_keys import edge_type_key
-from pyg_dist.rpc.ops import DEGREE, EDGE_INDEX, SAMPLE
+from pyg_dist.rpc.ops import DEGREE, EDGE_INDEX, SAMPLE, wire_edge_type
 from pyg_dist.store.remote_sampling import attribute_args, sample_hop
 from pyg_dist.store.routing import Router
 
@@ -170,7 +170,7 @@ class RemoteGraphStore(GraphStore):
                    ) -> list[tuple[Tensor, Tensor, Tensor]]:
         """Samples one hop for several edge types at once: one request per
         server covering every edge type it owns destinations of
-        (``sample_types``), all in flight together (one round trip). See
+        (``sample``), all in flight together (one round trip). See
         :func:`pyg_dist.store.remote_sampling.sample_hop`."""
         return sample_hop(self.router, frontiers, num_neighbors, replace, seed, timeout,
                           weight_attr=weight_attr, time_attr=time_attr,
@@ -190,14 +190,13 @@ class RemoteGraphStore(GraphStore):
             RemoteError: naming the attribute, if a server cannot draw by it
                 (unknown, negative or NaN weights, a time of the wrong dtype).
         """
-        args = {"num_neighbors": 0, "replace": False,
-                **attribute_args(weight_attr, time_attr, temporal_strategy)}
+        # Every edge type of every part: the attribute must exist on each.
+        edge_types = [wire_edge_type(t) for t in self.edge_counts]
+        args = {"edge_types": edge_types, "sizes": [0] * len(edge_types), "num_neighbors": 0,
+                "replace": False, **attribute_args(weight_attr, time_attr, temporal_strategy)}
         empty = torch.empty(0, dtype=torch.long)
         tensors = [empty, empty] if time_attr is not None else [empty]
-        # Every edge type of every part: the attribute must exist on each.
-        requests = [SAMPLE.request(part, args if t is None else {**args, "edge_type": list(t)},
-                                   tensors) for part in range(self.router.num_parts)
-                    for t in self.edge_counts]
+        requests = [SAMPLE.request(part, args, tensors) for part in range(self.router.num_parts)]
         replies = self.router.call_all(requests, timeout)
         kinds = {reply.result.get("time_kind") for reply in replies}
         if len(kinds) != 1:
@@ -283,8 +282,7 @@ class RemoteGraphStore(GraphStore):
         while pages:
             requests = []
             for part, start in pages.items():
-                args: dict[str, Any] = {
-                    "edge_type": None if edge_type is None else list(edge_type)}
+                args: dict[str, Any] = {"edge_type": wire_edge_type(edge_type)}
                 limit = self._reply_limits[part]
                 if limit is not None:
                     args.update(start=start, count=max(1, limit // _EDGE_BYTES))
@@ -320,7 +318,7 @@ class RemoteGraphStore(GraphStore):
         bytes a node on the wire)."""
         edge_type = self.edge_type_key(edge_type)
         num_dst = self._size(edge_type)[1]
-        args = {"edge_type": None if edge_type is None else list(edge_type)}
+        args = {"edge_type": wire_edge_type(edge_type)}
         requests = [DEGREE.request(part, args) for part in range(self.router.num_parts)]
         degree = torch.full((num_dst,), -1, dtype=torch.long)
         for (part, _, _, _), reply in zip(requests, self.router.call_all(requests)):

@@ -1,10 +1,10 @@
 """One hop of neighbour sampling on the servers that own the frontier.
 
-:func:`sample_hop` is the trainer's side of ``sample`` / ``sample_types``:
+:func:`sample_hop` is the trainer's side of ``sample``:
 the frontier of every edge type is split by the partition book of its
 destination type, every server gets one request covering every edge type it
-owns destinations of (a homogeneous graph's one edge type: the plain
-``sample``), all of them fly at once, and every answer is checked and put
+owns destinations of (a homogeneous graph's one edge type is nil), all of
+them fly at once, and every answer is checked and put
 back in the frontier's order (:func:`~pyg_dist.store.routing.reassemble`).
 Every part samples with its own seed derived from the hop's
 (:func:`~pyg_dist.kernels.seeds.mix_seed`), so the answer does not depend
@@ -22,7 +22,7 @@ from torch_geometric.typing import EdgeType
 
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels.seeds import mix_seed
-from pyg_dist.rpc.ops import SAMPLE, SAMPLE_TYPES, PartRequest
+from pyg_dist.rpc.ops import SAMPLE, PartRequest, sample_answer_bytes, wire_edge_type
 from pyg_dist.store.routing import Router, reassemble
 
 
@@ -34,8 +34,8 @@ def sample_hop(router: Router,
                num_edges: Optional[Mapping[Optional[EdgeType], int]] = None
                ) -> list[tuple[Tensor, Tensor, Tensor]]:
     """Samples one hop for several edge types at once: one request per
-    server covering every edge type it owns destinations of
-    (``sample_types``), all in flight together (one round trip).
+    server covering every edge type it owns destinations of (``sample``),
+    all in flight together (one round trip).
 
     Args:
         router: Routes requests to the owning servers.
@@ -93,13 +93,12 @@ def _empty() -> tuple[Tensor, Tensor, Tensor]:
 
 def _answer_bound(request: tuple[int, str, dict, list[Tensor]]) -> Optional[int]:
     """Most bytes a ``sample`` answer takes (int64 counts, neighbours and
-    edge ids), or ``None`` when unbounded (fan-out -1) or typed."""
-    _, op, args, tensors = request
-    k = args.get("num_neighbors")
-    if op != "sample" or not isinstance(k, int) or k < 0:
+    edge ids), or ``None`` when unbounded (a fan-out of -1)."""
+    _, _, args, _ = request
+    fanouts, sizes = args["num_neighbors"], args["sizes"]
+    if min(fanouts) < 0:
         return None
-    seeds = tensors[0].numel()
-    return 8 * (seeds + 2 * seeds * k)
+    return sum(sample_answer_bytes(seeds, seeds * k) for seeds, k in zip(sizes, fanouts))
 
 
 def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
@@ -159,19 +158,14 @@ def _check_neighbours(router: Any, part: int, edge_type: Optional[EdgeType],
 def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Tensor]]],
                  frontiers: Sequence[tuple[Any, Tensor, Any]], fanouts: list[int],
                  shared: dict[str, Any], seed: int) -> PartRequest:
-    """One server's request of a hop: ``sample`` for a homogeneous graph
-    (its one edge type), ``sample_types`` for every edge type it owns
-    destinations of on a heterogeneous one."""
+    """One server's request of a hop: a ``sample`` of every edge type it
+    owns destinations of (nil: a homogeneous graph's one)."""
     tensors = [torch.cat([ids for _, _, ids, _ in shares])]
     if shares[0][3] is not None:
         tensors.append(torch.cat([times for _, _, _, times in shares]))
-    part_seed = mix_seed(seed, part)
-    if frontiers[shares[0][0]][0] is None:  # homogeneous: the request as it always was
-        return SAMPLE.request(part, {**shared, "num_neighbors": fanouts[shares[0][0]],
-                                     "seed": part_seed}, tensors)
-    return SAMPLE_TYPES.request(part, {
-        **shared, "seed": part_seed,
-        "edge_types": [list(frontiers[index][0]) for index, _, _, _ in shares],
+    return SAMPLE.request(part, {
+        **shared, "seed": mix_seed(seed, part),
+        "edge_types": [wire_edge_type(frontiers[index][0]) for index, _, _, _ in shares],
         "sizes": [ids.numel() for _, _, ids, _ in shares],
         "num_neighbors": [fanouts[index] for index, _, _, _ in shares]}, tensors)
 

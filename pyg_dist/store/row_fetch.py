@@ -4,7 +4,7 @@ A feature request names rows by global id; the ids are grouped by owning
 server (a node type's partition book, or an edge type's edge book), every
 server's share goes out as one request (split further where the answer
 would exceed the server's reply limit; the node-feature shares of several
-node types for one server merged into one ``get_types``), *all* the
+node types for one server merged into one ``get``), *all* the
 requests of a batch fly at once, and every answer's rows are copied into the
 caller's order (or, for a server on this host, written there by the
 server itself: :mod:`pyg_dist.rpc.shm.outputs`). The
@@ -148,7 +148,7 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
     """Sends every share of every request at once and fills the outputs.
 
     The ``get`` shares that go to one server are merged into one
-    ``get_types`` call (as many as its reply limit allows), so a batch asks
+    ``get`` call of several groups (as many as its reply limit allows), so a batch asks
     each server once for the rows of all its node types. Each call says how
     many bytes its answer takes, so that the RPC client can lend a
     same-host server shared memory for it; replies are released once their
@@ -191,9 +191,8 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
             _, positions, request, part_ids, size = group[0]
             calls.append((part, request.op, request.args, [part_ids]))
         else:
-            calls.append((part, "get_types", {
-                "groups": [{"group": p[2].args.get("group"), "attrs": p[2].names}
-                           for p in group],
+            calls.append((part, group[0][2].op, {
+                "groups": [p[2].args["groups"][0] for p in group],
                 "sizes": [p[3].numel() for p in group]}, [torch.cat([p[3] for p in group])]))
         sizes.append(sum(p[4] for p in group))
         targets.append(group)
@@ -264,7 +263,7 @@ def _fetch(router: Any, calls: list[tuple], sizes: list[Optional[int]],
 
 def _merged(pieces: list[tuple], reply_limits: Sequence[Optional[int]]) -> list[list[tuple]]:
     """The pieces as calls: every ``get`` piece of one part joins that part's
-    open ``get_types`` call while the answer stays within its reply limit;
+    open ``get`` call while the answer stays within its reply limit;
     other pieces, and those its server writes in place (a heterogeneous
     batch's node types then cost one ``get`` each, and no copy), are calls
     of their own."""
@@ -291,7 +290,7 @@ def _take_group(address: str, group: list[tuple], reply: Any) -> None:
     """Copies one reply's rows out: the pieces' tensors one after another."""
     tensors = list(reply.tensors)
     expected = sum(len(p[2].names) for p in group)
-    op = group[0][2].op if len(group) == 1 else "get_types"
+    op = group[0][2].op
     if len(tensors) != expected:
         raise StoreError(f"server {address} answered {op!r} with {len(tensors)} tensors "
                          f"for {expected} attributes")

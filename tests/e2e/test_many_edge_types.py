@@ -41,10 +41,10 @@ def _edges(batch, edge_type) -> set[tuple[int, int, int]]:
 
 
 def test_the_reply_limit_follows_the_request():
-    sizes = [1] * EDGE_TYPES
-    assert reply_tensor_limit("sample_types", {"sizes": sizes}) == 3 * EDGE_TYPES
-    assert reply_tensor_limit("sample", {"sizes": sizes}) == 64
-    assert reply_tensor_limit("sample_types", {"sizes": "x" * 10**6}) == 64
+    edge_types = [["a", "r", "b"]] * EDGE_TYPES
+    assert reply_tensor_limit("sample", {"edge_types": edge_types}) == 3 * EDGE_TYPES
+    assert reply_tensor_limit("sample", {"edge_types": [None]}) == 64
+    assert reply_tensor_limit("sample", {"edge_types": "x" * 10**6}) == 64
 
 
 @pytest.mark.slow

@@ -147,7 +147,8 @@ def test_a_read_only_server_refuses_every_write(cora_roots):
             with pytest.raises(RemoteError, match="read-only") as info:
                 client.call(0, op, args, tensors)
             assert info.value.remote_type == "EmbeddingError"
-        assert client.call(0, "get", {"attrs": ["x"]}, [owned]).tensors[0].shape[0] == 2
+        assert client.call(0, "get", {"groups": [{"attrs": ["x"]}]},
+                           [owned]).tensors[0].shape[0] == 2
 
 
 def test_with_curve_only_the_keyed_trainer_reaches_the_tables(cora_roots, tmp_path):

@@ -148,7 +148,7 @@ def test_homogeneous_calls_on_hetero_and_the_reverse(cora_stores, stores):
 
 
 def test_a_batch_asks_each_server_once_for_every_node_types_features(graph, stores):
-    """Counted by the servers: one get (get_types) per server for a batch's
+    """Counted by the servers: one get (of every node type) per server for a batch's
     three node types, and the rows are right."""
     fs, gs = stores
     router = gs.router

@@ -69,9 +69,11 @@ def test_a_part_five_times_the_bound_is_served_from_its_mapped_files(tmp_path):
         peak_anon = before["RssAnon"]
         for start in range(0, NUM_NODES, 4096):  # every row and every edge, once
             ids = torch.arange(start, min(start + 4096, NUM_NODES))
-            counts, _, _ = client.call(0, "sample", {"num_neighbors": -1}, [ids]).tensors
+            counts, _, _ = client.call(0, "sample", {"edge_types": [None], "num_neighbors": -1},
+                                       [ids]).tensors
             assert torch.equal(counts, torch.from_numpy(in_degree[start:start + ids.numel()]))
-            (x,) = client.call(0, "get", {"attrs": ["x"], "group": None}, [ids]).tensors
+            (x,) = client.call(0, "get", {"groups": [{"group": None, "attrs": ["x"]}]},
+                               [ids]).tensors
             assert torch.equal(x[:, 0], ids.float()) and torch.equal(x[:, -1], ids.float())
             peak_anon = max(peak_anon, _rss(pid)["RssAnon"])
         after = _rss(pid)

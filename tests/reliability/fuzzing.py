@@ -55,31 +55,36 @@ class RequestFuzzer:
         ids = self.owned[torch.randint(len(self.owned), (rng.randint(1, 16),),
                                        generator=torch.Generator().manual_seed(req_id))]
         op = rng.choice(["get", "get", "sample", "sample", "meta", "sizes", "ping",
-                         "edge_index", "edge_ids", "get_types", "sample_types",
+                         "edge_index", "edge_ids", "get_groups", "sample_types",
                          "sample_tree"])
         cut = rng.randint(0, ids.numel())
-        if op == "get_types":
+        if op == "get_groups":
             # Two groups (the graph's one node type twice): ids split in two.
+            op = "get"
             args = {"groups": [{"group": None, "attrs": ["x"]}, {"group": None, "attrs": ["y"]}],
                     "sizes": [cut, ids.numel() - cut]}
             tensors = [ids]
         elif op == "sample_types":
+            # Two edge types (the graph's one twice): seeds split in two.
+            op = "sample"
             args = {"edge_types": [None, None], "sizes": [cut, ids.numel() - cut],
                     "num_neighbors": [rng.choice([-1, 2, 5]), 2], "replace": False,
                     "seed": rng.randint(0, 100)}
             tensors = [ids]
         elif op == "sample_tree":
             # The whole batch, forwarded to the other part's server.
-            args = {"num_neighbors": [rng.choice([-1, 2, 5]), 2],
-                    "seed": rng.randint(0, 100), "disjoint": rng.random() < 0.3}
+            args = {"edge_types": [None], "num_neighbors": [[rng.choice([-1, 2, 5]), 2]],
+                    "seed_types": [None], "seed": rng.randint(0, 100),
+                    "disjoint": rng.random() < 0.3}
             tensors = [ids]
         elif op == "get":
-            args, tensors = {"attrs": rng.choice([["x"], ["y"], ["x", "y"]])}, [ids]
+            args = {"groups": [{"attrs": rng.choice([["x"], ["y"], ["x", "y"]])}]}
+            tensors = [ids]
         elif op == "sample":
             # Small fan-outs without replacement: even flipped bits cannot ask
             # for more neighbours than a node has.
-            args = {"num_neighbors": rng.choice([-1, 2, 5]), "replace": False,
-                    "seed": rng.randint(0, 100)}
+            args = {"edge_types": [None], "num_neighbors": rng.choice([-1, 2, 5]),
+                    "replace": False, "seed": rng.randint(0, 100)}
             tensors = [ids]
         else:
             args, tensors = {}, []
@@ -182,8 +187,8 @@ class RequestFuzzer:
             if kind == 5:
                 return msgpack.ExtType(self.rng.randint(0, 127), self.rng.randbytes(4))
             return {str(i): value(depth + 1) for i in range(self.rng.randint(0, 3))}
-        head = {"version": 1, "id": self.rng.randint(0, 100), "op": "get", "args": value(),
-                "tensors": value()}
+        head = {"version": protocol.PROTOCOL_VERSION, "id": self.rng.randint(0, 100),
+                "op": "get", "args": value(), "tensors": value()}
         return [msgpack.packb(head, use_bin_type=True), *frames[1:]]
 
     # Nested headers (a family of their own) ##################################
@@ -280,15 +285,16 @@ class HugeAnswerFuzzer:
         draw = rng.random()
         if draw < 0.25:
             rows = self.seeds[torch.arange(rng.choice([1, 100, 2000])) % self.seeds.numel()]
-            frames = protocol.encode_request(req_id, "get", {"attrs": ["x"]}, [rows])
+            frames = protocol.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]}, [rows])
         elif draw < 0.4:
             # A whole batch of hops with replacement: the answer compounds
             # per hop, and the peer's answers are the coordinator's memory.
-            args = {"num_neighbors": [rng.choice(self.FAN_OUTS), rng.choice(self.FAN_OUTS)],
+            args = {"edge_types": [None], "seed_types": [None],
+                    "num_neighbors": [[rng.choice(self.FAN_OUTS), rng.choice(self.FAN_OUTS)]],
                     "replace": True, "seed": rng.randint(0, 1 << 20)}
             frames = protocol.encode_request(req_id, "sample_tree", args, [ids])
         else:
-            args = {"num_neighbors": rng.choice(self.FAN_OUTS), "replace": True,
-                    "seed": rng.randint(0, 1 << 20)}
+            args = {"edge_types": [None], "num_neighbors": rng.choice(self.FAN_OUTS),
+                    "replace": True, "seed": rng.randint(0, 1 << 20)}
             frames = protocol.encode_request(req_id, "sample", args, [ids])
         return [bytes(f) for f in frames]

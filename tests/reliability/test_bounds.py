@@ -33,7 +33,8 @@ def test_sample_whose_answer_exceeds_the_limit_is_refused_before_allocating(part
     degree = part0.indptr[1:] - part0.indptr[:-1]
     seed = part0.node_ids[degree > 0][:1]
     with RawDealer(endpoint, timeout=60) as dealer:
-        reply = dealer.call(1, "sample", {"num_neighbors": 1 << 31, "replace": True}, [seed])
+        reply = dealer.call(1, "sample", {"edge_types": [None], "num_neighbors": 1 << 31,
+                                          "replace": True}, [seed])
     assert proc.poll() is None
     assert isinstance(reply, ErrorReply)
     # Before max_reply_bytes: RuntimeError "DefaultCPUAllocator: can't
@@ -50,7 +51,8 @@ def test_a_huge_fan_out_over_a_small_answer_is_served(part0_server, part0):
     degree = part0.indptr[1:] - part0.indptr[:-1]
     local = torch.nonzero((degree > 0) & (degree < 5)).view(-1)[:8]
     with RawDealer(endpoint, timeout=60) as dealer:
-        reply = dealer.call(2, "sample", {"num_neighbors": 1 << 31}, [part0.node_ids[local]])
+        reply = dealer.call(2, "sample", {"edge_types": [None], "num_neighbors": 1 << 31},
+                            [part0.node_ids[local]])
     assert not isinstance(reply, ErrorReply), reply
     counts = reply.tensors[0]
     assert counts.tolist() == degree[local].tolist()
@@ -73,12 +75,12 @@ def test_replies_a_client_does_not_read_do_not_pile_up_in_the_server(part0_serve
             answered = gets_answered(other) + requests + 1
             sock.connect(endpoint)
             for i in range(requests):
-                sock.send_multipart(encode_request(i, "get", {"attrs": ["x"]}, [ids]))
+                sock.send_multipart(encode_request(i, "get", {"groups": [{"attrs": ["x"]}]}, [ids]))
             # Another client is served meanwhile (inline: it does not wait
             # for the workers' queue).
             for i in range(requests):
                 assert not isinstance(other.call(1000 + i, "ping"), ErrorReply)
-            _ = other.call(5000, "get", {"attrs": ["x"]}, [ids[:3]])
+            _ = other.call(5000, "get", {"groups": [{"attrs": ["x"]}]}, [ids[:3]])
             # Every reply has been built before RSS is read: measured
             # earlier, a server that kept them all would pass.
             wait_until(lambda: gets_answered(other) >= answered, 60,

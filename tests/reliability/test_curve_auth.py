@@ -66,7 +66,7 @@ def test_client_without_a_key_gets_nothing(curve_server, owned):
     _refused(endpoint, RpcConfig())
     # Not even a bare socket sending a valid request gets a byte back.
     with RawDealer(endpoint, timeout=REFUSED_WAIT) as dealer:
-        dealer.send(encode_request(1, "get", {"attrs": ["x"]}, [owned]))
+        dealer.send(encode_request(1, "get", {"groups": [{"attrs": ["x"]}]}, [owned]))
         with pytest.raises(zmq.Again):
             dealer.recv()
     assert proc.poll() is None
@@ -91,7 +91,7 @@ def test_authorised_client_gets_correct_data(curve_server, keys, cora_data, owne
                            keys / "trainer" / "trainer.key_secret", base=RpcConfig(timeout=30))
     with RpcClient([endpoint], config) as client:
         assert client.call(0, "meta").result["part"] == 0
-        reply = client.call(0, "get", {"attrs": ["x", "y"]}, [owned])
+        reply = client.call(0, "get", {"groups": [{"attrs": ["x", "y"]}]}, [owned])
         assert torch.equal(reply.tensors[0], cora_data.x[owned])
         assert torch.equal(reply.tensors[1], cora_data.y[owned])
     assert proc.poll() is None
@@ -103,7 +103,7 @@ def test_environment_turns_curve_on_for_default_configs(curve_server, keys, cora
     config = RpcConfig.from_env(env, timeout=30.0)
     assert config.curve_client
     with RpcClient([curve_server[1]], config) as client:
-        reply = client.call(0, "get", {"attrs": ["y"]}, [owned])
+        reply = client.call(0, "get", {"groups": [{"attrs": ["y"]}]}, [owned])
         assert torch.equal(reply.tensors[0], cora_data.y[owned])
 
 

@@ -61,10 +61,11 @@ def _pump(dealer: RawDealer, messages, window: int) -> dict[str, int]:
 def _check_serves_correctly(endpoint: str, data, owned: torch.Tensor) -> None:
     ids = owned[[0, 5, 3, 5]]
     with RpcClient([endpoint], RpcConfig(timeout=30)) as client:
-        reply = client.call(0, "get", {"attrs": ["x", "y"]}, [ids])
+        reply = client.call(0, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
         assert torch.equal(reply.tensors[0], data.x[ids])
         assert torch.equal(reply.tensors[1], data.y[ids])
-        counts, nbrs, eids = client.call(0, "sample", {"num_neighbors": -1}, [ids]).tensors
+        counts, nbrs, eids = client.call(0, "sample", {"edge_types": [None], "num_neighbors": -1},
+                                         [ids]).tensors
         for i, node in enumerate(ids.tolist()):
             want = torch.sort(data.edge_index[0, data.edge_index[1] == node]).values
             got = nbrs[int(counts[:i].sum()):int(counts[:i + 1].sum())]

@@ -108,7 +108,7 @@ def _check_get(endpoint: str, data, owned: torch.Tensor, config=None) -> None:
     """A valid ``get`` (2,000 rows) is answered with the graph's rows."""
     ids = owned[torch.arange(2000) % owned.numel()]
     with RpcClient([endpoint], config or RpcConfig(timeout=30.0)) as client:
-        reply = client.call(0, "get", {"attrs": ["x", "y"]}, [ids])
+        reply = client.call(0, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
     assert torch.equal(reply.tensors[0], data.x[ids])
     assert torch.equal(reply.tensors[1], data.y[ids])
 
@@ -184,7 +184,7 @@ def test_a_tiny_sample_with_a_huge_answer_does_not_stall_the_io_thread(budget_se
     with PeakRss(proc) as rss, RawDealer(endpoint, timeout=60) as dealer:
         start = time.monotonic()
         for i in range(2):
-            dealer.send(encode_request(i, "sample", {"num_neighbors": fan_out,
+            dealer.send(encode_request(i, "sample", {"edge_types": [None], "num_neighbors": fan_out,
                                                      "replace": True, "seed": i}, [seed]))
         dealer.send(encode_request(9, "ping", {}, []))
         order, times = [], []
@@ -195,7 +195,8 @@ def test_a_tiny_sample_with_a_huge_answer_does_not_stall_the_io_thread(budget_se
             if head["id"] != 9:
                 assert head["status"] == "ok", head
                 assert len(frames[1]) == 8 * fan_out
-        huge = dealer.call(10, "sample", {"num_neighbors": 67_000_000, "replace": True},
+        huge = dealer.call(10, "sample",
+                           {"edge_types": [None], "num_neighbors": 67_000_000, "replace": True},
                            [seed])
     print(f"\ntwo 8 MiB samples from 90-byte requests: ping answered after "
           f"{times[order.index(9)] * 1000:.1f} ms, the samples after "
@@ -228,7 +229,8 @@ def test_pipelined_gets_never_read_are_bounded_by_the_reply_budget(budget_server
             answered = gets_answered(other) + requests
             lazy.connect(endpoint)
             for i in range(requests):
-                lazy.send_multipart(encode_request(i, "get", {"attrs": ["x", "y"]}, [ids]))
+                lazy.send_multipart(encode_request(i, "get", {"groups": [{"attrs": ["x", "y"]}]},
+                                                   [ids]))
             for i in range(requests):  # another client is served meanwhile
                 assert not isinstance(other.call(1000 + i, "ping"), ErrorReply)
             # RSS is sampled until every get was served or refused: stopped

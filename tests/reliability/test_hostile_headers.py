@@ -34,6 +34,7 @@ from support.rawzmq import RawDealer
 from support.servers import serve_part
 
 from pyg_dist.rpc import RpcClient, RpcConfig
+from pyg_dist.rpc.protocol import PROTOCOL_VERSION
 
 DEEP = 1015
 WORKERS = 2  # of the shared part0_server
@@ -45,10 +46,11 @@ def _check_serves_correctly(endpoint: str, data, part) -> None:
     exactly what the graph holds."""
     ids = part.node_ids[[0, 5, 3, 5]]
     with RpcClient([endpoint], RpcConfig(timeout=30)) as client:
-        reply = client.call(0, "get", {"attrs": ["x", "y"]}, [ids])
+        reply = client.call(0, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
         assert torch.equal(reply.tensors[0], data.x[ids])
         assert torch.equal(reply.tensors[1], data.y[ids])
-        counts, nbrs, eids = client.call(0, "sample", {"num_neighbors": -1}, [ids]).tensors
+        counts, nbrs, eids = client.call(0, "sample", {"edge_types": [None], "num_neighbors": -1},
+                                         [ids]).tensors
         assert torch.equal(data.edge_index[1, eids], ids.repeat_interleave(counts))
         assert torch.equal(data.edge_index[0, eids], nbrs)
         row, col, eids = client.call(0, "edge_index").tensors
@@ -111,7 +113,7 @@ def roomy_server(cora2_root):
 # name -> the request's id, its header frame
 ATTACKS = {
     "40 MiB header of empty maps": lambda: (51, raw_map(
-        {"version": 1, "id": 51, "op": "get", "args": Raw(raw_map(
+        {"version": PROTOCOL_VERSION, "id": 51, "op": "get", "args": Raw(raw_map(
             {"x": empty_maps(40 << 20)}))})),
     "header just over 1 MiB": lambda: (52, request_header(52, "get", {"pad": "x" * (1 << 20)})),
     "100k empty maps in 25 arrays": lambda: (53, request_header(53, "get", Raw(raw_map(
@@ -136,7 +138,7 @@ def test_huge_headers_are_refused_fast_in_bounded_memory(roomy_server, part0, co
         with RpcClient([endpoint], RpcConfig(timeout=30)) as client:
             while not stop.is_set():
                 start = time.perf_counter()
-                client.call(0, "get", {"attrs": ["y"]}, [ids])
+                client.call(0, "get", {"groups": [{"attrs": ["y"]}]}, [ids])
                 stalls.append(time.perf_counter() - start)
 
     thread = threading.Thread(target=bystander, daemon=True)

@@ -44,7 +44,8 @@ def test_a_coordinator_holds_at_most_its_bound_for_a_rogue_peer(cora2_root):
         try:
             with RpcClient(cluster.endpoints, RpcConfig(timeout=60)) as client:
                 with pytest.raises(RemoteError, match="cannot reach its peers") as info:
-                    client.call(0, "sample_tree", {"num_neighbors": [2], "seed": 1},
+                    client.call(0, "sample_tree", {"edge_types": [None], "num_neighbors": [[2]],
+                                                   "seed_types": [None], "seed": 1},
                                 [torch.arange(4)])
                 # Still serving.
                 assert client.call(0, "meta").result["part"] == 0

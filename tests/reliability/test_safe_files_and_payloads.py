@@ -30,6 +30,7 @@ from support.servers import serve_part
 
 from pyg_dist.errors import ChecksumMismatchError
 from pyg_dist.rpc import RpcClient, RpcConfig
+from pyg_dist.rpc.protocol import PROTOCOL_VERSION
 from pyg_dist.server import PartitionServer
 
 TAMPERED = os.path.join("part-1", "nodes.safetensors")
@@ -109,14 +110,17 @@ def test_pickled_payloads_are_refused_and_never_unpickled(part0_server, part0, t
     requests = {
         "pickle as header": [payload],
         "pickled dict as header": [plain],
-        "pickle after a valid header": [header(1, "get", {"attrs": ["x"]}), payload],
+        "pickle after a valid header": [header(1, "get", {"groups": [{"attrs": ["x"]}]}), payload],
         "pickle as an int64 tensor frame": [
-            header(2, "get", {"attrs": ["x"]}, [["int64", [len(padded) // 8]]]), padded],
+            header(2, "get", {"groups": [{"attrs": ["x"]}]},
+                   [["int64", [len(padded) // 8]]]), padded],
         "pickle as a uint8 tensor frame": [
-            header(3, "sample", {"num_neighbors": 2}, [["uint8", [len(payload)]]]), payload],
-        "pickle in the args": [header(4, "get", {"attrs": ["x"], "ids": payload})],
-        "pickle as the op": [msgpack.packb({"version": 1, "id": 5, "op": payload[:60]})],
-        "pickle as a dtype name": [header(6, "get", {"attrs": ["x"]},
+            header(3, "sample", {"edge_types": [None], "num_neighbors": 2},
+                   [["uint8", [len(payload)]]]), payload],
+        "pickle in the args": [header(4, "get", {"groups": [{"attrs": ["x"]}], "ids": payload})],
+        "pickle as the op": [msgpack.packb({"version": PROTOCOL_VERSION, "id": 5,
+                                            "op": payload[:60]})],
+        "pickle as a dtype name": [header(6, "get", {"groups": [{"attrs": ["x"]}]},
                                           [["pickle", [len(payload)]]]), payload],
     }
     proc, endpoint = part0_server
@@ -126,7 +130,7 @@ def test_pickled_payloads_are_refused_and_never_unpickled(part0_server, part0, t
             assert head["status"] == "error", name
             assert head["error"]["type"] in {"ProtocolError", "StoreError"}, (name, head)
             assert tensors == [], name
-        reply = dealer.call(99, "get", {"attrs": ["x"]}, [part0.node_ids[:3]])
+        reply = dealer.call(99, "get", {"groups": [{"attrs": ["x"]}]}, [part0.node_ids[:3]])
         assert torch.equal(reply.tensors[0], part0.node_features["x"][:3])
     assert proc.poll() is None
     assert not marker.exists()

@@ -25,6 +25,8 @@ from support.hostile import (
 from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc import protocol, wire_values
 
+VERSION = protocol.PROTOCOL_VERSION
+
 # Deep enough that repr() of the value raises RecursionError (the limit is
 # 1000), shallow enough that msgpack decodes it (its stack holds 1024).
 DEEP = 1015
@@ -67,7 +69,7 @@ def test_a_deeply_nested_request_field_is_refused_not_a_recursion_error(field):
 
 @pytest.mark.parametrize("field", ["id", "status", "error", "result"])
 def test_a_deeply_nested_reply_field_is_refused_not_a_recursion_error(field):
-    fields = {"version": 1, "id": 3, "status": "ok", "result": {}, "tensors": []}
+    fields = {"version": VERSION, "id": 3, "status": "ok", "result": {}, "tensors": []}
     if field == "error":
         fields["status"] = "error"
     fields[field] = nested(DEEP)
@@ -125,7 +127,7 @@ def test_a_megabyte_header_is_refused_in_bounded_memory(attack):
 
 
 def test_a_40_mib_header_of_empty_maps_is_refused_unread():
-    frames = [raw_map({"version": 1, "id": 11, "op": "get", "args": empty_maps(40 << 20)})]
+    frames = [raw_map({"version": VERSION, "id": 11, "op": "get", "args": empty_maps(40 << 20)})]
     out, peak, seconds = _peak_of(protocol.decode_request, frames, MAX_MESSAGE)
     assert isinstance(out, ProtocolError) and "exceeds the limit" in str(out)
     req_id, peek_peak, peek_seconds = _peak_of(protocol.peek_id, frames)
@@ -185,7 +187,7 @@ def test_a_container_over_the_length_limit_is_refused_before_it_is_built():
 
 
 @pytest.mark.parametrize("frames, want", [
-    ([msgpack.packb({"version": 1, "id": 42, "tensors": [["nope", [1]]]})], 42),
+    ([msgpack.packb({"version": VERSION, "id": 42, "tensors": [["nope", [1]]]})], 42),
     ([msgpack.packb({"id": 42})], 42),
     ([msgpack.packb({"op": "x" * 100, "id": 43})], 43),
     ([msgpack.packb({"id": -3})], None),

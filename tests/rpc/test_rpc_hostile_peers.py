@@ -33,6 +33,8 @@ from pyg_dist.errors import ProtocolError, RpcTimeoutError
 from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer, protocol
 from pyg_dist.rpc.protocol import ErrorReply
 
+VERSION = protocol.PROTOCOL_VERSION
+
 DEEP = 1015
 WORKERS = 2
 # Over RpcConfig.inline_bytes (16 KiB): such requests go to a worker.
@@ -118,7 +120,7 @@ def test_a_thread_that_must_stop_stops_the_server_with_its_failure(path):
 
 @pytest.mark.parametrize("name, frames, want_id", [
     ("40 MiB of empty maps",
-     [raw_map({"version": 1, "id": 41, "op": "echo", "args": Raw(raw_map(
+     [raw_map({"version": VERSION, "id": 41, "op": "echo", "args": Raw(raw_map(
          {"x": empty_maps(40 << 20)}))})], 41),
     ("just over the header limit",
      [request_header(42, "echo", {"pad": "x" * (protocol.MAX_HEADER_BYTES - 40)})], 42),
@@ -163,20 +165,21 @@ def _peak_rss() -> int:
 # Rogue replies: a valid id (echoed from the request) with a hostile body,
 # or a hostile id. None of them may stop the client's I/O thread.
 ROGUE_REPLIES = {
-    "nested id": lambda req_id: [raw_map({"version": 1, "id": nested(DEEP), "status": "ok"})],
-    "nested status": lambda req_id: [raw_map({"version": 1, "id": req_id,
+    "nested id": lambda req_id: [raw_map({"version": VERSION, "id": nested(DEEP), "status": "ok"})],
+    "nested status": lambda req_id: [raw_map({"version": VERSION, "id": req_id,
                                               "status": nested(DEEP)})],
-    "nested error": lambda req_id: [raw_map({"version": 1, "id": req_id, "status": "error",
+    "nested error": lambda req_id: [raw_map({"version": VERSION, "id": req_id, "status": "error",
                                              "error": nested(DEEP)})],
-    "nested result": lambda req_id: [raw_map({"version": 1, "id": req_id, "status": "ok",
+    "nested result": lambda req_id: [raw_map({"version": VERSION, "id": req_id, "status": "ok",
                                               "result": raw_map_raw({"r": nested(DEEP)})})],
     "nested version": lambda req_id: [raw_map({"version": nested(DEEP), "id": req_id})],
-    "nested tensor spec": lambda req_id: [raw_map({"version": 1, "id": req_id, "status": "ok",
+    "nested tensor spec": lambda req_id: [raw_map({"version": VERSION, "id": req_id, "status": "ok",
                                                    "tensors": Raw(b"\x91" + nested(DEEP).data)}),
                                           b"\0"],
-    "too deep for msgpack": lambda req_id: [raw_map({"version": 1, "id": req_id,
+    "too deep for msgpack": lambda req_id: [raw_map({"version": VERSION, "id": req_id,
                                                      "result": nested(5000)})],
-    "40 MiB of empty maps": lambda req_id: [raw_map({"version": 1, "id": req_id, "status": "ok",
+    "40 MiB of empty maps": lambda req_id: [raw_map({"version": VERSION, "id": req_id,
+                                                     "status": "ok",
                                                      "result": empty_maps(40 << 20)})],
     "garbage": lambda req_id: [b"\xc1\xc1 not msgpack", b"\0" * 7],
     "no frames but the envelope": lambda req_id: [b""],

@@ -11,12 +11,12 @@ import torch
 
 from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.ops import SAMPLE, SAMPLE_TYPES
+from pyg_dist.rpc.ops import SAMPLE
 from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.retrying import RetryingClient
 
 SEEDS = torch.tensor([3, 5])
-ARGS = {"num_neighbors": 2, "replace": False, "seed": 1}
+ARGS = {"edge_types": [None], "num_neighbors": 2, "replace": False, "seed": 1}
 HONEST = [torch.tensor([2, 1]), torch.tensor([7, 8, 9]), torch.tensor([70, 80, 90])]
 
 LIES = [
@@ -55,15 +55,15 @@ def test_lies_are_refused_naming_the_peer(reply, words):
     assert info.value.address == "tcp://peer:1" and info.value.op == "sample"
 
 
-def test_sample_types_checks_each_types_fan_out():
+def test_a_sample_of_several_edge_types_checks_each_types_fan_out():
     args = {"edge_types": [["a", "r", "b"], ["b", "s", "a"]], "sizes": [1, 1],
             "num_neighbors": [1, 3], "replace": False, "seed": 1}
     honest = [torch.tensor([1]), torch.tensor([4]), torch.tensor([40]),
               torch.tensor([3]), torch.tensor([1, 2, 3]), torch.tensor([10, 20, 30])]
-    _check(SAMPLE_TYPES, args, honest, [torch.tensor([0, 1])])
+    _check(SAMPLE, args, honest, [torch.tensor([0, 1])])
     over = [torch.tensor([2]), torch.tensor([4, 5]), torch.tensor([40, 50]), *honest[3:]]
     with pytest.raises(ProtocolError, match=r"lies in \[0, 1\]"):
-        _check(SAMPLE_TYPES, args, over, [torch.tensor([0, 1])])
+        _check(SAMPLE, args, over, [torch.tensor([0, 1])])
 
 
 def _lying_sample(args, tensors):

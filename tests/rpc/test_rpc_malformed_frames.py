@@ -13,7 +13,7 @@ from support.handlers import HANDLERS
 from support.rawzmq import RawDealer, header
 
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.protocol import ErrorReply, encode_request
+from pyg_dist.rpc.protocol import PROTOCOL_VERSION, ErrorReply, encode_request
 
 LIMIT = 64 * 1024
 
@@ -51,8 +51,9 @@ MALFORMED = {
                        "non-negative"),
     "missing tensor frame": ([header(10, "add", {"k": 1}, [["float32", [4]]])], 10,
                              "declares 1 tensors but 0"),
-    "other protocol version": ([msgpack.packb({"version": 2, "id": 11, "op": "add"})], 11,
-                               "unsupported protocol version 2"),
+    "other protocol version": (
+        [msgpack.packb({"version": PROTOCOL_VERSION + 1, "id": 11, "op": "add"})], 11,
+        f"unsupported protocol version {PROTOCOL_VERSION + 1}"),
     # Each frame within ZeroMQ's MAXMSGSIZE (the limit), together over it.
     "oversize request": ([header(12, "echo", {}, [["uint8", [LIMIT // 2 + 10]]] * 2),
                           b"\0" * (LIMIT // 2 + 10), b"\0" * (LIMIT // 2 + 10)], 12,

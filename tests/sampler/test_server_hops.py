@@ -20,7 +20,7 @@ from support.servers import serve_parts
 from pyg_dist.errors import ProtocolError, RemoteError, RpcError, SamplerError
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.ops import SAMPLE_TREE, SAMPLE_TREE_TYPES
+from pyg_dist.rpc.ops import SAMPLE_TREE
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.connect import connect
@@ -136,24 +136,36 @@ def test_server_hops_true_needs_servers_that_forward(cora2_root):
                 DistNeighborSampler((fs, gs), [5], server_hops=True)
             with RpcClient(endpoints) as client, \
                     pytest.raises(RemoteError, match="does not forward") as info:
-                client.call(0, "sample_tree", {"num_neighbors": [2], "seed": 1},
+                client.call(0, "sample_tree", _tree_args([2], seed=1),
                             [SEEDS[:4]])
             assert info.value.remote_type == "ForwardingError"
         finally:
             fs.close()
 
 
+def _tree_args(fan_outs, **more):
+    """A homogeneous graph's ``sample_tree`` arguments: its one edge type
+    and seed type nil."""
+    return {"edge_types": [None], "num_neighbors": [fan_outs], "seed_types": [None], **more}
+
+
 _BAD = [
-    ({"num_neighbors": [], "seed": 1}, "num_neighbors"),
-    ({"num_neighbors": [2] * 17, "seed": 1}, "1 to 16 fan-outs"),
-    ({"num_neighbors": [2, "3"], "seed": 1}, "num_neighbors"),
-    ({"num_neighbors": [-2], "seed": 1}, "num_neighbors"),
-    ({"num_neighbors": [2], "seed": -1}, "'seed'"),
-    ({"num_neighbors": [2], "seed": 1, "replace": 1}, "'replace'"),
-    ({"num_neighbors": [2], "seed": 1, "subgraph": "bidirectional"}, "'subgraph'"),
-    ({"num_neighbors": [2], "seed": 1, "timeout": float("inf")}, "'timeout'"),
-    ({"num_neighbors": [2], "seed": 1, "weight_attr": "w" * 300}, "'weight_attr'"),
-    ({"num_neighbors": [2], "seed": 1, "weight_attr": "no_such"}, "no_such"),
+    (_tree_args([], seed=1), "num_neighbors"),
+    (_tree_args([2] * 17, seed=1), "1 to 16 fan-outs"),
+    (_tree_args([2, "3"], seed=1), "num_neighbors"),
+    (_tree_args([-2], seed=1), "num_neighbors"),
+    (_tree_args([2], seed=-1), "'seed'"),
+    (_tree_args([2], seed=1, replace=1), "'replace'"),
+    (_tree_args([2], seed=1, subgraph="bidirectional"), "'subgraph'"),
+    (_tree_args([2], seed=1, timeout=float("inf")), "'timeout'"),
+    (_tree_args([2], seed=1, weight_attr="w" * 300), "'weight_attr'"),
+    (_tree_args([2], seed=1, weight_attr="no_such"), "no_such"),
+    # A homogeneous graph's tree names its one edge type and seed type nil.
+    (_tree_args([2], seed=1, seed_types=["v0"]), "'seed_types'"),
+    ({**_tree_args([2], seed=1), "edge_types": [None, None]}, "'edge_types'"),
+    ({**_tree_args([2], seed=1, seed_types=["v1"]), "edge_types": [["v0", "e0", "v1"]]},
+     "heterogeneous|edge type"),
+    (_tree_args([2], seed=1, sizes=[1, 3]), "'sizes'"),
 ]
 
 
@@ -166,8 +178,8 @@ def test_malformed_trees_are_refused_and_the_server_keeps_serving(cora2_root):
         for tensors in ([SEEDS[:4].float()], [SEEDS[:4].view(2, 2)],
                         [SEEDS[:4], SEEDS[:3]], [torch.tensor([10**9])]):
             with pytest.raises(RemoteError):
-                client.call(0, "sample_tree", {"num_neighbors": [2], "seed": 1}, tensors)
-        args = {"num_neighbors": [3, 2], "seed": 7}
+                client.call(0, "sample_tree", _tree_args([2], seed=1), tensors)
+        args = _tree_args([3, 2], seed=7)
         reply = client.call(0, "sample_tree", args, [SEEDS[:4]])
         SAMPLE_TREE.check_reply(reply, args, [SEEDS[:4]], endpoints[0])
         assert torch.equal(reply.tensors[0][:4], SEEDS[:4])
@@ -176,7 +188,7 @@ def test_malformed_trees_are_refused_and_the_server_keeps_serving(cora2_root):
 def test_a_lying_tree_is_refused_before_the_sampler_sees_it():
     from pyg_dist.rpc.messages import Reply
 
-    args, seeds = {"num_neighbors": [2], "seed": 1}, [torch.tensor([4, 9])]
+    args, seeds = _tree_args([2], seed=1), [torch.tensor([4, 9])]
     node = torch.tensor([4, 9, 11])
 
     def index(*values):  # row and col travel as int32
@@ -184,7 +196,7 @@ def test_a_lying_tree_is_refused_before_the_sampler_sees_it():
 
     good = [node, index(2), index(0), torch.tensor([77]), torch.tensor([2, 1]),
             torch.tensor([1])]
-    SAMPLE_TREE.check_reply(Reply({}, list(good)), args, seeds, "x")
+    SAMPLE_TREE.check_reply(Reply({"node_types": [None]}, list(good)), args, seeds, "x")
     lies = [
         [torch.tensor([9, 4, 11]), *good[1:]],  # seeds not first
         [node, index(3), *good[2:]],  # an edge to no sampled node
@@ -197,7 +209,7 @@ def test_a_lying_tree_is_refused_before_the_sampler_sees_it():
     ]
     for lie in lies:
         with pytest.raises(ProtocolError, match="sample_tree"):
-            SAMPLE_TREE.check_reply(Reply({}, lie), args, seeds, "x")
+            SAMPLE_TREE.check_reply(Reply({"node_types": [None]}, lie), args, seeds, "x")
 
 
 def test_a_dead_peer_fails_the_batch_naming_its_part_within_the_deadline(cora2_root, caplog):
@@ -331,17 +343,17 @@ def test_malformed_heterogeneous_trees_are_refused_and_the_server_keeps_serving(
     with RpcClient(endpoints) as client:
         for args, message in _BAD_TYPED:
             with pytest.raises(RemoteError, match=message):
-                client.call(0, "sample_tree_types", args, [seeds])
+                client.call(0, "sample_tree", args, [seeds])
         with pytest.raises(RemoteError, match="1-D int64"):
-            client.call(0, "sample_tree_types", _typed_args(), [seeds.float()])
+            client.call(0, "sample_tree", _typed_args(), [seeds.float()])
         args = _typed_args(edge_types=[list(t) for t in gs.edge_types],
                            num_neighbors=[[3, 2]] * len(gs.edge_types))
         with pytest.raises(RemoteError, match="nope"):  # no such node type
-            client.call(0, "sample_tree_types", {**args, "seed_types": ["nope"]}, [seeds])
+            client.call(0, "sample_tree", {**args, "seed_types": ["nope"]}, [seeds])
         with pytest.raises(RemoteError, match="outside"):  # ids past the type's nodes
-            client.call(0, "sample_tree_types", args, [seeds + 10**6])
-        reply = client.call(0, "sample_tree_types", args, [seeds])
-        SAMPLE_TREE_TYPES.check_reply(reply, args, [seeds], endpoints[0])
+            client.call(0, "sample_tree", args, [seeds + 10**6])
+        reply = client.call(0, "sample_tree", args, [seeds])
+        SAMPLE_TREE.check_reply(reply, args, [seeds], endpoints[0])
         assert reply.result["node_types"] == list(gs.node_types)
 
 
@@ -355,7 +367,7 @@ def test_a_lying_heterogeneous_tree_is_refused():
     row = col = torch.tensor([0], dtype=torch.int32)
     good = [a, b, row, col, torch.tensor([40]), torch.tensor([0, 1, 1, 0]),
             torch.tensor([1])]
-    SAMPLE_TREE_TYPES.check_reply(Reply({"node_types": ["a", "b"]}, list(good)), args,
+    SAMPLE_TREE.check_reply(Reply({"node_types": ["a", "b"]}, list(good)), args,
                                   seeds, "x")
     lies = [
         ({"node_types": ["a"]}, good),  # a type short
@@ -367,8 +379,8 @@ def test_a_lying_heterogeneous_tree_is_refused():
         ({"node_types": ["a", "b"]}, good[:6]),
     ]
     for result, tensors in lies:
-        with pytest.raises(ProtocolError, match="sample_tree_types"):
-            SAMPLE_TREE_TYPES.check_reply(Reply(result, list(tensors)), args, seeds, "x")
+        with pytest.raises(ProtocolError, match="sample_tree"):
+            SAMPLE_TREE.check_reply(Reply(result, list(tensors)), args, seeds, "x")
 
 
 def test_a_peer_that_stops_answering_fails_the_batch_within_the_deadline(cora2_root):

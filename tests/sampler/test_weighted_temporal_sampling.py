@@ -324,14 +324,15 @@ def test_the_server_refuses_malformed_seed_times_and_keeps_serving(served):
     fs, gs = served[2]
     router = gs.router
     owned = gs.book.split(torch.arange(NUM_NODES))[0][2][:5]
-    args = {"num_neighbors": 2, "time_attr": "time"}
+    args = {"edge_types": [None], "num_neighbors": 2, "time_attr": "time"}
     for tensors, match in (([owned], "takes 2 tensor"),
                            ([owned, torch.zeros(4, dtype=torch.long)], "4 seed times for 5"),
                            ([owned, torch.zeros(5, dtype=torch.int32)], "1-D int64")):
         with pytest.raises(RemoteError, match=match):
             router.call_all([(0, "sample", args, tensors)])
     with pytest.raises(RemoteError, match="'last' needs a time_attr"):
-        router.call_all([(0, "sample", {"num_neighbors": 2, "weight_attr": "edge_weight",
+        router.call_all([(0, "sample", {"edge_types": [None], "num_neighbors": 2,
+                                        "weight_attr": "edge_weight",
                                         "temporal_strategy": "last"}, [owned])])
     reply = router.call_all([(0, "sample", args, [owned, torch.zeros(5, dtype=torch.long)])])
     assert reply[0].result["time_kind"] == "node"

@@ -39,7 +39,8 @@ def test_trees_share_one_connection_attempt_to_an_unreachable_peer(cora2_root,
 
         def tree(seed: int) -> tuple[float, str]:
             try:
-                client.call(0, "sample_tree", {"num_neighbors": [2], "seed": seed}, [seeds])
+                client.call(0, "sample_tree", {"edge_types": [None], "num_neighbors": [[2]],
+                                               "seed_types": [None], "seed": seed}, [seeds])
             except RemoteError as exc:
                 return time.monotonic(), str(exc)
             return time.monotonic(), "answered"

@@ -51,10 +51,11 @@ def test_get_answers_every_node_type_from_its_owner(graph, served):
         ids = torch.arange(graph[node_type].num_nodes)
         x = torch.empty_like(graph[node_type].x)
         for part, positions, owned in reader.book_of(node_type).split(ids):
-            reply = client.call(part, "get", {"attrs": ["x"], "group": node_type}, [owned])
+            reply = client.call(part, "get", {"groups": [{"group": node_type, "attrs": ["x"]}]},
+                                [owned])
             x[positions] = reply.tensors[0]
         assert torch.equal(x, graph[node_type].x), node_type
-    labels = client.call(0, "get", {"attrs": ["y"], "group": "v0"},
+    labels = client.call(0, "get", {"groups": [{"group": "v0", "attrs": ["y"]}]},
                          [reader.book_of("v0").split(torch.arange(5))[0][2]]).tensors[0]
     assert labels.dtype == graph["v0"].y.dtype
 
@@ -68,7 +69,7 @@ def test_full_fanout_sample_and_edge_index_give_every_edge_of_every_type(graph, 
         found = set()
         for part, _, owned in reader.book_of(dst_type).split(seeds):
             counts, nbrs, eids = client.call(
-                part, "sample", {"num_neighbors": -1, "edge_type": list(edge_type), "seed": 1},
+                part, "sample", {"edge_types": [list(edge_type)], "num_neighbors": -1, "seed": 1},
                 [owned]).tensors
             found |= set(zip(nbrs.tolist(), owned.repeat_interleave(counts).tolist(),
                              eids.tolist()))
@@ -87,11 +88,11 @@ def test_ids_are_checked_against_their_own_type(graph, served):
     too_big = torch.tensor([graph[small].num_nodes])
     owner = int(reader.book_of(small).part_of(torch.tensor([0]))[0])
     with pytest.raises(RemoteError, match=rf"node ids must lie in \[0, {too_big.item()}\)"):
-        client.call(owner, "get", {"attrs": ["x"], "group": small}, [too_big])
+        client.call(owner, "get", {"groups": [{"group": small, "attrs": ["x"]}]}, [too_big])
     with pytest.raises(RemoteError, match="no node type 'nope'"):
-        client.call(0, "get", {"attrs": ["x"], "group": "nope"}, [torch.tensor([0])])
+        client.call(0, "get", {"groups": [{"group": "nope", "attrs": ["x"]}]}, [torch.tensor([0])])
     with pytest.raises(RemoteError, match="holds no edge type"):
-        client.call(0, "sample", {"num_neighbors": 2, "edge_type": ["v0", "nope", "v1"]},
+        client.call(0, "sample", {"edge_types": [["v0", "nope", "v1"]], "num_neighbors": 2},
                     [torch.tensor([0])])
 
 
@@ -115,9 +116,10 @@ def test_connect_reads_hetero_servers_type_by_type(graph, served):
         fs.close()
 
 
-def test_sample_types_answers_every_edge_type_as_sample_does(graph, served):
+def test_a_sample_of_every_edge_type_answers_each_as_its_own_sample_does(graph, served):
     """One request over every edge type whose destinations part 0 owns, at
-    full fan-out, answers per edge type exactly what ``sample`` answers."""
+    full fan-out, answers per edge type exactly what a ``sample`` of that
+    edge type alone answers."""
     reader, client = served
     edge_types, sizes, ids = [], [], []
     for edge_type in graph.edge_types:
@@ -127,12 +129,12 @@ def test_sample_types_answers_every_edge_type_as_sample_does(graph, served):
             edge_types.append(edge_type)
             sizes.append(owned[0].numel())
             ids.append(owned[0])
-    reply = client.call(0, "sample_types", {"edge_types": [list(t) for t in edge_types],
-                                            "sizes": sizes, "num_neighbors": -1, "seed": 3},
+    reply = client.call(0, "sample", {"edge_types": [list(t) for t in edge_types],
+                                      "sizes": sizes, "num_neighbors": -1, "seed": 3},
                         [torch.cat(ids)])
     assert len(reply.tensors) == 3 * len(edge_types)
     for k, (edge_type, owned) in enumerate(zip(edge_types, ids)):
-        single = client.call(0, "sample", {"num_neighbors": -1, "edge_type": list(edge_type),
+        single = client.call(0, "sample", {"edge_types": [list(edge_type)], "num_neighbors": -1,
                                            "seed": 1}, [owned]).tensors
         for got, want in zip(reply.tensors[3 * k:3 * k + 3], single):
             assert torch.equal(got, want), edge_type
@@ -151,16 +153,21 @@ def test_sample_types_answers_every_edge_type_as_sample_does(graph, served):
     # Over msgpack's array limit: refused while decoding, before the op.
     ({"edge_types": [["v0", "e0", "v1"]] * 5000, "sizes": [0] * 5000, "num_neighbors": 2},
      [torch.empty(0, dtype=torch.long)], "max_array_len"),
+    # Several edge types name their sizes; one may leave them out.
+    ({"edge_types": [["v0", "e0", "v1"]] * 2, "num_neighbors": 2},
+     [torch.tensor([0])], "sizes"),
+    ({"edge_types": ["v0"], "num_neighbors": 2}, [torch.tensor([0])], "edge_type"),
+    ({"edge_types": [None], "num_neighbors": 2}, [torch.tensor([0])], "no edge type"),
 ])
-def test_malformed_sample_types_is_refused_and_the_server_keeps_serving(served, args,
-                                                                         tensors, match):
+def test_malformed_sample_is_refused_and_the_server_keeps_serving(served, args, tensors,
+                                                                  match):
     _, client = served
     with pytest.raises(RemoteError, match=match):
-        client.call(0, "sample_types", args, tensors)
+        client.call(0, "sample", args, tensors)
     assert client.call(0, "meta").result["part"] == 0
 
 
-def test_get_types_answers_every_group_as_get_does(graph, served):
+def test_get_answers_every_group_as_one_group_does(graph, served):
     reader, client = served
     groups, ids = [], []
     for node_type in graph.node_types:
@@ -169,12 +176,18 @@ def test_get_types_answers_every_group_as_get_does(graph, served):
         attrs = ["x", "y"] if node_type == "v0" else ["x"]
         groups.append({"group": node_type, "attrs": attrs})
         ids.append(owned)
-    reply = client.call(1, "get_types", {"groups": groups, "sizes": [i.numel() for i in ids]},
+    reply = client.call(1, "get", {"groups": groups, "sizes": [i.numel() for i in ids]},
                         [torch.cat(ids)])
     expected = [graph[g["group"]][a][i] for g, i in zip(groups, ids) for a in g["attrs"]]
     assert len(reply.tensors) == len(expected)
     for got, want in zip(reply.tensors, expected):
         assert torch.equal(got, want)
+    # One group alone, with or without its size, answers the same rows.
+    one = client.call(1, "get", {"groups": groups[:1]}, [ids[0]]).tensors
+    sized = client.call(1, "get", {"groups": groups[:1], "sizes": [ids[0].numel()]},
+                        [ids[0]]).tensors
+    for got, again, want in zip(one, sized, expected):
+        assert torch.equal(got, want) and torch.equal(again, want)
 
 
 @pytest.mark.parametrize("args, match", [
@@ -184,10 +197,13 @@ def test_get_types_answers_every_group_as_get_does(graph, served):
     ({"groups": [{"group": "v0", "attrs": ["x"]}], "sizes": [True]}, "sizes"),
     ({"groups": [{"group": "nope", "attrs": ["x"]}], "sizes": [1]}, "no node type"),
     ({"groups": [{"group": "v0", "attrs": ["nope"]}], "sizes": [1]}, "unknown feature"),
+    ({"groups": [{"group": "v0", "attrs": ["x"], "rows": [0]}]}, "groups"),
+    ({"groups": [{"group": "v0", "attrs": ["x"]}] * 2}, "sizes"),
+    ({"groups": {"group": "v0", "attrs": ["x"]}}, "groups"),
 ])
-def test_malformed_get_types_is_refused_and_the_server_keeps_serving(served, args, match):
+def test_malformed_get_is_refused_and_the_server_keeps_serving(served, args, match):
     reader, client = served
     owned = [o for part, _, o in reader.book_of("v0").split(torch.arange(30)) if part == 0][0]
     with pytest.raises(RemoteError, match=match):
-        client.call(0, "get_types", args, [owned[:1]])
+        client.call(0, "get", args, [owned[:1]])
     assert client.call(0, "meta").result["part"] == 0

@@ -21,7 +21,7 @@ from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE
 from pyg_dist.server import PartitionServer
 
 SEEDS = torch.arange(64)  # nodes of both parts (random partition)
-ARGS = {"num_neighbors": [5, 3], "seed": 11}
+ARGS = {"edge_types": [None], "num_neighbors": [[5, 3]], "seed_types": [None], "seed": 11}
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import torch
 
 from pyg_dist.errors import ProtocolError, RemoteError
 from pyg_dist.rpc import RpcClient
-from pyg_dist.rpc.ops import GET, OPS, PARTITION_OPS, RPC_OPS, SAMPLE, SAMPLE_TYPES, declared
+from pyg_dist.rpc.ops import GET, OPS, PARTITION_OPS, RPC_OPS, SAMPLE, declared
 from pyg_dist.server import PartitionServer
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -33,11 +33,12 @@ def test_the_server_answers_exactly_the_declared_ops(served):
 
 
 @pytest.mark.parametrize("op, args, tensors, message", [
-    ("get", {"attrs": ["x"], "row": 1}, 1, "'get' has unknown arguments ['row']"),
-    ("sample_types", {"edge_types": [None], "sizes": [1]}, 1,
-     "'sample_types' lacks the required arguments ['num_neighbors']"),
+    ("get", {"groups": [{"attrs": ["x"]}], "row": 1}, 1, "'get' has unknown arguments ['row']"),
+    ("sample", {"edge_types": [None], "sizes": [1]}, 1,
+     "'sample' lacks the required arguments ['num_neighbors']"),
     ("edge_ids", {}, 1, "'edge_ids' takes 0 tensors, got 1"),
-    ("sample", {"num_neighbors": 2}, 3, "'sample' takes 1 to 2 tensors, got 3"),
+    ("sample", {"edge_types": [None], "num_neighbors": 2}, 3,
+     "'sample' takes 1 to 2 tensors, got 3"),
 ])
 def test_requests_that_do_not_fit_their_op_are_refused_before_the_handler(
         served, op, args, tensors, message):
@@ -49,19 +50,19 @@ def test_requests_that_do_not_fit_their_op_are_refused_before_the_handler(
     assert info.value.remote_type == "ProtocolError"
     assert client.call(0, "stats").result["get_calls"] == before  # no handler ran
     # The same server goes on answering a request that fits.
-    assert client.call(0, "get", {"attrs": ["x"]}, [ids]).tensors[0].shape[0] == 4
+    assert client.call(0, "get", {"groups": [{"attrs": ["x"]}]}, [ids]).tensors[0].shape[0] == 4
 
 
 def test_the_trainer_cannot_build_a_call_its_op_does_not_declare():
     ids = torch.arange(3)
-    assert SAMPLE.request(1, {"num_neighbors": 5, "seed": 3}, [ids]) == \
-        (1, "sample", {"num_neighbors": 5, "seed": 3}, [ids])
+    assert SAMPLE.request(1, {"edge_types": [None], "num_neighbors": 5, "seed": 3}, [ids]) == \
+        (1, "sample", {"edge_types": [None], "num_neighbors": 5, "seed": 3}, [ids])
     with pytest.raises(ProtocolError, match="unknown arguments \\['fanout'\\]"):
-        SAMPLE.request(0, {"num_neighbors": 5, "fanout": 3}, [ids])
-    with pytest.raises(ProtocolError, match="lacks the required arguments \\['sizes'\\]"):
-        SAMPLE_TYPES.request(0, {"edge_types": [], "num_neighbors": 1}, [ids])
+        SAMPLE.request(0, {"edge_types": [None], "num_neighbors": 5, "fanout": 3}, [ids])
+    with pytest.raises(ProtocolError, match="lacks the required arguments \\['edge_types'\\]"):
+        SAMPLE.request(0, {"num_neighbors": 1}, [ids])
     with pytest.raises(ProtocolError, match="takes 1 to 2 tensors, got 3"):
-        GET.request(0, {"attrs": ["x"]}, [ids, ids, ids])
+        GET.request(0, {"groups": [{"attrs": ["x"]}]}, [ids, ids, ids])
     with pytest.raises(ProtocolError, match="no op 'drop' is declared"):
         declared(0, "drop")
 
@@ -75,7 +76,7 @@ def test_only_reads_are_retry_safe_and_the_embedding_writes_are_not():
     # Served by a worker whatever their size: a whole part's edges, a tree
     # that waits on the peers (never on the I/O thread), and the writes.
     assert [s.name for s in OPS.values() if s.worker] == \
-        ["sample_tree", "sample_tree_types", "edge_index", "emb_write", "emb_push",
+        ["sample_tree", "edge_index", "emb_write", "emb_push",
          "emb_checkpoint"]
 
 

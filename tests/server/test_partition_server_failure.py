@@ -36,7 +36,7 @@ def _get(cora_reader, pad: bool) -> list:
     ids = cora_reader.load_part(0, topology=False).node_ids[:3]
     # Over 16 KiB of ids: served by a worker instead of the I/O thread.
     ids = ids.repeat(3000) if pad else ids
-    return protocol.encode_request(1, "get", {"attrs": ["x"]}, [ids])
+    return protocol.encode_request(1, "get", {"groups": [{"attrs": ["x"]}]}, [ids])
 
 
 @pytest.mark.timeout(120)

@@ -46,7 +46,7 @@ def test_mmap_stores_serve_the_same_rows(cora2_root, cora_reader):
     part = cora_reader.load_part(1)
     with PartitionServer(cora2_root, 1, feature_store="mmap", graph_store="mmap") as server:
         with RpcClient([server.endpoint]) as client:
-            reply = client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[:50]])
+            reply = client.call(0, "get", {"groups": [{"attrs": ["x"]}]}, [part.node_ids[:50]])
             edges = client.call(0, "edge_index").tensors
     assert reply.tensors[0].equal(part.node_features["x"][:50])
     assert edges[2].equal(part.edge_ids)
@@ -76,7 +76,7 @@ def test_get_over_the_reply_limit_is_refused_and_smaller_ones_served(cora2_root,
     with PartitionServer(cora2_root, 0, config=config) as server:
         with RpcClient([server.endpoint]) as client:
             with pytest.raises(RemoteError, match="reply limit") as info:
-                client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[:101]])
-            reply = client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[:100]])
+                client.call(0, "get", {"groups": [{"attrs": ["x"]}]}, [part.node_ids[:101]])
+            reply = client.call(0, "get", {"groups": [{"attrs": ["x"]}]}, [part.node_ids[:100]])
     assert info.value.remote_type == "ProtocolError"
     assert reply.tensors[0].equal(part.node_features["x"][:100])

@@ -49,8 +49,9 @@ def test_get_returns_the_rows_on_disk_in_request_order(client, parts):
     for k, part in enumerate(parts):
         pick = torch.randint(0, part.node_ids.numel(), (300,), generator=gen)  # with repeats
         ids = part.node_ids[pick]
-        reply = client.call(k, "get", {"attrs": ["x", "y", "train_mask"], "group": None}, [ids])
-        assert reply.result == {"attrs": ["x", "y", "train_mask"]}
+        reply = client.call(k, "get",
+                            {"groups": [{"group": None, "attrs": ["x", "y", "train_mask"]}]}, [ids])
+        assert reply.result == {"groups": 1}
         for name, got in zip(["x", "y", "train_mask"], reply.tensors):
             want = part.node_features[name][pick]
             assert got.dtype == want.dtype and torch.equal(got, want)
@@ -59,7 +60,7 @@ def test_get_returns_the_rows_on_disk_in_request_order(client, parts):
 def test_get_matches_the_original_graph(client, cora_data, cora_reader):
     ids = torch.arange(cora_data.num_nodes)
     for k, part_ids, _ in cora_reader.book.split(ids):
-        reply = client.call(k, "get", {"attrs": ["x", "y"]}, [part_ids])
+        reply = client.call(k, "get", {"groups": [{"attrs": ["x", "y"]}]}, [part_ids])
         assert torch.equal(reply.tensors[0], cora_data.x[part_ids])
         assert torch.equal(reply.tensors[1], cora_data.y[part_ids])
 
@@ -67,7 +68,8 @@ def test_get_matches_the_original_graph(client, cora_data, cora_reader):
 def test_full_fanout_sample_returns_every_in_edge_in_csc_order(client, parts):
     for k, part in enumerate(parts):
         seeds = part.node_ids[::7]
-        counts, nbrs, eids = client.call(k, "sample", {"num_neighbors": -1}, [seeds]).tensors
+        counts, nbrs, eids = client.call(k, "sample", {"edge_types": [None], "num_neighbors": -1},
+                                         [seeds]).tensors
         at = 0
         for seed, count in zip(seeds.tolist(), counts.tolist()):
             want_nbrs, want_eids = _segment(part, seed)
@@ -81,7 +83,7 @@ def test_full_fanout_sample_returns_every_in_edge_in_csc_order(client, parts):
 def test_finite_fanout_samples_real_edges_reproducibly(client, parts, cora_data, replace):
     part = parts[1]
     seeds = part.node_ids[:400]
-    args = {"num_neighbors": 3, "replace": replace, "seed": 1234}
+    args = {"edge_types": [None], "num_neighbors": 3, "replace": replace, "seed": 1234}
     counts, nbrs, eids = client.call(1, "sample", args, [seeds]).tensors
     # Every sampled (neighbour, edge id) is a real edge into its seed.
     dst = torch.repeat_interleave(seeds, counts)
@@ -127,9 +129,10 @@ def test_eight_threads_with_64_requests_in_flight_get_correct_answers(client, pa
             pick = torch.randint(0, parts[k].node_ids.numel(), (1 + i,), generator=gen)
             ids = parts[k].node_ids[pick]
             if i % 2:
-                fut = client.call_async(k, "get", {"attrs": ["x", "y"]}, [ids])
+                fut = client.call_async(k, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
             else:
-                fut = client.call_async(k, "sample", {"num_neighbors": -1}, [ids])
+                fut = client.call_async(k, "sample", {"edge_types": [None], "num_neighbors": -1},
+                                        [ids])
             calls.append((k, pick, ids, i % 2, fut))
         for k, pick, ids, is_get, fut in calls:
             reply = fut.result(timeout=60)

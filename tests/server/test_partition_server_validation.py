@@ -22,7 +22,7 @@ def part0(cora_reader):
 
 def _still_serving(dealer, part, req_id=777):
     ids = part.node_ids[[5, 0, 5, 17]]
-    reply = dealer.call(req_id, "get", {"attrs": ["x", "y"]}, [ids])
+    reply = dealer.call(req_id, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids])
     assert not isinstance(reply, ErrorReply), reply
     assert torch.equal(reply.tensors[0], part.node_features["x"][[5, 0, 5, 17]])
     assert torch.equal(reply.tensors[1], part.node_features["y"][[5, 0, 5, 17]])
@@ -35,43 +35,58 @@ def _not_owned(part):
 
 BAD_REQUESTS = {
     # name: (op, args, tensor factory(part), remote type, message fragment)
-    "negative ids": ("get", {"attrs": ["x"]}, lambda p: [torch.tensor([0, -3])],
+    "negative ids": ("get", {"groups": [{"attrs": ["x"]}]}, lambda p: [torch.tensor([0, -3])],
                      "StoreError", "must lie in [0, 2708)"),
-    "out-of-range ids": ("sample", {"num_neighbors": 2}, lambda p: [torch.tensor([2708])],
+    "out-of-range ids": ("sample", {"edge_types": [None], "num_neighbors": 2},
+                         lambda p: [torch.tensor([2708])],
                          "StoreError", "must lie in [0, 2708)"),
-    "ids of another part": ("get", {"attrs": ["x"]},
+    "ids of another part": ("get", {"groups": [{"attrs": ["x"]}]},
                             lambda p: [torch.tensor([_not_owned(p)])],
                             "StoreError", "not owned by this part"),
-    "int32 ids": ("get", {"attrs": ["x"]}, lambda p: [p.node_ids[:3].int()],
+    "int32 ids": ("get", {"groups": [{"attrs": ["x"]}]}, lambda p: [p.node_ids[:3].int()],
                   "ProtocolError", "1-D int64"),
-    "2-d ids": ("sample", {"num_neighbors": 2}, lambda p: [p.node_ids[:4].view(2, 2)],
+    "2-d ids": ("sample", {"edge_types": [None], "num_neighbors": 2},
+                lambda p: [p.node_ids[:4].view(2, 2)],
                 "ProtocolError", "1-D int64"),
     # Checked against the op table (pyg_dist.rpc.ops) before any handler runs.
-    "no ids": ("get", {"attrs": ["x"]}, lambda p: [], "ProtocolError",
+    "no ids": ("get", {"groups": [{"attrs": ["x"]}]}, lambda p: [], "ProtocolError",
                "'get' takes 1 to 2 tensors, got 0"),
     "an argument the op does not take": (
-        "get", {"attrs": ["x"], "rows": [1, 2]}, lambda p: [p.node_ids[:2]], "ProtocolError",
-        "'get' has unknown arguments ['rows']; it takes ['attrs', 'group', 'place']"),
-    "a required argument missing": ("sample", {"replace": True}, lambda p: [p.node_ids[:2]],
+        "get", {"groups": [{"attrs": ["x"]}], "rows": [1, 2]}, lambda p: [p.node_ids[:2]],
+        "ProtocolError",
+        "'get' has unknown arguments ['rows']; it takes ['groups', 'place', 'sizes']"),
+    "a required argument missing": ("sample", {"edge_types": [None], "replace": True},
+                                    lambda p: [p.node_ids[:2]],
                                     "ProtocolError",
                                     "'sample' lacks the required arguments ['num_neighbors']"),
+    # Version 1's forms (docs/wire-protocol.md, "Changes") are refused by name.
+    "a version 1 get": ("get", {"attrs": ["x"]}, lambda p: [p.node_ids[:2]], "ProtocolError",
+                        "'get' has unknown arguments ['attrs']"),
+    "a version 1 sample": ("sample", {"num_neighbors": 2}, lambda p: [p.node_ids[:2]],
+                           "ProtocolError",
+                           "'sample' lacks the required arguments ['edge_types']"),
     "arguments not a map": ("degree", [1, 2], lambda p: [], "ProtocolError",
                             "args must be a map"),
-    "unknown attribute": ("get", {"attrs": ["x", "secret"]}, lambda p: [p.node_ids[:2]],
+    "unknown attribute": ("get", {"groups": [{"attrs": ["x", "secret"]}]},
+                          lambda p: [p.node_ids[:2]],
                           "StoreError", "unknown feature(s) ['secret']"),
-    "attrs not a list": ("get", {"attrs": "x"}, lambda p: [p.node_ids[:2]],
+    "attrs not a list": ("get", {"groups": [{"attrs": "x"}]}, lambda p: [p.node_ids[:2]],
                          "ProtocolError", "'attrs' must be"),
-    "fan-out below -1": ("sample", {"num_neighbors": -5}, lambda p: [p.node_ids[:2]],
+    "fan-out below -1": ("sample", {"edge_types": [None], "num_neighbors": -5},
+                         lambda p: [p.node_ids[:2]],
                          "ProtocolError", "'num_neighbors'"),
-    "fan-out not an int": ("sample", {"num_neighbors": "ten"}, lambda p: [p.node_ids[:2]],
+    "fan-out not an int": ("sample", {"edge_types": [None], "num_neighbors": "ten"},
+                           lambda p: [p.node_ids[:2]],
                            "ProtocolError", "'num_neighbors'"),
-    "replace not a bool": ("sample", {"num_neighbors": 2, "replace": 1},
+    "replace not a bool": ("sample", {"edge_types": [None], "num_neighbors": 2, "replace": 1},
                            lambda p: [p.node_ids[:2]], "ProtocolError", "'replace'"),
     "unknown edge type": ("edge_index", {"edge_type": ["a", "b", "c"]}, lambda p: [],
                           "StoreError", "no edge type"),
     "unknown op": ("drop", {}, lambda p: [], "ProtocolError", "unknown op 'drop'"),
     # 2**31 draws with replacement would be a 16 GiB answer: refused up front.
-    "answer over the reply limit": ("sample", {"num_neighbors": 1 << 31, "replace": True},
+    "answer over the reply limit": ("sample",
+                                    {"edge_types": [None], "num_neighbors": 1 << 31,
+                                     "replace": True},
                                     lambda p: [p.node_ids[:1]], "ProtocolError",
                                     "over this server's reply limit"),
 }
@@ -90,17 +105,18 @@ def test_invalid_request_gets_error_reply(cora_cluster, part0, name):
 
 def test_malformed_frames_get_error_replies(cora_cluster, part0):
     rng = random.Random(3)
-    good = encode_request(9, "get", {"attrs": ["x"]}, [part0.node_ids[:4]])
+    good = encode_request(9, "get", {"groups": [{"attrs": ["x"]}]}, [part0.node_ids[:4]])
     head = bytes(good[0])
     cases = [
         ([rng.randbytes(100)], "not valid msgpack"),
         ([head[: len(head) - 5], bytes(good[1])], "not valid msgpack"),
-        ([header(9, "get", {"attrs": ["x"]}, [["int64", [5]]]), bytes(good[1])],
+        ([header(9, "get", {"groups": [{"attrs": ["x"]}]}, [["int64", [5]]]), bytes(good[1])],
          "need 40 bytes but the frame holds 32"),
-        ([header(9, "get", {"attrs": ["x"]}, [["pickle", [4]]]), bytes(good[1])],
+        ([header(9, "get", {"groups": [{"attrs": ["x"]}]}, [["pickle", [4]]]), bytes(good[1])],
          "not allowed"),
         # Two frames within ZeroMQ's MAXMSGSIZE (the limit), together over it.
-        ([header(9, "get", {"attrs": ["x"]}, [["uint8", [MAX_MESSAGE_BYTES // 2 + 1]]] * 2),
+        ([header(9, "get", {"groups": [{"attrs": ["x"]}]},
+                 [["uint8", [MAX_MESSAGE_BYTES // 2 + 1]]] * 2),
           bytes(MAX_MESSAGE_BYTES // 2 + 1), bytes(MAX_MESSAGE_BYTES // 2 + 1)],
          "exceeds this server's limit"),
     ]
@@ -128,15 +144,17 @@ def test_both_id_lookups_answer_and_refuse_alike(cora2_root, cora_reader, monkey
     picked = [7, 0, 7, 42]
     with PartitionServer(cora2_root, 0) as server, RpcClient([server.endpoint]) as client:
         assert (server.ops._index(None).table is not None) == table
-        reply = client.call(0, "get", {"attrs": ["x"]}, [part.node_ids[picked]])
+        reply = client.call(0, "get", {"groups": [{"attrs": ["x"]}]}, [part.node_ids[picked]])
         assert torch.equal(reply.tensors[0], part.node_features["x"][picked])
-        sampled = client.call(0, "sample", {"num_neighbors": -1}, [part.node_ids[picked]])
+        sampled = client.call(0, "sample", {"edge_types": [None], "num_neighbors": -1},
+                              [part.node_ids[picked]])
         degree = part.indptr[1:] - part.indptr[:-1]
         assert sampled.tensors[0].tolist() == degree[picked].tolist()
         for ids, message in (([0, -3], "must lie in [0, 2708)"),
                              ([2708], "must lie in [0, 2708)"),
                              ([_not_owned(part)], "not owned by this part")):
-            for op, args in (("get", {"attrs": ["x"]}), ("sample", {"num_neighbors": 2})):
+            for op, args in (("get", {"groups": [{"attrs": ["x"]}]}),
+                             ("sample", {"edge_types": [None], "num_neighbors": 2})):
                 with pytest.raises(RemoteError, match=re.escape(message)) as info:
                     client.call(0, op, args, [torch.tensor(ids)])
                 assert info.value.remote_type == "StoreError"

@@ -33,11 +33,13 @@ def test_an_answer_over_the_whole_budget_is_refused_at_once(cora2_root):
             RetryingClient([endpoint], RpcConfig(timeout=60)) as client:
         start = time.monotonic()
         with pytest.raises(ReplyBudgetError) as info:
-            client.call(0, "sample", {"num_neighbors": 1, "replace": False, "seed": 1},
+            client.call(0, "sample",
+                        {"edge_types": [None], "num_neighbors": 1, "replace": False, "seed": 1},
                         [seeds])
         took = time.monotonic() - start
         # Still serving, and a request that fits is answered.
-        reply = client.call(0, "sample", {"num_neighbors": 1, "replace": False, "seed": 1},
+        reply = client.call(0, "sample",
+                            {"edge_types": [None], "num_neighbors": 1, "replace": False, "seed": 1},
                             [seeds[:10]])
     assert not isinstance(info.value, ServerBusyError)
     text = str(info.value)

@@ -62,7 +62,7 @@ def test_a_client_truncating_its_segment_does_not_stop_the_server(cora_cluster, 
     try:
         with RawDealer(cora_cluster.endpoints[0], timeout=60.0) as dealer:
             hostile.start()
-            first = dealer.call(1, "get", {"attrs": ["x"]}, [ids], shm=seg.spec())
+            first = dealer.call(1, "get", {"groups": [{"attrs": ["x"]}]}, [ids], shm=seg.spec())
             assert not isinstance(first, ErrorReply), first
             seg.announce()  # the client's own descriptor goes; `kept` stays
             for req_id in range(2, 2 + ROUNDS):  # pipelined: the server keeps writing
@@ -78,7 +78,7 @@ def test_a_client_truncating_its_segment_does_not_stop_the_server(cora_cluster, 
             x = shared_memory.view(seg.payload, offset, torch.float32, (ROWS, 1433))
             assert torch.equal(x, part0.node_features["x"][local])
             assert server.poll() is None  # alive, and serving
-            plain = dealer.call(99, "get", {"attrs": ["y"]}, [ids[:5]])
+            plain = dealer.call(99, "get", {"groups": [{"attrs": ["y"]}]}, [ids[:5]])
             assert torch.equal(plain.tensors[0], part0.node_features["y"][local[:5]])
             assert dealer.call(100, "release", {"segments": [seg.key]}).result["released"] == 1
     finally:
@@ -92,4 +92,4 @@ def test_a_client_truncating_its_segment_does_not_stop_the_server(cora_cluster, 
 def _request(req_id: int, ids: torch.Tensor, seg: Segment) -> list:
     from pyg_dist.rpc import protocol
 
-    return protocol.encode_request(req_id, "get", {"attrs": ["x"]}, [ids], seg.spec())
+    return protocol.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]}, [ids], seg.spec())

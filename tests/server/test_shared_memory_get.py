@@ -57,7 +57,7 @@ def test_meta_reports_this_host(dealer):
 def test_get_writes_rows_into_the_segment(dealer, part0, segment):
     local = torch.tensor([7, 0, 7, 120, 33])
     ids = part0.node_ids[local]
-    reply = dealer.call(2, "get", {"attrs": ["x", "y"]}, [ids], shm=segment.spec())
+    reply = dealer.call(2, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids], shm=segment.spec())
     assert not isinstance(reply, ErrorReply), reply
     assert reply.tensors == []  # nothing travelled over the socket
     assert _has_no_file(segment)  # memfd: nothing in /dev/shm, ever
@@ -71,14 +71,15 @@ def test_get_writes_rows_into_the_segment(dealer, part0, segment):
     segment.announce()
     assert segment.path is None  # the client let go of its descriptor
     segment.payload.zero_()
-    reply = dealer.call(3, "get", {"attrs": ["x", "y"]}, [ids[:2]], shm=segment.spec())
+    reply = dealer.call(3, "get", {"groups": [{"attrs": ["x", "y"]}]}, [ids[:2]],
+                        shm=segment.spec())
     assert "size" not in segment.spec()  # name and token only, once mapped
     x, y = _rows(segment, [o for _, _, o in reply.shm], 2)
     assert torch.equal(x, part0.node_features["x"][local[:2]])
 
     # release unmaps it; the next request naming it is refused, not served.
     assert dealer.call(4, "release", {"segments": [segment.key]}).result == {"released": 1}
-    reply = dealer.call(5, "get", {"attrs": ["x"]}, [ids], shm=segment.spec())
+    reply = dealer.call(5, "get", {"groups": [{"attrs": ["x"]}]}, [ids], shm=segment.spec())
     assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
     assert "not mapped here" in reply.message
 
@@ -115,23 +116,24 @@ BAD_SPECS = ["not a map", "no token", "name with a path", "name with a newline",
 @pytest.mark.parametrize("case", BAD_SPECS)
 def test_bad_segments_get_error_replies(dealer, part0, segment, case):
     spec, fragment = _bad_specs(segment)[case]
-    reply = dealer.call(6, "get", {"attrs": ["x"]}, [part0.node_ids[:3]], shm=spec)
+    reply = dealer.call(6, "get", {"groups": [{"attrs": ["x"]}]}, [part0.node_ids[:3]], shm=spec)
     assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError", reply
     assert fragment in reply.message
-    good = dealer.call(7, "get", {"attrs": ["x"]}, [part0.node_ids[:3]])
+    good = dealer.call(7, "get", {"groups": [{"attrs": ["x"]}]}, [part0.node_ids[:3]])
     assert torch.equal(good.tensors[0], part0.node_features["x"][:3])
 
 
 def test_a_segment_is_used_only_with_its_own_token(dealer, part0, segment):
     ids = part0.node_ids[:4]
-    assert not isinstance(dealer.call(20, "get", {"attrs": ["y"]}, [ids], shm=segment.spec()),
+    assert not isinstance(dealer.call(20, "get", {"groups": [{"attrs": ["y"]}]}, [ids],
+                                      shm=segment.spec()),
                           ErrorReply)
     segment.announce()
     segment.payload[:64].fill_(7)
     # Its name is no secret (/dev/shm can be listed); without the token
     # nobody can make the server write into it, or unmap it.
     forged = {"name": segment.name, "token": "ab" * 16}
-    reply = dealer.call(21, "get", {"attrs": ["y"]}, [ids], shm=forged)
+    reply = dealer.call(21, "get", {"groups": [{"attrs": ["y"]}]}, [ids], shm=forged)
     assert isinstance(reply, ErrorReply) and "is not its own" in reply.message
     assert bool((segment.payload[:64] == 7).all())
     assert dealer.call(22, "release", {"segments": [[segment.name, "ab" * 16]]}
@@ -139,11 +141,12 @@ def test_a_segment_is_used_only_with_its_own_token(dealer, part0, segment):
     other = Segment(1 << 20)
     try:
         spec = {**other.spec(), "drop": [[segment.name, "ab" * 16]]}
-        assert not isinstance(dealer.call(23, "get", {"attrs": ["y"]}, [ids], shm=spec),
+        assert not isinstance(dealer.call(23, "get", {"groups": [{"attrs": ["y"]}]}, [ids],
+                                          shm=spec),
                               ErrorReply)
     finally:
         other.close()
-    reply = dealer.call(24, "get", {"attrs": ["y"]}, [ids], shm=segment.spec())
+    reply = dealer.call(24, "get", {"groups": [{"attrs": ["y"]}]}, [ids], shm=segment.spec())
     assert not isinstance(reply, ErrorReply), reply  # still mapped, still served
 
 
@@ -171,11 +174,12 @@ def test_only_memory_sealed_against_shrinking_is_mapped(dealer, part0, seals):
                         fcntl.F_SEAL_GROW if seals == "grow sealed" else 0)
     try:
         spec = {**seg.spec(), "fd": fd}
-        reply = dealer.call(25, "get", {"attrs": ["y"]}, [part0.node_ids[:2]], shm=spec)
+        reply = dealer.call(25, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:2]],
+                            shm=spec)
         assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
         assert "not sealed against shrinking" in reply.message, reply.message
         os.ftruncate(fd, 0)  # what the seal forbids, done to memory never mapped
-        good = dealer.call(26, "get", {"attrs": ["y"]}, [part0.node_ids[:2]])
+        good = dealer.call(26, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:2]])
         assert torch.equal(good.tensors[0], part0.node_features["y"][:2])
     finally:
         os.close(fd)
@@ -191,7 +195,8 @@ def test_a_file_in_dev_shm_is_not_mapped(dealer, part0, segment):
         os.ftruncate(fd, HEADER_BYTES + segment.size)
         os.pwrite(fd, segment.token, 0)
         spec = {**segment.spec(), "fd": fd}
-        reply = dealer.call(27, "get", {"attrs": ["y"]}, [part0.node_ids[:2]], shm=spec)
+        reply = dealer.call(27, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:2]],
+                            shm=spec)
         assert isinstance(reply, ErrorReply) and "does not hold it" in reply.message
     finally:
         os.close(fd)
@@ -200,11 +205,12 @@ def test_a_file_in_dev_shm_is_not_mapped(dealer, part0, segment):
 
 def test_a_client_sending_an_absurd_pid_breaks_nobody(dealer, part0, segment):
     spec = {**segment.spec(), "pid": 1 << 40}
-    reply = dealer.call(26, "get", {"attrs": ["y"]}, [part0.node_ids[:2]], shm=spec)
+    reply = dealer.call(26, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:2]], shm=spec)
     assert isinstance(reply, ErrorReply) and "names no process" in reply.message
     other = Segment(1 << 20)  # the next mapping looks for dead owners first
     try:
-        reply = dealer.call(27, "get", {"attrs": ["y"]}, [part0.node_ids[:2]], shm=other.spec())
+        reply = dealer.call(27, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:2]],
+                            shm=other.spec())
         assert not isinstance(reply, ErrorReply), reply
     finally:
         other.close()
@@ -226,7 +232,8 @@ def test_a_client_naming_another_live_process_as_owner_is_refused(cora_cluster, 
             seg = Segment(1 << 20)
             pinned.append(seg)
             spec = {**seg.spec(), "pid": os.getppid()}
-            reply = dealer.call(40 + req_id, "get", {"attrs": ["y"]}, [part0.node_ids[:2]],
+            reply = dealer.call(40 + req_id, "get", {"groups": [{"attrs": ["y"]}]},
+                                [part0.node_ids[:2]],
                                 shm=spec)
             assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
             assert "cannot open segment" in reply.message, reply.message
@@ -234,7 +241,7 @@ def test_a_client_naming_another_live_process_as_owner_is_refused(cora_cluster, 
             assert _has_no_file(seg)  # nor anything left in /dev/shm
         honest = Segment(1 << 20)
         pinned.append(honest)
-        reply = dealer.call(50, "get", {"attrs": ["y"]}, [part0.node_ids[:2]],
+        reply = dealer.call(50, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:2]],
                             shm=honest.spec())
         assert not isinstance(reply, ErrorReply), reply
         assert _server_maps(cora_cluster, honest.name)
@@ -246,7 +253,7 @@ def test_a_client_naming_another_live_process_as_owner_is_refused(cora_cluster, 
 
 def test_reply_bigger_than_the_segment_is_refused(dealer, part0, segment):
     ids = part0.node_ids[:200]  # 200 rows of 1433 float32: more than 1 MiB
-    reply = dealer.call(8, "get", {"attrs": ["x"]}, [ids], shm=segment.spec())
+    reply = dealer.call(8, "get", {"groups": [{"attrs": ["x"]}]}, [ids], shm=segment.spec())
     assert isinstance(reply, ErrorReply) and reply.type == "SharedMemoryError"
     assert "segment" in reply.message and str(segment.size) in reply.message
 
@@ -258,7 +265,7 @@ def test_no_segment_file_is_left_behind(dealer, part0):
     unmapped = Segment(1 << 20)  # never sent
     try:
         assert _has_no_file(seg) and _has_no_file(unmapped)
-        dealer.call(9, "get", {"attrs": ["y"]}, [part0.node_ids[:3]], shm=seg.spec())
+        dealer.call(9, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:3]], shm=seg.spec())
         seg.announce()
         assert _has_no_file(seg) and seg.path is None
     finally:
@@ -276,7 +283,8 @@ endpoint, node = sys.argv[1], int(sys.argv[2])
 sock = zmq.Context().socket(zmq.DEALER)
 sock.connect(endpoint)
 seg = Segment(1 << 20)
-sock.send_multipart(protocol.encode_request(0, "get", {"attrs": ["y"]}, [torch.tensor([node])],
+sock.send_multipart(protocol.encode_request(0, "get", {"groups": [{"attrs": ["y"]}]},
+                                            [torch.tensor([node])],
                                             shm=seg.spec()))
 sock.recv_multipart()
 seg.announce()
@@ -296,15 +304,16 @@ def test_segments_of_a_client_that_exited_are_unmapped(cora_cluster, dealer, par
     name, token = proc.stdout.split()[-2:]
     orphan = {"name": name, "token": token}
     # Still mapped: its key alone is served.
-    reply = dealer.call(10, "get", {"attrs": ["y"]}, [part0.node_ids[:1]], shm=orphan)
+    reply = dealer.call(10, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:1]], shm=orphan)
     assert not isinstance(reply, ErrorReply), reply
     # The next segment the server maps makes it look for dead owners first.
-    reply = dealer.call(11, "get", {"attrs": ["y"]}, [part0.node_ids[:1]], shm=segment.spec())
+    reply = dealer.call(11, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:1]],
+                        shm=segment.spec())
     assert not isinstance(reply, ErrorReply), reply
-    reply = dealer.call(12, "get", {"attrs": ["y"]}, [part0.node_ids[:1]], shm=orphan)
+    reply = dealer.call(12, "get", {"groups": [{"attrs": ["y"]}]}, [part0.node_ids[:1]], shm=orphan)
     assert isinstance(reply, ErrorReply) and "not mapped here" in reply.message
     # Ours (a live process) is still mapped.
-    reply = dealer.call(13, "get", {"attrs": ["y"]},
+    reply = dealer.call(13, "get", {"groups": [{"attrs": ["y"]}]},
                         [part0.node_ids[:1]], shm=segment.spec())
     assert not isinstance(reply, ErrorReply), reply
 

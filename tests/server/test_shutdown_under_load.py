@@ -27,7 +27,8 @@ STOP_WITHIN_S = 2.0
 
 def _get(ids, req_id: int) -> list:
     # Over 16 KiB of ids: served by a worker, not inline on the I/O thread.
-    return protocol.encode_request(req_id, "get", {"attrs": ["x"]}, [ids.repeat(3000)])
+    return protocol.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]},
+                                   [ids.repeat(3000)])
 
 
 @pytest.fixture

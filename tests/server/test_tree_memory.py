@@ -53,7 +53,7 @@ def _status(pid: int, key: str) -> int:
 @pytest.mark.slow  # partitions a 2.4M-edge graph and starts 2 servers: ~12 s
 def test_a_trees_peak_memory_stays_within_twice_its_charge(regular_root):
     seeds = torch.randperm(NODES, generator=torch.Generator().manual_seed(1))[:SEEDS]
-    args = {"num_neighbors": FANOUT, "seed": 7}
+    args = {"edge_types": [None], "num_neighbors": [FANOUT], "seed_types": [None], "seed": 7}
     charge = PartitionServer(regular_root, 0).forwarder.estimate(args, [seeds])
     with serve_parts(regular_root, forwarding=True) as cluster, \
             RpcClient(cluster.endpoints, RpcConfig(timeout=120)) as client:

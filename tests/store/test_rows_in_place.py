@@ -127,7 +127,8 @@ def test_a_server_that_lost_the_segment_is_asked_again(data, store):
 
 
 def _placed_get(client, ids, positions, place, attrs=("x",)):
-    return client.call(0, "get", {"attrs": list(attrs), "group": None, "place": place},
+    return client.call(0, "get",
+                       {"groups": [{"group": None, "attrs": list(attrs)}], "place": place},
                        [ids, positions])
 
 
@@ -135,7 +136,7 @@ def _placed_get(client, ids, positions, place, attrs=("x",)):
                                   "too few positions", "rows beyond the segment",
                                   "offset beyond the segment", "misaligned offset",
                                   "wrong token", "lying segment size", "no offsets",
-                                  "one tensor"])
+                                  "one tensor", "two groups"])
 def test_hostile_placements_are_refused_and_the_server_keeps_serving(data, store, case):
     client = store.router.client
     part_ids = store.router.split(torch.arange(data.num_nodes))[0][2][:200]
@@ -164,11 +165,13 @@ def test_hostile_placements_are_refused_and_the_server_keeps_serving(data, store
             place["shm"]["size"] = 2 * lease.segment.size  # to write past its end
         elif case == "no offsets":
             del place["offsets"]
-        else:
+        elif case == "one tensor":
             tensors = tensors[:1]
+        groups = [{"group": None, "attrs": ["x"]}] * (2 if case == "two groups" else 1)
+        sizes = {"sizes": [100, 100]} if case == "two groups" else {}
         before = lease.tensors[0].clone()
         with pytest.raises(RemoteError):
-            client.call(0, "get", {"attrs": ["x"], "group": None, "place": place}, tensors)
+            client.call(0, "get", {"groups": groups, "place": place, **sizes}, tensors)
         assert torch.equal(lease.tensors[0], before)  # nothing written
         # The server still serves, in place too.
         good = lease.arg(0)
