@@ -37,7 +37,7 @@ from pyg_dist.rpc import reply_checks as checks
 from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.protocol import MAX_TENSORS
 from pyg_dist.rpc.reply_checks import ReplyCheck
-from pyg_dist.rpc.wire_values import describe
+from pyg_dist.rpc.wire_values import describe, error_text
 
 
 class PartRequest(NamedTuple):
@@ -145,7 +145,15 @@ class OpSpec:
                 if reply.tensors:
                     problem = f"{len(reply.tensors)} tensors, where it answers none"
             else:
-                problem = self.reply_check(args, list(tensors), result, reply.tensors)
+                try:
+                    problem = self.reply_check(args, list(tensors), result, reply.tensors)
+                except Exception as exc:  # noqa: BLE001 (whatever a reply made a check raise)
+                    # A reply no check foresaw, or a check's own bug (one
+                    # raised KeyError on get_edges' replies), fails the call
+                    # all the same: raised as anything but an RpcError it
+                    # left the call's future unfinished until its deadline.
+                    problem = (f"a reply its check could not read ({type(exc).__name__}: "
+                               f"{error_text(exc)})")
         if problem is None:
             return reply
         reply.release()

@@ -6,6 +6,8 @@ reaches a batch."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -103,3 +105,18 @@ def test_neighbour_ids_past_the_graph_are_refused_naming_the_server(cora2_root):
             assert info.value.address == router.endpoints[1]
         finally:
             router.close()
+
+
+
+def test_a_check_that_breaks_on_a_reply_still_fails_it_as_a_protocol_error():
+    # A reply no check foresaw, or a check's own bug (one raised KeyError on
+    # get_edges' replies): anything but an RpcError escaped the retry layer's
+    # reply callback, the call's future never finished and the caller waited
+    # its whole deadline ("the RPC client's I/O thread is stuck").
+    def broken(args, tensors, result, reply_tensors):
+        return reply_tensors[0].tolist()[99]
+
+    spec = dataclasses.replace(SAMPLE, reply_check=broken)
+    with pytest.raises(ProtocolError, match="could not read .*IndexError") as info:
+        _check(spec, ARGS, HONEST)
+    assert info.value.address == "tcp://peer:1" and info.value.op == "sample"
