@@ -7,6 +7,7 @@ green CI must mean that tests ran.
 from __future__ import annotations
 
 import pytest
+from support.cpu_hog import cpu_hog  # noqa: F401 (the shutdown-under-load tests')
 
 # Session-wide so that the loader and sampler tests share one set of server
 # processes per part count.

@@ -11,9 +11,6 @@ and ``LocalCluster.stop()`` SIGKILLed every server. The test asserts what
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from support.servers import STARTUP_TIMEOUT
@@ -38,17 +35,6 @@ def cora4_root(tmp_path_factory, cora_data):
     root = tmp_path_factory.mktemp("shutdown-cora4") / "cora-4"
     pyg_dist.partition(cora_data, PARTS, root, partitioner="random")
     return root
-
-
-@pytest.fixture
-def cpu_hog():
-    """A process spinning on a core while the servers stop."""
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield hog
-    finally:
-        hog.kill()
-        hog.wait(10)
 
 
 def _trees_per_server(endpoints: list[str]) -> list[int]:

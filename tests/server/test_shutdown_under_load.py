@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -29,16 +27,6 @@ def _get(ids, req_id: int) -> list:
     # Over 16 KiB of ids: served by a worker, not inline on the I/O thread.
     return protocol.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]},
                                    [ids.repeat(3000)])
-
-
-@pytest.fixture
-def cpu_hog():
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield hog
-    finally:
-        hog.kill()
-        hog.wait(30)
 
 
 @pytest.mark.timeout(240)
