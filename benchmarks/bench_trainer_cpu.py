@@ -94,10 +94,10 @@ BREAKDOWN = [
     ("pyg_dist.loader.dist_neighbor_loader", "data_batch"),
     ("pyg_dist.store.remote_feature_store", "RemoteFeatureStore._multi_get_tensor"),
     ("pyg_dist.partitioning.book", "PartitionBook.split"),
-    ("pyg_dist.store.routing", "Router.check_ids"),
+    ("pyg_dist.routing.id_router", "Router.check_ids"),
     ("pyg_dist.store.remote_feature_store", "row_request"),
     ("pyg_dist.store.remote_feature_store", "fetch_rows"),
-    ("pyg_dist.store.routing", "Router.call_all"),
+    ("pyg_dist.routing.id_router", "Router.call_all"),
     ("pyg_dist.sampler.server_hops", "sample_tree"),
     ("pyg_dist.rpc.client", "RpcClient._send"),
     ("pyg_dist.rpc.retrying", "RetryingClient.result"),
@@ -105,9 +105,9 @@ BREAKDOWN = [
     ("pyg_dist.loader.dist_neighbor_loader", "DistNeighborLoader.filter_fn"),
     ("pyg_dist.sampler.dist_neighbor_sampler", "DistNeighborSampler.draw_seed"),
     ("torch_geometric.sampler.base", "NodeSamplerInput.__getitem__"),
-    ("pyg_dist.store.remote_sampling", "_reassembled"),
-    ("pyg_dist.store.remote_sampling", "reassemble"),
-    ("pyg_dist.store.remote_sampling", "_check_neighbours"),
+    ("pyg_dist.hops.one_hop", "_reassembled"),
+    ("pyg_dist.hops.one_hop", "reassemble"),
+    ("pyg_dist.hops.one_hop", "_check_neighbours"),
 ]
 
 
