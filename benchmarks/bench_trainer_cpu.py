@@ -98,7 +98,7 @@ BREAKDOWN = [
     ("pyg_dist.store.remote_feature_store", "row_request"),
     ("pyg_dist.store.remote_feature_store", "fetch_rows"),
     ("pyg_dist.routing.id_router", "Router.call_all"),
-    ("pyg_dist.sampler.server_hops", "sample_tree"),
+    ("pyg_dist.sampler.dist_neighbor_sampler", "sample_tree"),
     ("pyg_dist.rpc.client", "RpcClient._send"),
     ("pyg_dist.rpc.retrying", "RetryingClient.result"),
     ("torch_geometric.data.feature_store", "FeatureStore.multi_get_tensor"),

@@ -64,6 +64,7 @@ from pyg_dist.routing.id_router import Router
 from pyg_dist.routing.servers import connect_router
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
+from pyg_dist.rpc.ops import tree_answer_bytes
 from pyg_dist.rpc.wire_values import describe, error_text
 from pyg_dist.server.own_part import OwnPartFirst
 from pyg_dist.server.tree_requests import TreeRequest, parse_tree
@@ -297,7 +298,8 @@ class HopForwarder:
         # The answer, and the peers' answers, reassembly and relabelling
         # while it is built (the same factor as a `sample`); a tree whose
         # edges outgrow one reply is stopped at that hop, so no more.
-        answer = min(8 * (nodes + 2 * edges), self._max_answer)
+        answer = min(tree_answer_bytes(nodes, edges, len(per_hop), disjoint),
+                     self._max_answer)
         return _WORK_FACTOR * answer
 
     def close(self, release_wait: float = 0.0) -> None:

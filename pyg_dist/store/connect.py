@@ -31,7 +31,7 @@ from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SERVERS_ENV", "ServerMeta", "build_stores", "connect"]
+__all__ = ["SERVERS_ENV", "build_stores", "connect"]
 
 
 def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = None,
