@@ -23,14 +23,6 @@ ROOTS = {"pyg_dist": REPO / "pyg_dist", "pyg_dist_plugins": REPO / "plugins" / "
          "pyg_dist_bench": REPO / "benchmarks" / "pyg_dist_bench"}
 # Every layer may raise the typed errors and use the packages' lazy exports.
 ALWAYS = ("pyg_dist.errors", "pyg_dist.lazy_exports")
-# Known upward imports, each to be removed, never added to: the coordinator
-# of a server-hop batch runs the trainer's own hop loop over its peers (issue
-# 26: the hop loop moves to a layer below both the sampler and the server).
-KNOWN = {
-    "pyg_dist.server.forwarding imports pyg_dist.sampler.dist_neighbor_sampler",
-    "pyg_dist.server.forwarding imports pyg_dist.store.connect",
-    "pyg_dist.server.forwarding imports pyg_dist.store.routing",
-}
 
 
 def _name(text: str) -> str:
@@ -141,9 +133,7 @@ def test_the_table_is_read_and_names_every_module():
 
 def test_no_module_imports_what_its_layer_may_not():
     broken = {f"{m} imports {t}" for m in modules() for t in imports(m) if not _allowed(m, t)}
-    assert broken - KNOWN == set(), "imports against docs/architecture.md"
-    # A known one that went away leaves the list: it must not come back unseen.
-    assert KNOWN - broken == set(), "fixed: remove these from KNOWN"
+    assert broken == set(), "imports against docs/architecture.md"
 
 
 def test_no_import_cycles_between_modules():

@@ -72,7 +72,7 @@ def remote_store(stores: Any) -> Any:
 
 
 def router_of(stores: Any) -> Any:
-    """The :class:`~pyg_dist.store.routing.Router` behind ``stores`` (see
+    """The :class:`~pyg_dist.routing.id_router.Router` behind ``stores`` (see
     :func:`remote_store`)."""
     fs = remote_store(stores)
     router = getattr(fs, "router", None)

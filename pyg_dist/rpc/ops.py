@@ -19,7 +19,7 @@ the same declaration:
   the op and the server, whatever store or sampler asked.
 
 So a call can be followed by name: ``SAMPLE`` in
-:mod:`pyg_dist.store.remote_sampling` is answered by
+:mod:`pyg_dist.hops.one_hop` is answered by
 ``PartitionOps.sample``. The handlers check values (id ranges, ownership,
 dtypes) themselves; this table checks the shape of the conversation.
 """
@@ -42,7 +42,7 @@ from pyg_dist.rpc.wire_values import describe, error_text
 
 class PartRequest(NamedTuple):
     """One call to the server of ``part``: what :meth:`OpSpec.request` builds
-    and :meth:`pyg_dist.store.routing.Router.call_all` sends."""
+    and :meth:`pyg_dist.routing.id_router.Router.call_all` sends."""
 
     part: int
     op: str

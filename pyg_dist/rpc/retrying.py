@@ -1,7 +1,7 @@
 """The one retry and failover layer of the trainer's calls.
 
 :class:`RetryingClient` is what the stores and the sampler call (through
-:class:`~pyg_dist.store.routing.Router`): ``call_async(part, op, ...)``
+:class:`~pyg_dist.routing.id_router.Router`): ``call_async(part, op, ...)``
 returns a future of the :class:`~pyg_dist.rpc.Reply`, and everything that
 happens between a first attempt and that future's outcome happens here, in
 one place, by one policy:

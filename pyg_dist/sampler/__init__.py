@@ -15,9 +15,9 @@ _EXPORTS = {
     "SeededSampler": "pyg_dist.sampler.protocol",
     "SeededNegativeSampling": "pyg_dist.sampler.link_sampling",
     "SamplerMetadata": "pyg_dist.sampler.metadata",
-    "NodeIndex": "pyg_dist.sampler.relabel",
-    "DenseNodeIndex": "pyg_dist.sampler.relabel",
-    "node_index": "pyg_dist.sampler.relabel",
+    "NodeIndex": "pyg_dist.hops.relabel",
+    "DenseNodeIndex": "pyg_dist.hops.relabel",
+    "node_index": "pyg_dist.hops.relabel",
 }
 
 __all__ = sorted(_EXPORTS)

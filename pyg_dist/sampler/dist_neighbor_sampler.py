@@ -30,6 +30,7 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
+from torch_geometric.data import TensorAttr
 from torch_geometric.sampler import (
     BaseSampler,
     EdgeSamplerInput,
@@ -41,23 +42,21 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
 from pyg_dist.errors import (
+    ForwardingError,
     GraphKindMismatchError,
+    RemoteError,
     SamplerError,
+    StoreError,
 )
+from pyg_dist.hops.fan_outs import check_num_neighbors
+from pyg_dist.hops.loop import one_type, sample_hops
+from pyg_dist.hops.settings import SEED_BOUND, HopSettings
 from pyg_dist.sampler import link_sampling
-from pyg_dist.sampler.fan_outs import check_num_neighbors
-from pyg_dist.sampler.hop_loop import one_type, sample_hops
 from pyg_dist.sampler.metadata import SamplerMetadata
-from pyg_dist.sampler.sample_settings import check_attributes, seed_times
-from pyg_dist.sampler.server_hops import (
-    sample_on_servers,
-    server_hops_setting,
-)
+from pyg_dist.sampler.server_hops import sample_tree
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
 logger = logging.getLogger(__name__)
-
-_SEED_BOUND = 1 << 62
 
 
 class DistNeighborSampler(BaseSampler):
@@ -122,32 +121,65 @@ class DistNeighborSampler(BaseSampler):
                 f"pyg_dist.connect(), got a graph store of type {type(graph_store).__name__}")
         self.graph_store = graph_store
         self.num_nodes = graph_store.num_nodes
-        self.num_neighbors: Any = check_num_neighbors(num_neighbors, graph_store)
-        self.num_hops = len(next(iter(self.num_neighbors.values()))) if self.is_hetero \
-            else len(self.num_neighbors)
-        self.replace = bool(replace)
+        self.num_neighbors: Any = check_num_neighbors(num_neighbors, graph_store.edge_types)
+        # Per edge type (None: a homogeneous graph's one), as the hop loop takes them.
+        self._fanouts = self.num_neighbors if self.is_hetero else {None: self.num_neighbors}
+        self.num_hops = len(next(iter(self._fanouts.values())))
         try:
-            self.subgraph_type = SubgraphType(subgraph_type)
+            subgraph_type = SubgraphType(subgraph_type)
         except ValueError as exc:
             raise SamplerError(f"subgraph_type must be one of 'directional', 'bidirectional', "
                                f"'induced'; got {subgraph_type!r}") from exc
         self.feature_store = data[0] if isinstance(data, (tuple, list)) else None
-        self.weight_attr, self.time_attr = weight_attr, time_attr
-        self.temporal_strategy = temporal_strategy
-        self.time_kind = check_attributes(self, timeout)
         # Temporal sampling is disjoint (PyG's is_temporal implies disjoint).
-        disjoint = bool(disjoint) or time_attr is not None
-        if disjoint and self.subgraph_type == SubgraphType.induced:
-            raise SamplerError("disjoint sampling with subgraph_type='induced' is not "
-                               "supported (PyG does not support it either)")
-        self.disjoint = bool(disjoint)
-        self.timeout = timeout
+        self.settings = HopSettings(
+            replace=bool(replace), disjoint=bool(disjoint) or time_attr is not None,
+            subgraph_type=subgraph_type, weight_attr=weight_attr, time_attr=time_attr,
+            temporal_strategy=temporal_strategy, timeout=timeout)
+        self.settings.check()
+        self.time_kind = self._check_attributes()
         if seed is None:
-            seed = int(torch.randint(0, _SEED_BOUND, (1,)))
+            seed = int(torch.randint(0, SEED_BOUND, (1,)))
         self._generator = torch.Generator().manual_seed(int(seed))
         self._generator_lock = threading.Lock()
-        self.server_hops = server_hops_setting(self, server_hops)
+        self.server_hops = self._server_hops_setting(server_hops)
         self.coordinators = itertools.count()  # whose turn it is to coordinate a batch
+
+    def _check_attributes(self) -> Optional[str]:
+        """Checks the weight and time attributes on every server; returns
+        where the time lives (``"node"``, ``"edge"`` or ``None``)."""
+        settings = self.settings
+        if settings.weight_attr is None and settings.time_attr is None:
+            return None
+        try:
+            return self.graph_store.check_sample_attributes(
+                settings.weight_attr, settings.time_attr, settings.temporal_strategy,
+                timeout=settings.timeout)
+        except (RemoteError, StoreError) as exc:
+            raise SamplerError(f"the servers cannot sample by weight_attr="
+                               f"{settings.weight_attr!r}, time_attr={settings.time_attr!r}: "
+                               f"{getattr(exc, 'remote_message', None) or exc}") from exc
+
+    def _server_hops_setting(self, server_hops: Optional[bool]) -> bool:
+        """Whether batches are sampled with ``sample_tree``: ``server_hops``
+        checked against what the servers allow (``None``: when they do).
+
+        Raises:
+            SamplerError: if ``server_hops`` is not ``None``/``True``/``False``,
+                or ``True`` where the servers do not forward.
+        """
+        if server_hops not in (None, True, False):
+            raise SamplerError(f"server_hops must be None, True or False, got {server_hops!r}")
+        able = bool(getattr(self.graph_store, "forwarding", False))
+        if server_hops and not able:
+            raise SamplerError("server_hops=True, but the servers do not forward (start them "
+                               "with --peers, or with pyg-dist launch)")
+        return able if server_hops is None else bool(server_hops)
+
+    @property
+    def disjoint(self) -> bool:
+        """Whether every seed grows its own tree (temporal sampling does)."""
+        return self.settings.disjoint
 
     @property
     def is_hetero(self) -> bool:
@@ -155,15 +187,10 @@ class DistNeighborSampler(BaseSampler):
         ``HeteroSamplerOutput``, node ids numbered per node type)."""
         return self.graph_store.is_hetero
 
-    @staticmethod
-    def hop_seed(base_seed: int, hop: int) -> int:
-        """A distinct, deterministic seed per hop of one batch."""
-        return _hop_seed(base_seed, hop)
-
     @property
     def is_temporal(self) -> bool:
         """Whether sampling follows ``time_attr``."""
-        return self.time_attr is not None
+        return self.settings.time_attr is not None
 
     def draw_seed(self) -> int:
         """Draws the random seed of one batch (thread-safe).
@@ -173,12 +200,12 @@ class DistNeighborSampler(BaseSampler):
         depend on which worker thread samples them.
         """
         with self._generator_lock:
-            seed = int(torch.randint(0, _SEED_BOUND, (1,), generator=self._generator))
+            seed = int(torch.randint(0, SEED_BOUND, (1,), generator=self._generator))
         worker = torch.utils.data.get_worker_info()
         if worker is not None:
             # Every DataLoader worker holds a copy of the same generator:
             # mix in the worker's own seed so workers do not repeat batches.
-            seed = _hop_seed(seed ^ (worker.seed % _SEED_BOUND), worker.id + 1)
+            seed = HopSettings.hop_seed(seed ^ (worker.seed % SEED_BOUND), worker.id + 1)
         return seed
 
     # PyG BaseSampler interface #############################################
@@ -245,7 +272,7 @@ class DistNeighborSampler(BaseSampler):
     # Sampling ##############################################################
 
     def _finish(self, out: SamplerOutput) -> SamplerOutput:
-        if self.subgraph_type == SubgraphType.bidirectional:
+        if self.settings.subgraph_type == SubgraphType.bidirectional:
             out = out.to_bidirectional()
         return out
 
@@ -267,35 +294,75 @@ class DistNeighborSampler(BaseSampler):
         batch's two endpoint types; PyG's ``edge_sample`` calls this): on
         the servers (``sample_tree``) when they forward, else hop by
         hop."""
-        if self.server_hops:
-            return sample_on_servers(self, seeds, seed_time, seed)
-        return self.hop_by_hop_types(seeds, seed_time, seed=seed)
+        seeds, seed_time = self._checked_seeds(seeds, seed_time)
+        base_seed = self.draw_seed() if seed is None else int(seed)
+        return self._on_servers(seeds, seed_time, base_seed) if self.server_hops else \
+            self._hops(seeds, seed_time, base_seed, None)
 
-    def hop_by_hop_types(self, seeds: dict[str, Tensor],
-                         seed_time: Optional[dict[str, Tensor]] = None, *,
-                         seed: Optional[int] = None,
-                         max_edges: Optional[int] = None) -> HeteroSamplerOutput:
-        """Samples all hops around seeds of several node types (global ids
-        per type), every hop one round trip from here to the servers (what
-        a coordinating server runs for a heterogeneous ``sample_tree``).
+    def _sample(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
+                seed: Optional[int] = None) -> SamplerOutput:
+        """Samples all hops around ``seed_nodes`` (global ids): the
+        one-type case (node and edge type ``None``) of :meth:`_sample_seed_dict`."""
+        return one_type(self._sample_seed_dict({None: seed_nodes}, None if seed_time is None
+                                               else {None: seed_time}, seed=seed))
+
+    def hop_by_hop(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
+                   seed: Optional[int] = None,
+                   max_edges: Optional[int] = None) -> SamplerOutput:
+        """Samples all hops around ``seed_nodes`` (global ids), every hop a
+        round trip from here to the servers owning its frontier, whatever
+        ``server_hops`` says (the batches ``sample_tree`` must equal).
 
         Args:
-            seeds: Global ids per node type.
-            seed_time: With ``time_attr``, one time per seed of each type
-                (``None``: the seeds' own node times).
+            seed_nodes: Global ids of the seeds.
+            seed_time: With ``time_attr``, one time per seed (``None``: the
+                seeds' own node times).
             seed: The batch's random seed (:meth:`draw_seed` when ``None``).
-            max_edges: As :meth:`hop_by_hop`'s.
+            max_edges: Stop with :class:`~pyg_dist.errors.ForwardingError`
+                once the hops so far sampled more edges.
         """
-        seeds, seed_time = self.checked_seed_dict(seeds, seed_time)
+        seeds, times = self._checked_seeds({None: seed_nodes}, None if seed_time is None
+                                           else {None: seed_time})
         base_seed = self.draw_seed() if seed is None else int(seed)
-        return sample_hops(self, self.num_neighbors, seeds, seed_time, base_seed, max_edges)
+        return one_type(self._hops(seeds, times, base_seed, max_edges))
 
-    def checked_seed_dict(self, seeds: dict[str, Tensor],
-                          seed_time: Optional[dict[str, Tensor]]
-                          ) -> tuple[dict[str, Tensor], Optional[dict[str, Tensor]]]:
-        """Seeds per node type checked against the graph, and their int64
-        times (with ``time_attr``; the seeds' own node times where none
-        were given).
+    def _hops(self, seeds: dict[Optional[str], Tensor],
+              seed_time: Optional[dict[Optional[str], Tensor]], base_seed: int,
+              max_edges: Optional[int]) -> HeteroSamplerOutput:
+        """The hop loop over the remote graph store (checked seeds)."""
+        gs = self.graph_store
+        sizes = {t: gs.router.num_nodes_of(t) for t in gs.node_types}
+        return sample_hops(gs.sample_hop, self.settings, sizes, self._fanouts, seeds, seed_time,
+                           base_seed, max_edges)
+
+    def _on_servers(self, seeds: dict[Optional[str], Tensor],
+                    seed_time: Optional[dict[Optional[str], Tensor]],
+                    base_seed: int) -> HeteroSamplerOutput:
+        """One ``sample_tree`` of a batch (checked seeds); if its coordinator
+        cannot forward (``ForwardingError``), the batch and every later one
+        are sampled hop by hop, with one warning in the log."""
+        gs = self.graph_store
+        # Batches take turns among the servers (which one coordinates does not
+        # change the batch): trees in flight spread evenly over their slots.
+        part = next(self.coordinators) % gs.router.num_parts
+        try:
+            return sample_tree(gs.router, part, self.settings, self._fanouts, gs.node_types,
+                               seeds, seed_time, base_seed)
+        except RemoteError as exc:
+            if exc.remote_type != ForwardingError.__name__:
+                raise
+            logger.warning("the servers cannot sample on their own (%s); sampling hop by hop "
+                           "from now on", exc.remote_message or exc)
+            self.server_hops = False
+        return self._hops(seeds, seed_time, base_seed, None)
+
+    def _checked_seeds(self, seeds: dict[Optional[str], Tensor],
+                       seed_time: Optional[dict[Optional[str], Tensor]]
+                       ) -> tuple[dict[Optional[str], Tensor],
+                                  Optional[dict[Optional[str], Tensor]]]:
+        """Seeds per node type (``None`` on a homogeneous graph) checked
+        against the graph, and their int64 times (with ``time_attr``; the
+        seeds' own node times where none were given).
 
         Raises:
             StoreError, UnknownTypeError: on ids out of range, unknown types.
@@ -304,54 +371,36 @@ class DistNeighborSampler(BaseSampler):
         router = self.graph_store.router
         seeds = {t: router.check_ids(ids.view(-1).cpu(), "seed nodes", t)
                  for t, ids in seeds.items()}
-        if self.time_attr is not None:
-            seed_time = {t: seed_times(self, ids, None if seed_time is None else
-                                       seed_time.get(t), t) for t, ids in seeds.items()}
+        if self.settings.time_attr is not None:
+            seed_time = {t: self._seed_times(ids, None if seed_time is None else
+                                             seed_time.get(t), t) for t, ids in seeds.items()}
         elif seed_time is not None:
-            raise SamplerError("seed times were given but time_attr is None; set time_attr "
-                               "to sample temporally")
+            raise SamplerError("seed times (input_time) were given but time_attr is None; "
+                               "set time_attr to sample temporally")
         return seeds, seed_time
 
-    def _sample(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
-                seed: Optional[int] = None) -> SamplerOutput:
-        """Samples all hops around ``seed_nodes`` (global ids): on the
-        servers (``sample_tree``) when they forward, else hop by hop."""
-        if self.server_hops:
-            return sample_on_servers(self, seed_nodes, seed_time, seed)
-        return self.hop_by_hop(seed_nodes, seed_time, seed=seed)
-
-    def hop_by_hop(self, seed_nodes: Tensor, seed_time: Optional[Tensor] = None, *,
-                   seed: Optional[int] = None,
-                   max_edges: Optional[int] = None) -> SamplerOutput:
-        """Samples all hops around ``seed_nodes`` (global ids), every hop a
-        round trip from here to the servers owning its frontier (what a
-        coordinating server runs for ``sample_tree``).
-
-        Args:
-            seed_nodes: Global ids of the seeds.
-            seed_time: With ``time_attr``, one time per seed (``None``: the
-                seeds' own node times).
-            seed: The batch's random seed (:meth:`draw_seed` when ``None``).
-            max_edges: Stop with :class:`~pyg_dist.errors.ForwardingError`
-                once the hops so far sampled more edges (a coordinating
-                server's bound: its answer must fit in one reply).
-        """
-        seed_nodes = self.graph_store.router.check_ids(seed_nodes.view(-1).cpu(), "seed nodes")
-        seed_time = seed_times(self, seed_nodes, seed_time)
-        base_seed = self.draw_seed() if seed is None else int(seed)
-        # The one-type case of the typed loop: node type and edge type None.
-        out = sample_hops(self, {None: list(self.num_neighbors)}, {None: seed_nodes},
-                          None if seed_time is None else {None: seed_time}, base_seed,
-                          max_edges)
-        return one_type(out)
+    def _seed_times(self, seeds: Tensor, time: Optional[Tensor],
+                    node_type: Optional[str]) -> Tensor:
+        """The int64 time of every seed: ``time`` (``input_time``) checked,
+        or the seeds' own node times."""
+        time_attr = self.settings.time_attr
+        if time is None:
+            if self.time_kind != "node" or self.feature_store is None:
+                raise SamplerError(f"time_attr {time_attr!r} is an edge time: pass "
+                                   f"input_time, one time per seed")
+            time = self.feature_store.get_tensor(TensorAttr(node_type, time_attr, seeds))
+        if not isinstance(time, Tensor) or time.is_floating_point() or time.is_complex() \
+                or time.dtype == torch.bool or time.numel() != seeds.numel():
+            raise SamplerError(
+                f"input_time for time_attr {time_attr!r} must hold one integer time per "
+                f"seed ({seeds.numel()}), got "
+                f"{getattr(time, 'dtype', type(time).__name__)} of "
+                f"{getattr(time, 'numel', lambda: '?')()} values")
+        return time.view(-1).to(torch.long).cpu()
 
     def __repr__(self) -> str:
+        settings = self.settings
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "
-                f"replace={self.replace}, subgraph_type={self.subgraph_type.value}, "
-                f"disjoint={self.disjoint}, weight_attr={self.weight_attr!r}, "
-                f"time_attr={self.time_attr!r}, server_hops={self.server_hops})")
-
-
-def _hop_seed(base_seed: int, hop: int) -> int:
-    """A distinct, deterministic seed per hop of one batch."""
-    return (base_seed * 1_000_003 + hop * 0x9E3779B9 + 1) % _SEED_BOUND
+                f"replace={settings.replace}, subgraph_type={settings.subgraph_type.value}, "
+                f"disjoint={settings.disjoint}, weight_attr={settings.weight_attr!r}, "
+                f"time_attr={settings.time_attr!r}, server_hops={self.server_hops})")

@@ -11,77 +11,35 @@ seed.
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
-from torch_geometric.sampler.base import SubgraphType
+from torch_geometric.sampler import HeteroSamplerOutput
+from torch_geometric.typing import EdgeType, NodeType
 
-from pyg_dist.errors import ForwardingError, ProtocolError, RemoteError, SamplerError
+from pyg_dist.errors import ProtocolError
+from pyg_dist.hops.settings import HopSettings
+from pyg_dist.routing.id_router import Router
 from pyg_dist.rpc.ops import SAMPLE_TREE, tree_answer_bytes, wire_edge_type
-from pyg_dist.sampler.hop_loop import one_type
-from pyg_dist.sampler.sample_settings import seed_times
-from pyg_dist.store.remote_sampling import attribute_args
-
-logger = logging.getLogger(__name__)
 
 
-def server_hops_setting(sampler: Any, server_hops: Optional[bool]) -> bool:
-    """Whether ``sampler`` samples with ``sample_tree``: ``server_hops`` checked against what the
-    servers allow (``None``: when they do).
-
-    Raises:
-        SamplerError: if ``server_hops`` is not ``None``/``True``/``False``,
-            or ``True`` where the servers do not forward.
-    """
-    if server_hops not in (None, True, False):
-        raise SamplerError(f"server_hops must be None, True or False, got {server_hops!r}")
-    able = bool(getattr(sampler.graph_store, "forwarding", False))
-    if server_hops and not able:
-        raise SamplerError("server_hops=True, but the servers do not forward (start them "
-                           "with --peers, or with pyg-dist launch)")
-    return able if server_hops is None else bool(server_hops)
-
-
-def sample_on_servers(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
-                      seed_time: Union[Tensor, dict[str, Tensor], None],
-                      seed: Optional[int]) -> Union[SamplerOutput, HeteroSamplerOutput]:
-    """:func:`sample_tree` of one batch (a homogeneous graph's seeds, or
-    seeds per node type); if its coordinator cannot forward
-    (``ForwardingError``), the batch and every later one are sampled hop by
-    hop, with one warning in the log."""
-    typed = isinstance(seeds, dict)
-    if typed:
-        seeds, seed_time = sampler.checked_seed_dict(seeds, seed_time)
-    else:
-        seeds = sampler.graph_store.router.check_ids(seeds.view(-1).cpu(), "seed nodes")
-        seed_time = seed_times(sampler, seeds, seed_time)
-    base_seed = sampler.draw_seed() if seed is None else int(seed)
-    try:
-        return sample_tree(sampler, seeds, seed_time, base_seed)
-    except RemoteError as exc:
-        if exc.remote_type != ForwardingError.__name__:
-            raise
-        logger.warning("the servers cannot sample on their own (%s); sampling hop by hop "
-                       "from now on", exc.remote_message or exc)
-        sampler.server_hops = False
-    hop_by_hop = sampler.hop_by_hop_types if typed else sampler.hop_by_hop
-    return hop_by_hop(seeds, seed_time, seed=base_seed)
-
-
-def sample_tree(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
-                seed_time: Union[Tensor, dict[str, Tensor], None],
-                base_seed: int) -> Union[SamplerOutput, HeteroSamplerOutput]:
+def sample_tree(router: Router, part: int, settings: HopSettings,
+                fanouts: dict[Optional[EdgeType], list[int]],
+                graph_node_types: list[Optional[NodeType]],
+                seeds: dict[Optional[NodeType], Tensor],
+                seed_time: Optional[dict[Optional[NodeType], Tensor]],
+                base_seed: int) -> HeteroSamplerOutput:
     """Samples every hop of a batch on the servers: a homogeneous graph's
     as the one-type case of a heterogeneous one (node and edge type nil).
 
     Args:
-        sampler: The :class:`~pyg_dist.sampler.DistNeighborSampler` (its
-            settings, graph store and deadline).
-        seeds: Checked global ids of the seeds (int64), per node type on a
-            heterogeneous graph.
+        router: Routes to the servers.
+        part: The server that coordinates this batch.
+        settings: How the hops are sampled (and the deadline).
+        fanouts: Per edge type, in the graph's order, its fan-out per hop.
+        graph_node_types: The graph's node types (``[None]``: homogeneous).
+        seeds: Checked global ids of the seeds (int64) per node type.
         seed_time: With ``time_attr``, one int64 time per seed (likewise).
         base_seed: The batch's random seed.
 
@@ -92,32 +50,26 @@ def sample_tree(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
         ProtocolError: if the coordinator names other node types than the
             graph's.
     """
-    router = sampler.graph_store.router
-    deadline = router.deadline(sampler.timeout)
-    typed = isinstance(seeds, dict)
-    seeds_of = seeds if typed else {None: seeds}
-    times_of = seed_time if typed or seed_time is None else {None: seed_time}
-    fanouts = sampler.num_neighbors if typed else {None: sampler.num_neighbors}
-    types = list(seeds_of)
+    deadline = router.deadline(settings.timeout)
+    typed = graph_node_types != [None]
+    types = list(seeds)
+    num_hops = len(next(iter(fanouts.values())))
     args: dict[str, Any] = {
         "edge_types": [wire_edge_type(t) for t in fanouts],
         "num_neighbors": [list(k) for k in fanouts.values()],
-        "seed_types": types, "sizes": [seeds_of[t].numel() for t in types],
-        "seed": int(base_seed), "timeout": deadline, **_flags(sampler)}
-    tensors = [torch.cat([seeds_of[t] for t in types])]
-    if times_of is not None:
-        tensors.append(torch.cat([times_of[t] for t in types]))
-    # Batches take turns among the servers (which one coordinates does not
-    # change the batch): trees in flight spread evenly over their slots.
-    part = next(sampler.coordinators) % router.num_parts
+        "seed_types": types, "sizes": [seeds[t].numel() for t in types],
+        "seed": int(base_seed), "timeout": deadline, **_flags(settings)}
+    tensors = [torch.cat([seeds[t] for t in types])]
+    if seed_time is not None:
+        tensors.append(torch.cat([seed_time[t] for t in types]))
     # A coordinator on this host writes the subgraph into memory lent for
     # it when its size is bounded (every fan-out >= 0, not induced).
-    bound = None if typed else _answer_bound(sampler, seeds)
+    bound = None if typed else _answer_bound(settings, fanouts[None], seeds[None])
     reply = router.call_all([SAMPLE_TREE.request(part, args, tensors)], deadline,
                             reply_bytes=[bound])[0]
     try:
         node_types = reply.result["node_types"]  # checked: one node tensor each
-        expected = list(sampler.graph_store.node_types) if typed else [None]
+        expected = list(graph_node_types)
         if node_types != expected:
             raise ProtocolError(f"server {router.endpoints[part]} answered node types "
                                 f"{node_types[:8]}, the graph has {expected[:8]}",
@@ -130,9 +82,8 @@ def sample_tree(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
                for t in reply.tensors]
     finally:
         reply.release()
-    tree = _typed_output(out, node_types, list(fanouts), sampler.num_hops,
-                         sampler.disjoint, "subgraph" in args)
-    return tree if typed else one_type(tree)
+    return _typed_output(out, node_types, list(fanouts), num_hops, settings.disjoint,
+                         "subgraph" in args)
 
 
 def _typed_output(out: list[Tensor], node_types: list, edge_types: list, hops: int,
@@ -153,30 +104,28 @@ def _typed_output(out: list[Tensor], node_types: list, edge_types: list, hops: i
         dict(zip(edge_types, per_hop_edges.view(len(edge_types), hops).tolist())))
 
 
-def _flags(sampler: Any) -> dict[str, Any]:
+def _flags(settings: HopSettings) -> dict[str, Any]:
     """The optional arguments of a tree request (those not at their default)."""
     args: dict[str, Any] = {}
-    if sampler.replace:
+    if settings.replace:
         args["replace"] = True
-    if sampler.disjoint:
+    if settings.disjoint:
         args["disjoint"] = True
-    if sampler.subgraph_type == SubgraphType.induced:
+    if settings.induced:
         args["subgraph"] = "induced"
-    args.update(attribute_args(sampler.weight_attr, sampler.time_attr,
-                               sampler.temporal_strategy))
+    args.update(settings.attribute_args())
     return args
 
 
-def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
+def _answer_bound(settings: HopSettings, fanouts: list[int], seeds: Tensor) -> Optional[int]:
     """Most bytes a ``sample_tree`` answer takes (``k`` neighbours per node
     and hop at most), or ``None`` when unbounded
     (a fan-out of -1, or an induced subgraph)."""
-    fanouts = list(sampler.num_neighbors)
-    if sampler.subgraph_type == SubgraphType.induced or any(k < 0 for k in fanouts):
+    if settings.induced or any(k < 0 for k in fanouts):
         return None
     frontier = nodes = seeds.numel()
     edges = 0
     for k in fanouts:
         frontier *= k
         nodes, edges = nodes + frontier, edges + frontier
-    return tree_answer_bytes(nodes, edges, len(fanouts), sampler.disjoint)
+    return tree_answer_bytes(nodes, edges, len(fanouts), settings.disjoint)

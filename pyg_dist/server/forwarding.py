@@ -6,14 +6,13 @@ that is most of an epoch. With ``sample_tree`` the trainer sends a batch's
 seeds to one server (the *coordinator*), which runs the whole hop loop:
 every hop it splits the frontier by owner, samples its own share in this
 process, forwards every other share to its owner as the very ``sample``
-request a trainer sends (same per-part seed), and relabels with the
-trainer's own code (:meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop`).
-The trainer then pays one round trip for the subgraph and one for its
-features, and the batch is bit for bit the one hop-by-hop sampling draws.
-A heterogeneous batch is sampled the same way
-(:meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop_types`, one
-``sample`` of every edge type per peer and hop); a homogeneous one is its
-one-type case (edge type and node type nil).
+request a trainer sends (same per-part seed), and relabels: it runs the
+trainer's own hop loop (:func:`~pyg_dist.hops.loop.sample_hops`) over a
+:class:`~pyg_dist.routing.id_router.Router` to its peers. The trainer then
+pays one round trip for the subgraph and one for its features, and the batch
+is bit for bit the one hop-by-hop sampling draws. A heterogeneous batch is
+sampled the same way (one ``sample`` of every edge type per peer and hop); a
+homogeneous one is its one-type case (edge type and node type nil).
 
 Peers: a server forwards only when it was given the cluster's server list
 (``pyg-dist serve --peers`` or ``--peers-file``, which
@@ -38,13 +37,15 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Optional, Union
+from functools import partial
+from typing import Any, NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+from torch_geometric.sampler import HeteroSamplerOutput
+from torch_geometric.sampler.base import SubgraphType
+from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_dist.errors import (
     ForwardingError,
@@ -55,8 +56,15 @@ from pyg_dist.errors import (
     ServerBusyError,
     remote_error,
 )
+from pyg_dist.hops.fan_outs import check_num_neighbors
+from pyg_dist.hops.loop import sample_hops
+from pyg_dist.hops.one_hop import sample_hop
+from pyg_dist.hops.settings import HopSettings
+from pyg_dist.routing.id_router import Router
+from pyg_dist.routing.servers import connect_router
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
+from pyg_dist.rpc.ops import tree_answer_bytes
 from pyg_dist.rpc.wire_values import describe, error_text
 from pyg_dist.server.own_part import OwnPartFirst
 from pyg_dist.server.tree_requests import TreeRequest, parse_tree
@@ -68,7 +76,6 @@ Peers = Union[str, Sequence[str], Callable[[], Any], None]
 """The cluster's server list (as :func:`pyg_dist.connect` takes it), or a
 callable returning it when first needed (a file written after start-up)."""
 
-_SAMPLERS = 32  # distinct sampler settings kept (a hostile client may churn them)
 # Share of the trainer's deadline the coordinator's own calls may use: its
 # error (naming the peer that failed) must reach the trainer before the
 # trainer gives up on the coordinator.
@@ -118,9 +125,8 @@ class HopForwarder:
         self._config = config
         self._slots = threading.BoundedSemaphore(max(config.workers - 1, 1))
         self._lock = threading.Lock()
-        self._store: Any = None  # the RemoteGraphStore over the peers, once connected
+        self._cluster: Optional[_Cluster] = None  # the router over the peers, once connected
         self._connecting: Optional[_Attempt] = None  # the connection attempt running
-        self._samplers: OrderedDict[tuple, Any] = OrderedDict()
         self._peer_parts: dict[str, int] = {}  # a peer's endpoint -> its part
         self._closed = False
         self.trees = 0
@@ -167,15 +173,9 @@ class HopForwarder:
             ProtocolError: on a malformed request.
         """
         request = parse_tree(args, tensors)
-        if request.homogeneous:
-            out = _typed(self._run(request, lambda sampler, max_edges: sampler.hop_by_hop(
-                request.seeds[None], None if request.seed_time is None else
-                request.seed_time[None], seed=request.seed, max_edges=max_edges)))
-            edge_types: list = [None]
-        else:
-            out = self._run(request, lambda sampler, max_edges: sampler.hop_by_hop_types(
-                request.seeds, request.seed_time, seed=request.seed, max_edges=max_edges))
-            edge_types = [t for t, _ in request.settings[0]]
+        out = self._run(request)
+        edge_types: list = [None] if request.homogeneous else \
+            [t for t, _ in request.settings[0]]
         node_types = list(out.node)
         answer = [out.node[t] for t in node_types]
         for edge_type in edge_types:
@@ -190,8 +190,8 @@ class HopForwarder:
         rows = {len(node_types) + 3 * i + j for i in range(len(edge_types)) for j in (0, 1)}
         return {"node_types": node_types}, self._reply(answer, rows, ctx)
 
-    def _run(self, request: TreeRequest, sample: Callable[[Any, int], Any]) -> Any:
-        """``sample(sampler, max_edges)`` within a tree slot."""
+    def _run(self, request: TreeRequest) -> HeteroSamplerOutput:
+        """The hop loop of ``request`` over the peers, within a tree slot."""
         if not self.available:
             raise ForwardingError(
                 f"part {self.part} does not forward sampling (no peer list, fewer than 2 "
@@ -200,10 +200,15 @@ class HopForwarder:
             raise ServerBusyError(f"part {self.part} already runs "
                                   f"{max(self._config.workers - 1, 1)} trees; ask again")
         try:
-            sampler = self._sampler(request.settings, request.deadline)
+            cluster = self._connected()
+            settings, fanouts = _hop_settings(request, cluster)
+            seeds = {t: cluster.router.check_ids(ids, "seed nodes", t)
+                     for t, ids in request.seeds.items()}
+            one_hop = partial(sample_hop, cluster.router, num_edges=cluster.edge_counts)
             # Every sampled edge takes 16 bytes of the answer (row, col,
             # edge id): a tree past that is refused as soon as a hop shows it.
-            out = sample(sampler, self._max_answer // 16)
+            out = sample_hops(one_hop, settings, cluster.sizes, fanouts, seeds,
+                              request.seed_time, request.seed, self._max_answer // 16)
             with self._lock:
                 self.trees += 1
             return out
@@ -293,7 +298,8 @@ class HopForwarder:
         # The answer, and the peers' answers, reassembly and relabelling
         # while it is built (the same factor as a `sample`); a tree whose
         # edges outgrow one reply is stopped at that hop, so no more.
-        answer = min(8 * (nodes + 2 * edges), self._max_answer)
+        answer = min(tree_answer_bytes(nodes, edges, len(per_hop), disjoint),
+                     self._max_answer)
         return _WORK_FACTOR * answer
 
     def close(self, release_wait: float = 0.0) -> None:
@@ -309,49 +315,14 @@ class HopForwarder:
                 segments once it sees this process has exited.
         """
         with self._lock:
-            store, self._store, self._closed = self._store, None, True
-            self._samplers.clear()
-        if store is not None:
-            store.router.close(release_wait)
+            cluster, self._cluster, self._closed = self._cluster, None, True
+        if cluster is not None:
+            cluster.router.close(release_wait)
 
     # Peers ###################################################################
 
-    def _sampler(self, settings: tuple, deadline: Optional[float]) -> Any:
-        """The hop-by-hop sampler of these settings over the peers (kept:
-        a weighted or temporal one asks every peer about its attributes
-        once)."""
-        fanouts = settings[0]
-        typed = bool(fanouts) and isinstance(fanouts[0], tuple)
-        hops = len(fanouts[0][1]) if typed else len(fanouts)
-        hop_deadline = None if deadline is None else \
-            max(0.01, _DEADLINE_SHARE * deadline / (hops + 1))
-        key = (*settings, hop_deadline)
-        with self._lock:
-            sampler = self._samplers.get(key)
-            if sampler is not None:
-                self._samplers.move_to_end(key)
-                return sampler
-        store = self._graph_store()
-        from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
-
-        _, replace, disjoint, subgraph, weight_attr, time_attr, strategy = settings
-        try:
-            sampler = DistNeighborSampler(store, dict(fanouts) if typed else list(fanouts),
-                                          replace=replace,
-                                          subgraph_type=subgraph, disjoint=disjoint, seed=0,
-                                          timeout=hop_deadline, weight_attr=weight_attr,
-                                          time_attr=time_attr, temporal_strategy=strategy,
-                                          server_hops=False)
-        except PygDistError as exc:
-            raise ProtocolError(f"tree settings refused: {exc}") from exc
-        with self._lock:
-            self._samplers[key] = sampler
-            while len(self._samplers) > _SAMPLERS:
-                self._samplers.popitem(last=False)
-        return sampler
-
-    def _graph_store(self) -> Any:
-        """The graph store over every part, this one served in process
+    def _connected(self) -> _Cluster:
+        """The router over every part, this one served in process
         (connected on first use).
 
         One connection attempt at a time, and not under :attr:`_lock`: an
@@ -363,8 +334,8 @@ class HopForwarder:
             with self._lock:
                 if self._closed:
                     raise ForwardingError(f"part {self.part} is stopping")
-                if self._store is not None:
-                    return self._store
+                if self._cluster is not None:
+                    return self._cluster
                 attempt = self._connecting
                 if attempt is None:
                     attempt = self._connecting = _Attempt()
@@ -373,13 +344,13 @@ class HopForwarder:
             if attempt.error is not None:
                 raise ForwardingError(str(attempt.error)) from attempt.error
         try:
-            store = self._connect()
+            cluster = self._connect()
             with self._lock:
                 if self._closed:
-                    store.router.close()
+                    cluster.router.close()
                     raise ForwardingError(f"part {self.part} is stopping")
-                self._store = store
-            return store
+                self._cluster = cluster
+            return cluster
         except BaseException as exc:
             attempt.error = exc if isinstance(exc, PygDistError) else ForwardingError(
                 f"part {self.part} could not connect to its peers: {type(exc).__name__}")
@@ -389,15 +360,12 @@ class HopForwarder:
                 self._connecting = None
             attempt.done.set()
 
-    def _connect(self) -> Any:
+    def _connect(self) -> _Cluster:
         """Connects to the peers and checks that they serve this graph."""
-        from pyg_dist.store.connect import connect
-        from pyg_dist.store.routing import Router
-
         peers: Any = None
         try:
             peers = self._peers() if callable(self._peers) else self._peers
-            _, gs = connect(peers, self._config, tune_malloc=False)
+            router, metas = connect_router(peers, self._config)
         except PygDistError as exc:
             # The peers' addresses stay in this log (see
             # _without_peer_addresses); the client learns which part failed.
@@ -406,28 +374,64 @@ class HopForwarder:
             raise ForwardingError(f"part {self.part} cannot reach its peers to forward "
                                   f"sampling: {hide_addresses(text, _listed_parts(peers))}"
                                   ) from exc
-        router = gs.router
         try:
-            if gs.graph_id != self.graph_id or router.num_parts <= self.part:
+            first = metas[0]
+            if first.graph != self.graph_id or router.num_parts <= self.part:
                 raise ForwardingError(
                     f"part {self.part}'s peer list names servers of another graph "
-                    f"({describe(gs.graph_id)}, this server's: "
+                    f"({describe(first.graph)}, this server's: "
                     f"{describe(self.graph_id)})")
-            # The same stores, with this part's calls served here.
+            # The same router, with this part's calls served here.
             client = OwnPartFirst(self.part, self._handlers, router.client)
             local = Router(router.endpoints, router.books if router.is_hetero else
                            router.book, router.num_nodes, config=self._config,
                            client=client)
-            gs.router = local  # the feature store is not used here
             groups = router.replicas or [[e] for e in router.endpoints]
             with self._lock:
                 self._peer_parts = {e: k for k, group in enumerate(groups) for e in group}
             logger.info("part %d forwards sampling to %d peers", self.part,
                         router.num_parts - 1)
-            return gs
+            return _Cluster(local, dict(first.node_types), dict(first.edge_types))
         except BaseException:
             router.close()
             raise
+
+
+class _Cluster(NamedTuple):
+    """The peers, once connected: the router over them (this part served
+    in process), every node type's size and every edge type's edge count,
+    in the graph's order."""
+
+    router: Router
+    sizes: dict[Optional[NodeType], int]
+    edge_counts: dict[Optional[EdgeType], int]
+
+
+def _hop_settings(request: TreeRequest, cluster: _Cluster
+                  ) -> tuple[HopSettings, dict[Optional[EdgeType], list[int]]]:
+    """The request's settings, and its fan-outs per edge type in the graph's
+    order (the order the trainer's loop samples them in), checked against
+    the graph.
+
+    Raises:
+        ProtocolError: naming the setting the graph refuses.
+    """
+    fanouts, replace, disjoint, subgraph, weight_attr, time_attr, strategy = request.settings
+    hops = len(fanouts) if request.homogeneous else len(fanouts[0][1])
+    # The coordinator's calls share the trainer's deadline among the hops.
+    timeout = None if request.deadline is None else \
+        max(0.01, _DEADLINE_SHARE * request.deadline / (hops + 1))
+    try:
+        checked = check_num_neighbors(list(fanouts) if request.homogeneous else dict(fanouts),
+                                      list(cluster.edge_counts))
+        settings = HopSettings(replace=replace, disjoint=disjoint or time_attr is not None,
+                               subgraph_type=SubgraphType(subgraph), weight_attr=weight_attr,
+                               time_attr=time_attr, temporal_strategy=strategy,
+                               timeout=timeout)
+        settings.check()
+    except PygDistError as exc:
+        raise ProtocolError(f"tree settings refused: {exc}") from exc
+    return settings, checked if isinstance(checked, dict) else {None: checked}
 
 
 class _Attempt:
@@ -466,18 +470,6 @@ def _listed_parts(peers: Any) -> dict[str, int]:
                 member = member.strip()
                 parts[member if "://" in member else f"tcp://{member}"] = part
     return parts
-
-
-def _typed(out: SamplerOutput) -> HeteroSamplerOutput:
-    """A homogeneous batch as the one-type case of a heterogeneous one: its
-    node type and its edge type ``None``."""
-    def one(value: Any) -> Any:
-        return None if value is None else {None: value}
-
-    return HeteroSamplerOutput(node=one(out.node), row=one(out.row), col=one(out.col),
-                               edge=one(out.edge), batch=one(out.batch),
-                               num_sampled_nodes=one(out.num_sampled_nodes),
-                               num_sampled_edges=one(out.num_sampled_edges))
 
 
 def _counts(values: Optional[list[int]]) -> Tensor:

@@ -1,8 +1,9 @@
 """The coordinator's client: its own part served in process, the rest sent.
 
 A server coordinating a ``sample_tree`` (:mod:`pyg_dist.server.forwarding`)
-samples through the trainer's own code, which calls every owning server of
-a hop through a :class:`~pyg_dist.rpc.retrying.PartitionClient`. Its own
+runs the trainer's own hop loop (:mod:`pyg_dist.hops`) over a router, which
+calls every owning server of a hop through a
+:class:`~pyg_dist.rpc.retrying.PartitionClient`. Its own
 part needs no socket: :class:`OwnPartFirst` runs that call's handler on the
 calling thread, and only once the peers' calls of the same round are on
 their way, so that the peers sample their shares while this one samples its
@@ -85,7 +86,7 @@ class OwnPartFirst:
     others on.
 
     A peer's ``sample`` answers are checked where the
-    tree reads them, as a trainer's are (:func:`pyg_dist.store.remote_sampling.
+    tree reads them, as a trainer's are (:func:`pyg_dist.hops.one_hop.
     sample_hop`: neighbour and edge ids past the graph's), before any of it
     reaches the tree.
 

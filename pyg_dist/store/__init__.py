@@ -18,9 +18,9 @@ from __future__ import annotations
 from pyg_dist.lazy_exports import lazy_exports
 
 _EXPORTS = {
-    "ServerMeta": "pyg_dist.store.connect",
+    "ServerMeta": "pyg_dist.routing.servers",
     "RemoteFeatureStore": "pyg_dist.store.remote_feature_store",
-    "FeatureInfo": "pyg_dist.store.remote_feature_store",
+    "FeatureInfo": "pyg_dist.routing.servers",
     "pinned_outputs": "pyg_dist.store.remote_feature_store",
     "RemoteGraphStore": "pyg_dist.store.remote_graph_store",
     "CachedFeatureStore": "pyg_dist.store.cached_feature_store",

@@ -2,7 +2,8 @@
 
 ``fs, gs = pyg_dist.connect(["tcp://10.0.0.5:5555", "tcp://10.0.0.6:5555"])``
 asks every server for its ``meta`` at once, checks that together they serve
-every part of one graph exactly once, orders them by part, and builds the
+every part of one graph exactly once, orders them by part
+(:func:`~pyg_dist.routing.servers.connect_router`), and builds the
 :class:`~pyg_dist.store.remote_feature_store.RemoteFeatureStore` and
 :class:`~pyg_dist.store.remote_graph_store.RemoteGraphStore` sharing one set
 of connections. Everything the trainer needs (sizes, feature names and
@@ -15,79 +16,22 @@ the trainer. With no addresses, ``PYG_DIST_SERVERS`` (comma-separated, set by
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional, Union
 
-import torch
-from torch import Tensor
-
-from pyg_dist.discovery import SERVERS_ENV, server_groups
-from pyg_dist.errors import ProtocolError, ServerUnavailableError, StoreError
+from pyg_dist.discovery import SERVERS_ENV
+from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
-from pyg_dist.partitioning.book import PartitionBook
+from pyg_dist.routing.id_router import Router
+from pyg_dist.routing.servers import ServerMeta, connect_router
 from pyg_dist.rpc.ops import META
-from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.edge_fetch import EdgeFeatureFetcher
-from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
+from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
-from pyg_dist.store.routing import Router
-
-if TYPE_CHECKING:
-    from pyg_dist.rpc.retrying import PartitionClient
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SERVERS_ENV", "ServerMeta", "build_stores", "connect"]
-
-
-@dataclass
-class ServerMeta:
-    """What one server says about itself and its graph.
-
-    Args:
-        address: The endpoint it was reached at.
-        part: The part it serves.
-        num_parts: Parts of the graph.
-        num_nodes: Nodes of the whole graph.
-        num_edges: Edges of the whole graph.
-        features: ``{(group, name): FeatureInfo}`` of the node features.
-        graph: An identity of the partitioned dataset (name and checksums),
-            equal on every server of one graph.
-        book: The partition book tensor, if the server sent one; for a
-            heterogeneous graph, the first node type's (all of them are in
-            ``books``).
-        host: The server's host identity for shared memory
-            (:func:`pyg_dist.rpc.shm.host_id`), if it sent one.
-        max_reply_bytes: The server's reply limit, if it sent one; the
-            feature store splits bigger ``get`` answers into several calls.
-    """
-
-    address: str
-    part: int
-    num_parts: int
-    num_nodes: int
-    num_edges: int
-    features: dict[tuple[Optional[str], str], FeatureInfo]
-    graph: Any
-    book: Optional[Tensor]
-    host: Optional[str] = None
-    max_reply_bytes: Optional[int] = None
-    node_types: dict[Optional[str], int] = field(default_factory=dict)
-    """Node type -> node count (``{None: num_nodes}`` when homogeneous)."""
-    edge_types: dict[Any, int] = field(default_factory=dict)
-    """Edge type ``(src, rel, dst)`` -> edge count (``{None: num_edges}``)."""
-    books: list[Tensor] = field(default_factory=list)
-    """One partition book tensor per node type, in the order of ``node_types``."""
-    result: dict[str, Any] = field(default_factory=dict)
-    """The whole ``meta`` result (edge attribute specs are read from it)."""
-
-    @property
-    def is_hetero(self) -> bool:
-        """Whether the server serves a heterogeneous graph."""
-        return None not in self.node_types
+__all__ = ["SERVERS_ENV", "build_stores", "connect"]
 
 
 def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = None,
@@ -136,127 +80,33 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
             not resolve, naming the address.
         RpcError: if a server cannot be reached within the deadline.
     """
-    from pyg_dist.rpc.retrying import RetryingClient
-
-    groups = server_groups(addresses)
-    flat = [e for g in groups for e in g]
-    # ZeroMQ retries a refused connection quietly until the meta deadline
-    # (10 s by default); a refusal is an answer, so it fails here at once.
-    refuse_fast(flat)
     # Every batch brings tens of MB of feature rows into fresh tensors; with
     # glibc's defaults each one is new pages from the kernel (about 15% of
-    # the loader's throughput on 2 cores). tune_malloc=False or
+    # the loader's throughput on 2 cores). Tuned before the client's threads
+    # start, so that they share one arena. tune_malloc=False or
     # PYG_DIST_TUNE_MALLOC=0 opts out.
     if tune_process_malloc(tune_malloc):
         logger.debug("glibc malloc tuned for per-batch buffers")
-    client = RetryingClient(flat, config)  # every replica asked on its own
+    router, metas = connect_router(addresses, config, timeout)
     try:
-        deadline = client.config.connect_timeout if timeout is None else timeout
-        futures = [client.call_async(*META.request(i), timeout=deadline)
-                   for i in range(len(flat))]
-        replies = iter([_parse_meta(flat[i], client.result(f, i, META.name, deadline))
-                        for i, f in enumerate(futures)])
-        metas = [[next(replies) for _ in g] for g in groups]
-        _check_replicas(metas)
-        order = _check_cluster([m[0] for m in metas])
-        by_part = [metas[i][0] for i in order]
-        _books(by_part)  # checked before anything else is built
+        return build_stores(router, metas)
     except BaseException:
-        client.close()
+        router.close()
         raise
-    ordered = [groups[i] for i in order]
-    if any(len(g) > 1 for g in groups) or order != list(range(len(groups))):
-        # The client indexes servers by position (one per part, in part
-        # order); replicas are grouped by part: the router makes that client.
-        client.close()
-        client = None
-    replicas = ordered if any(len(g) > 1 for g in ordered) else None
-    return build_stores(by_part, [g[0] for g in ordered], config, client, replicas)
 
 
-# How long a probe of one address may take; a host that does not answer at
-# all (no refusal) is left to the RPC deadline.
-_PROBE_TIMEOUT_S = 2.0
-
-
-def refuse_fast(endpoints: list[str]) -> None:
-    """Raises at once if a TCP endpoint refuses connections or does not resolve.
-
-    Probes every ``tcp://`` endpoint concurrently with a plain TCP connect
-    (closed at once; the server sees a peer that left before its
-    handshake). Timeouts and other errors are not decided here: the RPC
-    deadline decides them, as before.
-
-    Args:
-        endpoints: Normalised endpoints (``tcp://host:port``, ``ipc://path``).
-
-    Raises:
-        ServerUnavailableError: naming the first refused or unresolvable
-            address and what to check.
-    """
-    tcp = [e for e in endpoints if e.startswith("tcp://")]
-    if not tcp:
-        return
-    with ThreadPoolExecutor(max_workers=min(16, len(tcp))) as pool:
-        problems = list(pool.map(_probe, tcp))
-    for endpoint, problem in zip(tcp, problems):
-        if problem is not None:
-            raise ServerUnavailableError(
-                f"cannot reach server {endpoint}: {problem}; is 'pyg-dist serve' running "
-                f"there and listening on that port (the 'ready' line it printed names its "
-                f"endpoint)?")
-
-
-def _probe(endpoint: str) -> Optional[str]:
-    """Why ``endpoint`` refuses at once, or ``None`` (reachable or undecided)."""
-    host, _, port = endpoint[len("tcp://"):].rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        with socket.create_connection((host, int(port)), timeout=_PROBE_TIMEOUT_S):
-            return None
-    except ConnectionRefusedError:
-        return "connection refused"
-    except socket.gaierror as exc:
-        return f"host name {host!r} does not resolve ({exc.strerror or exc})"
-    except (OSError, ValueError):
-        return None  # unreachable hosts and the like: the RPC deadline decides
-
-
-def _check_replicas(metas: list[list[ServerMeta]]) -> None:
-    """Every replica serves the same part of the same graph as its group's first."""
-    for group in metas:
-        first = group[0]
-        for meta in group[1:]:
-            if (meta.part, meta.num_parts, meta.graph, meta.node_types, meta.edge_types,
-                    meta.features) != (first.part, first.num_parts, first.graph,
-                                       first.node_types, first.edge_types, first.features):
-                raise StoreError(
-                    f"{meta.address} is listed as a replica of {first.address} but serves "
-                    f"part {meta.part} of another or different graph (part {first.part} "
-                    f"expected); list only servers of the same part and dataset together")
-
-
-def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = None,
-                 client: Optional[PartitionClient] = None,
-                 replicas: Optional[list[list[str]]] = None
+def build_stores(router: Router, metas: list[ServerMeta]
                  ) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
-    """The store pair over servers whose ``meta`` was checked.
+    """The store pair over a router to servers whose ``meta`` was checked.
 
     Args:
-        metas: One per part, in part order (checked by ``_check_cluster``).
-        endpoints: What the router addresses part ``k`` by.
-        config: The RPC configuration.
-        client: A connected client whose server ``k`` is part ``k``, or
-            ``None`` to connect on first use.
-        replicas: Per part, its replica endpoints (the first is
-            ``endpoints[k]``): reads fail over among them.
+        router: Routes to part ``k``'s server (its replicas) by ``k``.
+        metas: One per part, in part order
+            (:func:`~pyg_dist.routing.servers.connect_router`).
     """
     first = metas[0]
-    books = _books(metas)
-    router = Router(endpoints, books if first.is_hetero else books[None], first.num_nodes,
-                    config=config, client=client, replicas=replicas)
     logger.info("connected to %d servers of a graph with %d nodes, %d edges",
-                len(endpoints), first.num_nodes, first.num_edges)
+                router.num_parts, first.num_nodes, first.num_edges)
     limits = [m.max_reply_bytes for m in metas]
     fs = RemoteFeatureStore(router, first.features, reply_limits=limits)
     gs = RemoteGraphStore(router, first.edge_types if first.is_hetero else first.num_edges,
@@ -273,96 +123,3 @@ def build_stores(metas: list[ServerMeta], endpoints: list[str], config: Any = No
                             f"this version does not read ({exc})", address=first.address,
                             op=META.name) from exc
     return fs, gs
-
-
-def _parse_meta(address: str, reply: Any) -> ServerMeta:
-    result = reply.result
-    try:
-        part = int(result["part"])
-        num_parts = int(result["num_parts"])
-        num_nodes = int(result["num_nodes"])
-        num_edges = int(result["num_edges"])
-        features = _features(None, result["features"])
-        node_types: dict[Optional[str], int] = {None: num_nodes}
-        edge_types: dict[Any, int] = {None: num_edges}
-        if result.get("is_hetero") is True:
-            node_types, edge_types = {}, {}
-            for entry in result["node_types"]:
-                name = str(entry["name"])
-                node_types[name] = int(entry["num_nodes"])
-                features.update(_features(name, entry["features"]))
-            for entry in result["edge_types"]:
-                src, rel, dst = (str(v) for v in entry["type"])
-                edge_types[(src, rel, dst)] = int(entry["num_edges"])
-            if not node_types or not edge_types:
-                raise ValueError("a heterogeneous graph without node or edge types")
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ProtocolError(f"server {address} answered 'meta' without the expected fields "
-                            f"({type(exc).__name__}: {exc}); is it a pyg-dist partition "
-                            f"server of the same version?", address=address, op=META.name) from exc
-    if len(reply.tensors) not in (0, len(node_types)):
-        raise ProtocolError(f"server {address} sent {len(reply.tensors)} partition books "
-                            f"for {len(node_types)} node types", address=address, op=META.name)
-    graph = result.get("graph", result.get("checksum"))
-    book = reply.tensors[0] if reply.tensors else None
-    host = result.get("host")
-    limit = result.get("max_reply_bytes")
-    return ServerMeta(address, part, num_parts, num_nodes, num_edges, features, graph, book,
-                      host if isinstance(host, str) else None,
-                      limit if isinstance(limit, int) and limit > 0 else None,
-                      node_types, edge_types, list(reply.tensors), result)
-
-
-def _features(group: Optional[str], specs: Any) -> dict[tuple[Optional[str], str], FeatureInfo]:
-    """``{(group, name): FeatureInfo}`` of one node type's ``meta`` specs."""
-    features = {}
-    for name, spec in specs.items():
-        dtype = getattr(torch, str(spec["dtype"]))
-        if not isinstance(dtype, torch.dtype):
-            raise TypeError(f"not a dtype: {describe(spec['dtype'])}")
-        features[(group, str(name))] = FeatureInfo(dtype, tuple(int(s) for s in spec["shape"]))
-    return features
-
-
-def _check_cluster(metas: list[ServerMeta]) -> list[int]:
-    """Validates that the servers serve each part of one graph once; returns
-    the server indices ordered by part."""
-    first = metas[0]
-    for m in metas[1:]:
-        same = (m.num_parts, m.num_nodes, m.num_edges, m.graph, m.node_types,
-                m.edge_types) == (first.num_parts, first.num_nodes, first.num_edges,
-                                  first.graph, first.node_types, first.edge_types)
-        if not same or m.features != first.features:
-            raise StoreError(f"servers {first.address} and {m.address} serve different graphs "
-                             f"(parts/nodes/edges {first.num_parts}/{first.num_nodes}/"
-                             f"{first.num_edges} vs {m.num_parts}/{m.num_nodes}/{m.num_edges}); "
-                             f"point every trainer at the servers of one partitioned dataset")
-    by_part: dict[int, int] = {}
-    for i, m in enumerate(metas):
-        if m.part in by_part:
-            raise StoreError(f"part {m.part} is served twice ({metas[by_part[m.part]].address} "
-                             f"and {m.address}); pass each part's server once")
-        by_part[m.part] = i
-    missing = sorted(set(range(first.num_parts)) - set(by_part))
-    if missing:
-        raise StoreError(f"no server for part(s) {missing} of {first.num_parts}; start "
-                         f"'pyg-dist serve ROOT --part K' for each and pass all addresses")
-    return [by_part[k] for k in range(first.num_parts)]
-
-
-def _books(metas: list[ServerMeta]) -> dict[Optional[str], PartitionBook]:
-    """One partition book per node type (``{None: book}`` when homogeneous),
-    from the first of ``metas`` (in part order)."""
-    first = metas[0]
-    if not first.books:
-        raise ProtocolError(f"server {first.address} sent no partition book with 'meta'",
-                            address=first.address, op=META.name)
-    books = {}
-    for (node_type, count), tensor in zip(first.node_types.items(), first.books):
-        book = PartitionBook.from_tensor(tensor, first.num_parts)
-        if book.num_nodes != count:
-            of = "" if node_type is None else f" of node type {node_type!r}"
-            raise ProtocolError(f"the partition book{of} covers {book.num_nodes} nodes, the "
-                                f"graph has {count}", address=first.address, op=META.name)
-        books[node_type] = book
-    return books

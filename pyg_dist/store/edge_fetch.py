@@ -14,7 +14,7 @@ split), each saying how many bytes its answer takes (so a server on the same
 host can write it into memory the RPC client lends), rows put back in the
 caller's order.
 
-It talks to the servers through a router (:class:`pyg_dist.store.routing.Router`
+It talks to the servers through a router (:class:`pyg_dist.routing.id_router.Router`
 or anything with ``num_parts``, ``endpoints`` and ``call_all(requests,
 timeout=None, reply_bytes=None)`` returning replies with ``.result``,
 ``.tensors`` and ``.release()``). :meth:`EdgeFeatureFetcher.from_meta`
@@ -44,7 +44,7 @@ from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 
 if TYPE_CHECKING:
-    from pyg_dist.store.routing import Router
+    from pyg_dist.routing.id_router import Router
 
 EdgeType = Optional[tuple[str, str, str]]
 

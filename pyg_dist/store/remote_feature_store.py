@@ -25,7 +25,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -35,8 +34,9 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
 from pyg_dist.errors import StoreError
+from pyg_dist.routing.id_router import Router
+from pyg_dist.routing.servers import FeatureInfo
 from pyg_dist.rpc.ops import GET
-from pyg_dist.store.routing import Router
 from pyg_dist.store.row_fetch import copy_rows, fetch_rows, row_request
 
 __all__ = ["FeatureInfo", "RemoteFeatureStore", "copy_rows", "edge_group_type",
@@ -67,19 +67,6 @@ def pinned_outputs() -> Iterator[None]:
         yield
     finally:
         _local.pinned = before
-
-
-@dataclass(frozen=True)
-class FeatureInfo:
-    """What the servers report about one node feature.
-
-    Args:
-        dtype: Its torch dtype.
-        shape: Its shape *without* the node dimension (``()`` for labels).
-    """
-
-    dtype: torch.dtype
-    shape: tuple[int, ...]
 
 
 class RemoteFeatureStore(FeatureStore):
@@ -317,7 +304,7 @@ class RemoteFeatureStore(FeatureStore):
                 in_range: bool = True) -> tuple[Tensor, bool]:
         """Global int64 ids of a ``TensorAttr.index`` of ``node_type``, and
         whether it was scalar; ``in_range=False`` leaves a tensor's range to
-        the caller (:meth:`~pyg_dist.store.routing.Router.split_checked`)."""
+        the caller (:meth:`~pyg_dist.routing.id_router.Router.split_checked`)."""
         n = self.router.num_nodes_of(node_type)
         if index is None:
             return torch.arange(n), False

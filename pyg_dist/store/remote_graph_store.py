@@ -7,9 +7,10 @@
   requested layout, so that PyG's own ``NeighborLoader`` runs over the
   ``(feature_store, graph_store)`` pair. COO is laid out in global edge-id
   order, so PyG's edge permutation maps back to global edge ids.
-* :class:`~pyg_dist.sampler.DistNeighborSampler`: :meth:`sample_neighbors`
-  samples one hop for a batch of nodes on the servers that own them, all at
-  once, and returns the answer in the batch's order. No topology is held on
+* :class:`~pyg_dist.sampler.DistNeighborSampler`: :meth:`sample_hop` (the
+  hop loop's per-hop function) samples one hop for a batch of nodes on the
+  servers that own them, all at once, and returns the answer in the batch's
+  order. No topology is held on
   the trainer for this path.
 
 The store is read-only: ``put_edge_index`` / ``remove_edge_index`` raise
@@ -32,10 +33,11 @@ from torch_geometric.typing import EdgeTensorType, EdgeType
 from torch_geometric.utils import index_sort
 
 from pyg_dist.errors import GraphKindMismatchError, StoreError
+from pyg_dist.hops.one_hop import Frontier, sample_hop
+from pyg_dist.hops.settings import HopSettings
 from pyg_dist.partitioning.type_keys import edge_type_key
+from pyg_dist.routing.id_router import Router
 from pyg_dist.rpc.ops import DEGREE, EDGE_INDEX, SAMPLE, wire_edge_type
-from pyg_dist.store.remote_sampling import attribute_args, sample_hop
-from pyg_dist.store.routing import Router
 
 logger = logging.getLogger(__name__)
 
@@ -158,23 +160,20 @@ class RemoteGraphStore(GraphStore):
             ``counts[i]`` neighbours (global ids) and their global edge ids
             for ``ids[i]``, laid out contiguously.
         """
-        return self.sample_hop([(edge_type, ids, None if seed_time is None else seed_time)],
-                               num_neighbors, replace, seed, timeout, weight_attr=weight_attr,
-                               time_attr=time_attr, temporal_strategy=temporal_strategy)[0]
+        settings = HopSettings(replace=replace, weight_attr=weight_attr, time_attr=time_attr,
+                               temporal_strategy=temporal_strategy, timeout=timeout)
+        return self.sample_hop([(edge_type, ids, seed_time)], num_neighbors, seed, settings)[0]
 
-    def sample_hop(self, frontiers: Sequence[tuple[Optional[EdgeType], Tensor,
-                                                  Optional[Tensor]]],
-                   num_neighbors: Union[int, Sequence[int]], replace: bool, seed: int,
-                   timeout: Optional[float] = None, *, weight_attr: Optional[str] = None,
-                   time_attr: Optional[str] = None, temporal_strategy: str = "uniform"
-                   ) -> list[tuple[Tensor, Tensor, Tensor]]:
+    def sample_hop(self, frontiers: Sequence[Frontier],
+                   num_neighbors: Union[int, Sequence[int]], seed: int,
+                   settings: HopSettings) -> list[tuple[Tensor, Tensor, Tensor]]:
         """Samples one hop for several edge types at once: one request per
         server covering every edge type it owns destinations of
-        (``sample``), all in flight together (one round trip). See
-        :func:`pyg_dist.store.remote_sampling.sample_hop`."""
-        return sample_hop(self.router, frontiers, num_neighbors, replace, seed, timeout,
-                          weight_attr=weight_attr, time_attr=time_attr,
-                          temporal_strategy=temporal_strategy, num_edges=self.edge_counts)
+        (``sample``), all in flight together (one round trip); the hop
+        loop's per-hop function on the trainer. See
+        :func:`pyg_dist.hops.one_hop.sample_hop`."""
+        return sample_hop(self.router, frontiers, num_neighbors, seed, settings,
+                          num_edges=self.edge_counts)
 
     def check_sample_attributes(self, weight_attr: Optional[str], time_attr: Optional[str],
                                 temporal_strategy: str = "uniform",
@@ -193,7 +192,8 @@ class RemoteGraphStore(GraphStore):
         # Every edge type of every part: the attribute must exist on each.
         edge_types = [wire_edge_type(t) for t in self.edge_counts]
         args = {"edge_types": edge_types, "sizes": [0] * len(edge_types), "num_neighbors": 0,
-                "replace": False, **attribute_args(weight_attr, time_attr, temporal_strategy)}
+                "replace": False, **HopSettings(weight_attr=weight_attr, time_attr=time_attr,
+                                temporal_strategy=temporal_strategy).attribute_args()}
         empty = torch.empty(0, dtype=torch.long)
         tensors = [empty, empty] if time_attr is not None else [empty]
         requests = [SAMPLE.request(part, args, tensors) for part in range(self.router.num_parts)]

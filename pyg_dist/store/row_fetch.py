@@ -160,7 +160,7 @@ def fetch_rows(router: Any, requests: Sequence[RowRequest], timeout: Optional[fl
 
     Args:
         router: ``call_all(requests, timeout=, reply_bytes=, first=)`` and
-            ``endpoints`` (see :class:`~pyg_dist.store.routing.Router`).
+            ``endpoints`` (see :class:`~pyg_dist.routing.id_router.Router`).
         requests: What to fetch; their ``outs`` are filled in place.
         timeout: Deadline of every call; ``None`` uses the router's.
         reply_limits: Each part's ``max_reply_bytes``; merged calls stay

@@ -90,8 +90,8 @@ def test_neighbour_ids_past_the_graph_are_refused_naming_the_server(cora2_root):
     reaches a batch (it failed later with an IndexError naming the reader)."""
     from support.servers import serve_parts
 
+    from pyg_dist.hops.one_hop import _check_neighbours
     from pyg_dist.store.connect import connect
-    from pyg_dist.store.remote_sampling import _check_neighbours
 
     with serve_parts(cora2_root) as cluster:
         _, gs = connect(cluster.endpoints)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyg_dist.sampler.relabel import DenseNodeIndex, NodeIndex, node_index
+from pyg_dist.hops.relabel import DenseNodeIndex, NodeIndex, node_index
 
 
 def _reference_relabel(nodes: list[int], keys: list[int]) -> tuple[list[int], list[int]]:

@@ -160,6 +160,9 @@ _BAD = [
     (_tree_args([2], seed=1, timeout=float("inf")), "'timeout'"),
     (_tree_args([2], seed=1, weight_attr="w" * 300), "'weight_attr'"),
     (_tree_args([2], seed=1, weight_attr="no_such"), "no_such"),
+    # Settings the coordinator's HopSettings refuses before any hop.
+    (_tree_args([2], seed=1, disjoint=True, subgraph="induced"), "refused: disjoint"),
+    (_tree_args([2], seed=1, temporal_strategy="last"), "refused: .*needs a time_attr"),
     # A homogeneous graph's tree names its one edge type and seed type nil.
     (_tree_args([2], seed=1, seed_types=["v0"]), "'seed_types'"),
     ({**_tree_args([2], seed=1), "edge_types": [None, None]}, "'edge_types'"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pyg_dist.store.routing import reassemble, segment_gather_index
+from pyg_dist.routing.id_router import reassemble, segment_gather_index
 
 
 def test_segment_gather_index():

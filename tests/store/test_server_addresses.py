@@ -15,10 +15,10 @@ import pytest
 from support.handlers import HANDLERS
 
 from pyg_dist.errors import RpcTimeoutError, StoreError
+from pyg_dist.routing.id_router import Router
 from pyg_dist.rpc import RpcConfig, RpcServer
 from pyg_dist.rpc.ops import STATS
 from pyg_dist.store.connect import SERVERS_ENV, connect
-from pyg_dist.store.routing import Router
 
 
 def test_host_and_port_without_a_scheme_connect_over_tcp(endpoints, monkeypatch):

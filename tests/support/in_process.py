@@ -24,6 +24,7 @@ from typing import Any, Optional
 from torch import Tensor
 
 from pyg_dist.errors import RemoteError, remote_error
+from pyg_dist.routing.servers import parse_meta, router_over
 from pyg_dist.rpc import RpcConfig, protocol
 from pyg_dist.rpc.dispatch import Dispatch
 from pyg_dist.rpc.messages import ErrorReply, Reply
@@ -31,7 +32,7 @@ from pyg_dist.rpc.ops import META, OPS, PARTITION_OPS
 from pyg_dist.rpc.retrying import FirstAttempt
 from pyg_dist.rpc.shm.serving import SegmentService
 from pyg_dist.server import PartitionServer
-from pyg_dist.store.connect import _parse_meta, build_stores
+from pyg_dist.store.connect import build_stores
 
 
 class InProcessClient:
@@ -97,7 +98,8 @@ def in_process_stores(root: Any, num_parts: int) -> tuple[Any, Any, InProcessCli
     served by handlers in this process."""
     ops = [PartitionServer(root, part).ops for part in range(num_parts)]
     client = InProcessClient(ops)
-    metas = [_parse_meta(client.endpoints[p], client.call_async(*META.request(p)).result())
+    metas = [parse_meta(client.endpoints[p], client.call_async(*META.request(p)).result())
              for p in range(num_parts)]
-    fs, gs = build_stores(metas, list(client.endpoints), client.config, client)
+    fs, gs = build_stores(router_over(metas, list(client.endpoints), client.config, client),
+                          metas)
     return fs, gs, client

@@ -1,11 +1,14 @@
 """The hop loop: neighbour sampling over a graph's edge types, hop by hop.
 
 One loop for every graph: a homogeneous graph is the one-type case (node
-type ``None``, edge type ``None``), and :meth:`~pyg_dist.sampler.
-DistNeighborSampler.hop_by_hop` unwraps its single type into PyG's
-``SamplerOutput``. The semantics are those of PyG's ``NeighborSampler``
-(torch-sparse's and pyg-lib's ``neighbor_sample`` and
-``hetero_neighbor_sample``):
+type ``None``, edge type ``None``; :func:`one_type` unwraps it into PyG's
+``SamplerOutput``), and for every caller: it takes the per-hop sampling
+function, the trainer's graph store's
+(:meth:`~pyg_dist.store.remote_graph_store.RemoteGraphStore.sample_hop`) or a
+coordinating server's over its peers (:mod:`pyg_dist.server.forwarding`),
+both :func:`~pyg_dist.hops.one_hop.sample_hop` over a router. The
+semantics are those of PyG's ``NeighborSampler`` (torch-sparse's and
+pyg-lib's ``neighbor_sample`` and ``hetero_neighbor_sample``):
 
 * nodes are numbered per node type; the seeds are nodes of the input type;
 * every hop, every edge type ``(src, rel, dst)`` samples in-neighbours (of
@@ -18,8 +21,7 @@ DistNeighborSampler.hop_by_hop` unwraps its single type into PyG's
 
 At full fan-out the node set of every type and the edge set of every edge
 type equal PyG's on the unpartitioned graph. One hop costs one round trip:
-the requests of every edge type to every server fly together
-(:meth:`~pyg_dist.store.remote_graph_store.RemoteGraphStore.sample_hop`).
+the requests of every edge type to every server fly together.
 Disjoint (and so temporal) sampling keys a node by ``(seed, id)`` as the
 homogeneous sampler does, per node type. ``subgraph_type="induced"`` asks
 once more for the sampled nodes' whole neighbourhoods and keeps every edge
@@ -28,28 +30,41 @@ between sampled nodes, as PyG does.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
-from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_dist.errors import ForwardingError
-from pyg_dist.sampler.relabel import node_index
+from pyg_dist.hops.one_hop import Frontier
+from pyg_dist.hops.relabel import node_index
+from pyg_dist.hops.settings import HopSettings
+
+SampleHop = Callable[[Sequence[Frontier], Union[int, Sequence[int]], int, HopSettings],
+                     list[tuple[Tensor, Tensor, Tensor]]]
+"""One hop on the servers owning its frontiers: ``(frontiers, fan-outs,
+hop seed, settings) -> (counts, neighbours, edge ids)`` per frontier, in
+its order (:func:`pyg_dist.hops.one_hop.sample_hop` over a router)."""
 
 
-def sample_hops(sampler: Any, fanouts: dict[Optional[EdgeType], list[int]],
+def sample_hops(sample_hop: SampleHop, settings: HopSettings,
+                sizes: dict[Optional[NodeType], int],
+                fanouts: dict[Optional[EdgeType], list[int]],
                 seeds: dict[Optional[NodeType], Tensor],
                 seed_time: Optional[dict[Optional[NodeType], Tensor]],
                 base_seed: int, max_edges: Optional[int] = None) -> HeteroSamplerOutput:
     """Samples every hop around ``seeds`` (checked global ids per node type).
 
     Args:
-        sampler: The :class:`~pyg_dist.sampler.DistNeighborSampler` (its
-            graph store, ``replace``, ``disjoint``, weight and time
-            settings, ``timeout``, ``subgraph_type`` and ``hop_seed``).
+        sample_hop: Samples one hop (the trainer's graph store's, or a
+            coordinating server's over its peers).
+        settings: ``replace``, ``disjoint``, the subgraph kind, the weight
+            and time attributes, the deadline and every hop's seed.
+        sizes: Nodes of every node type of the graph (``{None: n}`` on a
+            homogeneous graph), in the graph's order.
         fanouts: Per edge type (``None`` on a homogeneous graph), its
             fan-out per hop; every list as long as the number of hops.
         seeds: Seed nodes per node type: the input type's for node
@@ -69,11 +84,9 @@ def sample_hops(sampler: Any, fanouts: dict[Optional[EdgeType], list[int]],
         ``num_sampled_edges`` per edge type and hop; keyed by ``None`` on a
         homogeneous graph.
     """
-    gs = sampler.graph_store
     num_hops = len(next(iter(fanouts.values())))
-    sizes = {t: gs.router.num_nodes_of(t) for t in gs.node_types}
     num_trees = max(v.numel() for v in seeds.values())
-    disjoint = sampler.disjoint
+    disjoint = settings.disjoint
     empty = torch.empty(0, dtype=torch.long)
     root_time = None
     if seed_time is not None:
@@ -108,11 +121,9 @@ def sample_hops(sampler: Any, fanouts: dict[Optional[EdgeType], list[int]],
             ids = frontier_keys[dst] % n if disjoint else frontier_keys[dst]
             times = None if root_time is None else root_time[frontier_keys[dst] // n]
             asked.append((edge_type, ids, times, per_hop[hop]))
-        answers = gs.sample_hop(
+        answers = sample_hop(
             [(t, ids, times) for t, ids, times, _ in asked], [k for *_, k in asked],
-            sampler.replace, sampler.hop_seed(base_seed, hop), timeout=sampler.timeout,
-            weight_attr=sampler.weight_attr, time_attr=sampler.time_attr,
-            temporal_strategy=sampler.temporal_strategy) if asked else []
+            settings.hop_seed(base_seed, hop), settings) if asked else []
         before = {t: index[t].num_nodes for t in sizes}
         new_keys: dict[NodeType, list[Tensor]] = {t: [] for t in sizes}
         for (edge_type, *_), (counts, nbrs, eids) in zip(asked, answers):
@@ -151,9 +162,9 @@ def sample_hops(sampler: Any, fanouts: dict[Optional[EdgeType], list[int]],
     row = {t: torch.cat(v) if v else empty for t, v in rows.items()}
     col = {t: torch.cat(v) if v else empty for t, v in cols.items()}
     edge = {t: torch.cat(v) if v else empty for t, v in edges.items()}
-    if sampler.subgraph_type == SubgraphType.induced:
-        row, col, edge = _induced_edges(sampler, list(fanouts), node, index,
-                                        sampler.hop_seed(base_seed, num_hops))
+    if settings.induced:
+        row, col, edge = _induced_edges(sample_hop, settings, list(fanouts), node, index,
+                                        settings.hop_seed(base_seed, num_hops))
         num_sampled_nodes = num_sampled_edges = None  # no hop structure, as in PyG
     return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge, batch=batch,
                                num_sampled_nodes=num_sampled_nodes,
@@ -168,15 +179,17 @@ def _dst(edge_type: Optional[EdgeType]) -> Optional[NodeType]:
     return None if edge_type is None else edge_type[-1]
 
 
-def _induced_edges(sampler: Any, edge_types: list[Optional[EdgeType]],
+def _induced_edges(sample_hop: SampleHop, settings: HopSettings,
+                   edge_types: list[Optional[EdgeType]],
                    node: dict[Optional[NodeType], Tensor], index: dict[Optional[NodeType], Any],
                    seed: int) -> tuple[dict, dict, dict]:
     """Every edge of every edge type whose two endpoints were sampled: one
     more round trip asks for the whole in-neighbourhood of every sampled
     node (per edge type, its destinations) and keeps the sampled sources."""
     asked = [t for t in edge_types if node[_dst(t)].numel()]
-    answers = sampler.graph_store.sample_hop(
-        [(t, node[_dst(t)], None) for t in asked], -1, False, seed, timeout=sampler.timeout)
+    # Whole neighbourhoods: no replacement, weights or times.
+    answers = sample_hop([(t, node[_dst(t)], None) for t in asked], -1, seed,
+                         HopSettings(timeout=settings.timeout))
     empty = torch.empty(0, dtype=torch.long)
     row = {t: empty for t in edge_types}
     col = {t: empty for t in edge_types}

@@ -5,7 +5,7 @@ the frontier of every edge type is split by the partition book of its
 destination type, every server gets one request covering every edge type it
 owns destinations of (a homogeneous graph's one edge type is nil), all of
 them fly at once, and every answer is checked and put
-back in the frontier's order (:func:`~pyg_dist.store.routing.reassemble`).
+back in the frontier's order (:func:`~pyg_dist.routing.id_router.reassemble`).
 Every part samples with its own seed derived from the hop's
 (:func:`~pyg_dist.kernels.seeds.mix_seed`), so the answer does not depend
 on timing.
@@ -21,16 +21,18 @@ from torch import Tensor
 from torch_geometric.typing import EdgeType
 
 from pyg_dist.errors import ProtocolError, StoreError
+from pyg_dist.hops.settings import HopSettings
 from pyg_dist.kernels.seeds import mix_seed
+from pyg_dist.routing.id_router import Router, reassemble
 from pyg_dist.rpc.ops import SAMPLE, PartRequest, sample_answer_bytes, wire_edge_type
-from pyg_dist.store.routing import Router, reassemble
+
+Frontier = tuple[Optional[EdgeType], Tensor, Optional[Tensor]]
+"""One edge type's share of a hop: ``(edge_type, ids of its destination
+type, their seed times or None)``."""
 
 
-def sample_hop(router: Router,
-               frontiers: Sequence[tuple[Optional[EdgeType], Tensor, Optional[Tensor]]],
-               num_neighbors: Union[int, Sequence[int]], replace: bool, seed: int,
-               timeout: Optional[float] = None, *, weight_attr: Optional[str] = None,
-               time_attr: Optional[str] = None, temporal_strategy: str = "uniform",
+def sample_hop(router: Router, frontiers: Sequence[Frontier],
+               num_neighbors: Union[int, Sequence[int]], seed: int, settings: HopSettings,
                num_edges: Optional[Mapping[Optional[EdgeType], int]] = None
                ) -> list[tuple[Tensor, Tensor, Tensor]]:
     """Samples one hop for several edge types at once: one request per
@@ -43,9 +45,9 @@ def sample_hop(router: Router,
             its destination type, and with ``time_attr`` one int64 time
             per id.
         num_neighbors: Fan-out, one for all or one per frontier.
-        replace, seed, timeout, weight_attr, time_attr,
-            temporal_strategy: As in ``RemoteGraphStore.sample_neighbors``;
-            every part draws from its own seed derived from ``seed``.
+        seed: The hop's random seed; every part draws from its own seed
+            derived from it.
+        settings: ``replace``, the weight and time attributes, the deadline.
         num_edges: Each edge type's edge count: a server's edge ids past it
             are refused (``None``: not checked).
 
@@ -55,8 +57,8 @@ def sample_hop(router: Router,
     """
     fanouts = [int(num_neighbors)] * len(frontiers) if isinstance(num_neighbors, int) \
         else [int(k) for k in num_neighbors]
-    shared = {"replace": bool(replace),
-              **attribute_args(weight_attr, time_attr, temporal_strategy)}
+    shared = {"replace": bool(settings.replace), **settings.attribute_args()}
+    time_attr = settings.time_attr
     # Per part, the (frontier, positions, ids, times) it owns.
     owned: dict[int, list[tuple[int, Tensor, Tensor, Optional[Tensor]]]] = {}
     for index, (edge_type, ids, seed_time) in enumerate(frontiers):
@@ -77,7 +79,7 @@ def sample_hop(router: Router,
     # A server on this host writes its answer into memory the client lends
     # for it (pyg_dist.rpc.shm) when the answer's size is bounded: fan-out
     # times seeds; the rows are copied out (reassembled) before release.
-    replies = router.call_all(requests, timeout,
+    replies = router.call_all(requests, settings.timeout,
                               reply_bytes=[_answer_bound(r) for r in requests])
     try:
         return _reassembled(router, frontiers, owned, replies, num_edges or {})
@@ -101,7 +103,7 @@ def _answer_bound(request: tuple[int, str, dict, list[Tensor]]) -> Optional[int]
     return sum(sample_answer_bytes(seeds, seeds * k) for seeds, k in zip(sizes, fanouts))
 
 
-def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
+def _reassembled(router: Router, frontiers: Sequence[tuple[Any, Tensor, Any]],
                  owned: dict[int, list[tuple[int, Tensor, Tensor, Optional[Tensor]]]],
                  replies: list[Any], num_edges: Mapping[Optional[EdgeType], int]
                  ) -> list[tuple[Tensor, Tensor, Tensor]]:
@@ -132,7 +134,7 @@ def _reassembled(router: Any, frontiers: Sequence[tuple[Any, Tensor, Any]],
                          for t in (counts, nbrs, eids)))
     return out
 
-def _check_neighbours(router: Any, part: int, edge_type: Optional[EdgeType],
+def _check_neighbours(router: Router, part: int, edge_type: Optional[EdgeType],
                       nbrs: Tensor, eids: Tensor,
                       num_edges: Mapping[Optional[EdgeType], int]) -> None:
     """Refuses neighbour ids past the graph's nodes of their type, and edge
@@ -169,15 +171,3 @@ def _hop_request(part: int, shares: list[tuple[int, Tensor, Tensor, Optional[Ten
         "sizes": [ids.numel() for _, _, ids, _ in shares],
         "num_neighbors": [fanouts[index] for index, _, _, _ in shares]}, tensors)
 
-
-def attribute_args(weight_attr: Optional[str], time_attr: Optional[str],
-                    temporal_strategy: str) -> dict[str, Any]:
-    """The optional arguments of a weighted or temporal ``sample``; none
-    for a uniform one, whose request stays as it was."""
-    args: dict[str, Any] = {}
-    if weight_attr is not None:
-        args["weight_attr"] = weight_attr
-    if time_attr is not None:
-        args["time_attr"] = time_attr
-        args["temporal_strategy"] = temporal_strategy
-    return args

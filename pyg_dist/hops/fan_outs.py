@@ -1,18 +1,21 @@
-"""``num_neighbors`` as the user gives it, checked against the served graph
-(:class:`~pyg_dist.sampler.DistNeighborSampler` and the loaders)."""
+"""``num_neighbors`` as the user gives it, checked against the served graph's
+edge types (:class:`~pyg_dist.sampler.DistNeighborSampler`, the loaders, and
+a server coordinating ``sample_tree``)."""
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.typing import EdgeType
 
 from pyg_dist.errors import GraphKindMismatchError, SamplerError
+from pyg_dist.partitioning.type_keys import edge_type_key
 
 
-def check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors, dict], graph_store: Any
-                         ) -> Union[list[int], dict[EdgeType, list[int]]]:
+def check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors, dict],
+                        edge_types: list[Optional[EdgeType]]
+                        ) -> Union[list[int], dict[EdgeType, list[int]]]:
     """The fan-outs as a list (homogeneous graph) or ``{edge_type: list}``
     covering every edge type of a heterogeneous one, in the graph's order.
 
@@ -20,7 +23,8 @@ def check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors, dict], gra
         num_neighbors: A list of ints (every edge type), PyG's
             ``NumNeighbors``, or ``{edge_type: list}`` (edge types as tuples
             or PyG's ``"src__rel__dst"`` strings).
-        graph_store: The remote graph store (its edge types).
+        edge_types: The graph's edge types, in its order (``[None]``: a
+            homogeneous graph).
 
     Raises:
         GraphKindMismatchError: for a dict on a homogeneous graph.
@@ -28,26 +32,27 @@ def check_num_neighbors(num_neighbors: Union[list[int], NumNeighbors, dict], gra
             or values that are not ints >= -1.
     """
     values = num_neighbors.values if isinstance(num_neighbors, NumNeighbors) else num_neighbors
+    hetero = edge_types != [None]
     if isinstance(values, dict):
-        if not graph_store.is_hetero:
+        if not hetero:
             raise GraphKindMismatchError(
                 "num_neighbors per edge type was given, but the served graph is homogeneous; "
                 "pass a list of ints")
-        given = {graph_store.edge_type_key(tuple(k) if isinstance(k, (tuple, list)) else
-                                           _edge_type_of(k)): v for k, v in values.items()}
-        missing = [t for t in graph_store.edge_types if t not in given]
+        given = {edge_type_key(tuple(k) if isinstance(k, (tuple, list)) else _edge_type_of(k),
+                               edge_types, "the served graph"): v for k, v in values.items()}
+        missing = [t for t in edge_types if t not in given]
         if missing:
             raise SamplerError(f"num_neighbors has no fan-out for edge type(s) "
                                f"{', '.join(map(str, missing[:8]))}; give every edge type "
                                f"one (or pass one list for all)")
-        out = {t: _fan_outs(given[t], f"num_neighbors[{t}]") for t in graph_store.edge_types}
+        out = {t: _fan_outs(given[t], f"num_neighbors[{t}]") for t in edge_types}
         if len({len(v) for v in out.values()}) != 1:
             raise SamplerError(f"every edge type needs the same number of hops in "
                                f"num_neighbors, got {sorted({len(v) for v in out.values()})}")
         return out
     fan_outs = _fan_outs(values, "num_neighbors")
-    if graph_store.is_hetero:
-        return {t: list(fan_outs) for t in graph_store.edge_types}
+    if hetero:
+        return {t: list(fan_outs) for t in edge_types}
     return fan_outs
 
 
