@@ -3,7 +3,7 @@
 :class:`Dispatch` is what an :class:`~pyg_dist.rpc.server.RpcServer` runs
 for every request, inline on its I/O thread or in a worker: decode and
 validate the frames (:func:`~pyg_dist.rpc.protocol.decode_request`), hold a
-declared op's request to its :class:`~pyg_dist.rpc.ops.OpSpec`, run the
+declared op's request to its :class:`~pyg_dist.rpc.op_spec.OpSpec`, run the
 handler (through the shared-memory service, which gives it its call
 context), and encode the answer. Any exception becomes an error reply
 carrying its type name and message (see :mod:`pyg_dist.rpc.containment`);
@@ -22,7 +22,7 @@ from pyg_dist.errors import ProtocolError, PygDistError, wire_type
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission
 from pyg_dist.rpc.containment import FATAL, FailureLog
-from pyg_dist.rpc.ops import OpSpec
+from pyg_dist.rpc.op_spec import OpSpec
 from pyg_dist.rpc.shm.serving import SegmentService
 from pyg_dist.rpc.wire_values import error_text
 

@@ -341,8 +341,8 @@ def decode_reply(frames: Sequence[Any], max_tensors: int = MAX_TENSORS
         frames: Header frame followed by tensor frames.
         max_tensors: Most tensors the reply may carry: :data:`MAX_TENSORS`,
             or more where the request asked for more (3 per edge type of a
-            ``sample``: :func:`reply_tensor_limit
-            <pyg_dist.rpc.ops.reply_tensor_limit>`); the header's limits
+            ``sample``: :meth:`~pyg_dist.rpc.op_spec.OpSpec.reply_tensor_limit`
+            of the op's declaration); the header's limits
             grow with it.
 
     Raises:

@@ -20,7 +20,9 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import ForwardingError, ProtocolError, RemoteError, SamplerError
-from pyg_dist.rpc.ops import SAMPLE_TREE, tree_answer_bytes, wire_edge_type
+from pyg_dist.protocol import tree_codec
+from pyg_dist.protocol.ops import SAMPLE_TREE, wire_edge_type
+from pyg_dist.protocol.tree_codec import tree_answer_bytes
 from pyg_dist.sampler.hop_loop import one_type
 from pyg_dist.sampler.sample_settings import seed_times
 from pyg_dist.store.remote_sampling import attribute_args
@@ -122,35 +124,17 @@ def sample_tree(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
             raise ProtocolError(f"server {router.endpoints[part]} answered node types "
                                 f"{node_types[:8]}, the graph has {expected[:8]}",
                                 address=router.endpoints[part], op=SAMPLE_TREE.name)
-        # Checked against the request (pyg_dist.rpc.ops): indices into the
-        # nodes, the seeds first, per-hop counts that add up. Copied out of
-        # lent memory, which goes back to the pool on release.
+        # Checked against the request (pyg_dist.protocol.tree_codec.check):
+        # indices into the nodes, the seeds first, per-hop counts that add
+        # up. Copied out of lent memory, which goes back to the pool on
+        # release.
         lent = reply.on_release is not None
         out = [t.to(torch.long) if t.dtype != torch.long else t.clone() if lent else t
                for t in reply.tensors]
     finally:
         reply.release()
-    tree = _typed_output(out, node_types, list(fanouts), sampler.num_hops,
-                         sampler.disjoint, "subgraph" in args)
+    tree = tree_codec.decode(args, reply.result, out)
     return tree if typed else one_type(tree)
-
-
-def _typed_output(out: list[Tensor], node_types: list, edge_types: list, hops: int,
-                  disjoint: bool, induced: bool) -> HeteroSamplerOutput:
-    """A tree reply's tensors (``sample_tree``'s layout) by type."""
-    num_types = len(node_types)
-    per_edge = out[num_types:num_types + 3 * len(edge_types)]
-    per_hop_nodes, per_hop_edges = out[num_types + 3 * len(edge_types):][:2]
-    return HeteroSamplerOutput(
-        node=dict(zip(node_types, out[:num_types])),
-        row={t: per_edge[3 * i] for i, t in enumerate(edge_types)},
-        col={t: per_edge[3 * i + 1] for i, t in enumerate(edge_types)},
-        edge={t: per_edge[3 * i + 2] for i, t in enumerate(edge_types)},
-        batch=dict(zip(node_types, out[-num_types:])) if disjoint else None,
-        num_sampled_nodes=None if induced else
-        dict(zip(node_types, per_hop_nodes.view(num_types, hops + 1).tolist())),
-        num_sampled_edges=None if induced else
-        dict(zip(edge_types, per_hop_edges.view(len(edge_types), hops).tolist())))
 
 
 def _flags(sampler: Any) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from torch import Tensor
 from pyg_dist.errors import EmbeddingError, ProtocolError
 from pyg_dist.kernels.distinct import all_distinct
 from pyg_dist.kernels.place_rows import place_rows
-from pyg_dist.rpc import ops
+from pyg_dist.protocol import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.embedding_updates import (

@@ -29,7 +29,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels.place_rows import place_rows
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc import ops
+from pyg_dist.protocol import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe

@@ -27,7 +27,7 @@ from torch_geometric.data import FeatureStore, GraphStore
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc import ops
+from pyg_dist.protocol import ops
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import PROTOCOL_VERSION
@@ -135,7 +135,7 @@ class PartitionOps:
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`:
-        one per op of :data:`~pyg_dist.rpc.ops.PARTITION_OPS`, the table
+        one per op of :data:`~pyg_dist.protocol.ops.PARTITION_OPS`, the table
         the trainer's calls are built from."""
         return {ops.META.name: self.meta, ops.SAMPLE.name: self.sample,
                 ops.SAMPLE_TREE.name: self.sample_tree,

@@ -28,7 +28,7 @@ from pyg_dist.discovery import SERVERS_ENV, server_groups
 from pyg_dist.errors import ProtocolError, ServerUnavailableError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
 from pyg_dist.partitioning.book import PartitionBook
-from pyg_dist.rpc.ops import META
+from pyg_dist.protocol.ops import META, OPS
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.edge_fetch import EdgeFeatureFetcher
 from pyg_dist.store.remote_feature_store import FeatureInfo, RemoteFeatureStore
@@ -149,7 +149,7 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
     # PYG_DIST_TUNE_MALLOC=0 opts out.
     if tune_process_malloc(tune_malloc):
         logger.debug("glibc malloc tuned for per-batch buffers")
-    client = RetryingClient(flat, config)  # every replica asked on its own
+    client = RetryingClient(flat, config, OPS)  # every replica asked on its own
     try:
         deadline = client.config.connect_timeout if timeout is None else timeout
         futures = [client.call_async(*META.request(i), timeout=deadline)

@@ -35,7 +35,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
 from pyg_dist.errors import StoreError
-from pyg_dist.rpc.ops import GET
+from pyg_dist.protocol.ops import GET
 from pyg_dist.store.routing import Router
 from pyg_dist.store.row_fetch import copy_rows, fetch_rows, row_request
 

@@ -33,7 +33,7 @@ from torch_geometric.utils import index_sort
 
 from pyg_dist.errors import GraphKindMismatchError, StoreError
 from pyg_dist.partitioning.type_keys import edge_type_key
-from pyg_dist.rpc.ops import DEGREE, EDGE_INDEX, SAMPLE, wire_edge_type
+from pyg_dist.protocol.ops import DEGREE, EDGE_INDEX, SAMPLE, wire_edge_type
 from pyg_dist.store.remote_sampling import attribute_args, sample_hop
 from pyg_dist.store.routing import Router
 

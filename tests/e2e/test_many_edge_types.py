@@ -14,7 +14,7 @@ from torch_geometric.loader import NeighborLoader
 
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.partitioning.writer import partition
-from pyg_dist.rpc.ops import reply_tensor_limit
+from pyg_dist.protocol.ops import reply_tensor_limit
 from pyg_dist.store.connect import connect
 
 NODE_TYPES = 10

@@ -19,8 +19,8 @@ from support.servers import serve_parts
 
 from pyg_dist.errors import ProtocolError, RemoteError, RpcError, SamplerError
 from pyg_dist.loader import DistNeighborLoader
+from pyg_dist.protocol.ops import SAMPLE_TREE
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.ops import SAMPLE_TREE
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.connect import connect

@@ -15,8 +15,8 @@ import pytest
 from support.handlers import HANDLERS
 
 from pyg_dist.errors import RpcTimeoutError, StoreError
+from pyg_dist.protocol.ops import STATS
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.ops import STATS
 from pyg_dist.store.connect import SERVERS_ENV, connect
 from pyg_dist.store.routing import Router
 

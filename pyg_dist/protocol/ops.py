@@ -1,0 +1,175 @@
+"""Every operation a partition server answers, declared once.
+
+Each op is an :class:`~pyg_dist.rpc.op_spec.OpSpec`: what it takes
+(arguments, how many tensors), what its reply holds (result keys; its
+tensors checked by :mod:`pyg_dist.protocol.reply_checks`; ``sample_tree``'s
+by its codec, :mod:`pyg_dist.protocol.tree_codec`), how many reply
+tensors a request may be answered with, and whether a call may be sent again
+after a timeout or a lost connection. The transport (:mod:`pyg_dist.rpc`)
+knows none of them: it is given this table.
+
+* the trainer builds its calls with :meth:`~pyg_dist.rpc.op_spec.OpSpec.request`
+  (``SAMPLE.request(part, {...}, [ids])``), which refuses an argument the op
+  does not take;
+* the server (:class:`~pyg_dist.server.PartitionServer` gives
+  :data:`PARTITION_OPS` to its :class:`~pyg_dist.rpc.server.RpcServer`)
+  refuses a request with unknown or missing arguments or the wrong number
+  of tensors before its handler runs;
+* the trainer's retry layer (:class:`~pyg_dist.rpc.retrying.RetryingClient`,
+  given :data:`OPS`) re-sends only retry-safe ops and checks every reply's
+  shape before a caller sees it, so a malformed reply fails as
+  :class:`~pyg_dist.errors.ProtocolError` naming the op and the server,
+  whatever store or sampler asked.
+
+So a call can be followed by name: ``SAMPLE`` in
+:mod:`pyg_dist.store.remote_sampling` is answered by
+``PartitionOps.sample``. The handlers check values against the part's data
+(id ranges, ownership); this table checks the shape of the conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from torch import Tensor
+
+from pyg_dist.errors import ProtocolError
+from pyg_dist.protocol import reply_checks as checks, tree_codec
+from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec, PartRequest
+from pyg_dist.rpc.protocol import MAX_TENSORS
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, list) else 0
+
+
+def _sample_reply_tensors(args: dict[str, Any]) -> int:
+    """``sample``: 3 tensors per edge type asked for."""
+    return 3 * _length(args.get("edge_types"))
+
+
+def _tree_reply_tensors(args: dict[str, Any]) -> int:
+    """``sample_tree``: 3 per edge type, 2 per node type (at most 2 per edge
+    type plus the seed types), the per-hop counts."""
+    edge_types = _length(args.get("edge_types"))
+    node_types = 2 * edge_types + _length(args.get("seed_types"))
+    return 3 * edge_types + 2 * node_types + 2 + MAX_TENSORS
+
+
+def _get_reply_tensors(args: dict[str, Any]) -> int:
+    """``get``: one per attribute of each of its node types."""
+    groups = args.get("groups")
+    if not isinstance(groups, list):
+        return MAX_TENSORS
+    return sum(_length(g.get("attrs")) if isinstance(g, dict) else 0 for g in groups)
+
+
+# The table ##################################################################
+
+META = OpSpec("meta", "counts, feature specs, partition book(s), versions of the part",
+              reply_check=checks.books)
+SAMPLE = OpSpec("sample", "one hop of neighbours for owned seeds of one or more edge types",
+                required=("edge_types", "num_neighbors"),
+                optional=("sizes", "replace", "seed", "weight_attr", "time_attr",
+                          "temporal_strategy"),
+                tensors=(1, 2), reply_check=checks.sample,
+                reply_tensors=_sample_reply_tensors)
+SAMPLE_TREE = OpSpec(
+    "sample_tree", "every hop of a batch, forwarded among the servers (the sampled "
+    "subgraph, relabelled)",
+    required=("edge_types", "num_neighbors", "seed_types", "seed"),
+    optional=("sizes", "replace", "disjoint", "subgraph", "timeout", "weight_attr",
+              "time_attr", "temporal_strategy"),
+    tensors=(1, 2), reply=("node_types",), reply_check=tree_codec.check, worker=True,
+    reply_tensors=_tree_reply_tensors)
+GET = OpSpec("get", "feature rows of owned nodes of one or more node types (with "
+             "``place``, of one, written into the caller's outputs at the given rows)",
+             required=("groups",), optional=("sizes", "place"), tensors=(1, 2),
+             reply=("groups",), reply_check=checks.get, reply_tensors=_get_reply_tensors)
+SIZES = OpSpec("sizes", "the whole graph's size and dtype of every feature of a node type",
+               optional=("group",), reply=("sizes", "dtypes"))
+EDGE_INDEX = OpSpec("edge_index", "the part's edges of one edge type, global, paged",
+                    optional=("edge_type", "start", "count"), reply=("total",),
+                    reply_check=checks.aligned(3), worker=True)
+DEGREE = OpSpec("degree", "in-degrees of the part's nodes for one edge type",
+                optional=("edge_type",), reply_check=checks.aligned(2))
+STATS = OpSpec("stats", "what get and get_edges served since the server started")
+GET_EDGES = OpSpec("get_edges", "edge attribute rows by global edge id",
+                   required=("attrs",), optional=("edge_type",), tensors=(1, 1),
+                   reply=("attrs",), reply_check=checks.get_edges)
+EDGE_IDS = OpSpec("edge_ids", "the part's global edge ids of one edge type, paged",
+                  optional=("edge_type", "start", "count"), reply=("total",),
+                  reply_check=checks.aligned(1))
+
+# Learnable embeddings (pyg_dist.server.embeddings): the only ops that write,
+# so none is sent again after a lost answer (a late duplicate of a push would
+# apply it twice), and those that change rows run in a worker.
+EMB_CREATE = OpSpec("emb_create", "creates (or finds) a learnable embedding table over the "
+                    "part's nodes of one node type",
+                    required=("name", "dim", "dtype", "init"),
+                    optional=("group", "seed", "bound"),
+                    reply=("created", "ready", "rows"), retry_safe=False)
+EMB_READ = OpSpec("emb_read", "rows of an embedding table for owned ids (with ``place``, "
+                  "written into the caller's outputs at the given rows)",
+                  required=("name",), optional=("place", "dtype", "dim"), tensors=(1, 2),
+                  reply=("dim",),
+                  reply_check=checks.rows_of_ids)
+EMB_WRITE = OpSpec("emb_write", "sets rows of an embedding table (first values, load)",
+                   required=("name",), optional=("ready",), tensors=(2, 2),
+                   reply=("rows",), retry_safe=False, worker=True)
+EMB_PUSH = OpSpec("emb_push", "one sparse optimiser step on rows of an embedding table",
+                  required=("name", "optimizer"), tensors=(2, 2), reply=("rows",),
+                  retry_safe=False, worker=True)
+EMB_CHECKPOINT = OpSpec("emb_checkpoint", "writes the part's embedding tables to its "
+                        "checkpoint directory now", reply=("tables",), retry_safe=False,
+                        worker=True)
+
+PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
+    META, SAMPLE, SAMPLE_TREE, GET, SIZES,
+    EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS, EMB_CREATE, EMB_READ, EMB_WRITE,
+    EMB_PUSH, EMB_CHECKPOINT)}
+"""The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`),
+besides :data:`~pyg_dist.rpc.op_spec.RPC_OPS`."""
+
+OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}
+"""Every declared op, by name."""
+
+
+def reply_tensor_limit(op: str, args: Any) -> int:
+    """Most tensors a reply to this request may carry
+    (:meth:`~pyg_dist.rpc.op_spec.OpSpec.reply_tensor_limit` of the op
+    named ``op``): :data:`~pyg_dist.rpc.protocol.MAX_TENSORS` (64), or more
+    for the ops that answer a few tensors per type asked for. A graph of
+    1,000 edge types is answered, not refused after the server did the work.
+    """
+    spec = OPS.get(op)
+    return MAX_TENSORS if spec is None else spec.reply_tensor_limit(args)
+
+
+def wire_edge_type(edge_type: Optional[Sequence[str]]) -> Optional[list[str]]:
+    """An edge type as a request writes it: nil (a homogeneous graph's one)
+    or ``[src, rel, dst]`` (msgpack has no tuples)."""
+    return None if edge_type is None else list(edge_type)
+
+
+def sample_answer_bytes(seeds: int, neighbours: int) -> int:
+    """Bytes of one edge type's ``sample`` answer: an int64 count per seed,
+    an int64 neighbour and edge id per sampled neighbour (what its server
+    checks against the reply limit, and a trainer lends memory for)."""
+    return 8 * (seeds + 2 * neighbours)
+
+
+def declared(part: int, op: str, args: Optional[dict[str, Any]] = None,
+             tensors: Sequence[Tensor] = ()) -> PartRequest:
+    """:meth:`~pyg_dist.rpc.op_spec.OpSpec.request` of the op named ``op``.
+
+    Raises:
+        ProtocolError: if no op of that name is declared, or as
+            :meth:`~pyg_dist.rpc.op_spec.OpSpec.request`.
+    """
+    spec = OPS.get(op)
+    if spec is None:
+        raise ProtocolError(f"no op {op!r} is declared; the servers answer "
+                            f"{sorted(OPS)}", op=op)
+    return spec.request(part, args, tensors)
