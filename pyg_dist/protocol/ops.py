@@ -35,7 +35,28 @@ from typing import Any, Optional
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
+from pyg_dist.kernels import TEMPORAL_STRATEGIES
 from pyg_dist.protocol import reply_checks as checks, tree_codec
+from pyg_dist.protocol.schema import (
+    BOOL,
+    COUNT,
+    EDGE_TYPE,
+    FANOUT,
+    NAME,
+    NODE_TYPE,
+    PLACE,
+    TYPED_EDGE,
+    AnyOf,
+    Form,
+    ListOf,
+    MapOf,
+    choice,
+    ids_and,
+    integer,
+    nil_or,
+    seconds,
+    sizes,
+)
 from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec, PartRequest
 from pyg_dist.rpc.protocol import MAX_TENSORS
 
@@ -67,40 +88,68 @@ def _get_reply_tensors(args: dict[str, Any]) -> int:
 
 # The table ##################################################################
 
-META = OpSpec("meta", "counts, feature specs, partition book(s), versions of the part",
-              reply_check=checks.books)
-SAMPLE = OpSpec("sample", "one hop of neighbours for owned seeds of one or more edge types",
-                required=("edge_types", "num_neighbors"),
-                optional=("sizes", "replace", "seed", "weight_attr", "time_attr",
-                          "temporal_strategy"),
-                tensors=(1, 2), reply_check=checks.sample,
-                reply_tensors=_sample_reply_tensors)
-SAMPLE_TREE = OpSpec(
+MAX_HOPS = 16
+"""Most hops one ``sample_tree`` may ask for."""
+_TYPES = 4096  # most edge types, node types or groups one request may name
+_SEED = nil_or(integer(-(1 << 63), (1 << 64) - 1))  # what torch.Generator.manual_seed takes
+_DRAW = {"replace": BOOL, "weight_attr": nil_or(NAME), "time_attr": nil_or(NAME),
+         "temporal_strategy": choice(TEMPORAL_STRATEGIES)}
+_PAGE = {"edge_type": EDGE_TYPE, "start": COUNT, "count": nil_or(COUNT)}
+_ATTRS = ListOf(NAME, 1, _TYPES, "names")
+
+
+def _op(name: str, summary: str, required: Optional[dict[str, Any]] = None,
+        optional: Optional[dict[str, Any]] = None, **declared: Any) -> OpSpec:
+    """An :class:`~pyg_dist.rpc.op_spec.OpSpec` whose arguments are named
+    once, with their types (:mod:`pyg_dist.protocol.schema`)."""
+    required, optional = required or {}, optional or {}
+    return OpSpec(name, summary, required=tuple(required), optional=tuple(optional),
+                  types={**required, **optional},
+                  **declared)
+
+
+META = _op("meta", "counts, feature specs, partition book(s), versions of the part",
+           reply_check=checks.books)
+SAMPLE = _op("sample", "one hop of neighbours for owned seeds of one or more edge types",
+             required={"edge_types": ListOf(EDGE_TYPE, 1, _TYPES, "edge types"),
+                       "num_neighbors": AnyOf((FANOUT, ListOf(FANOUT, 1, _TYPES, "fan-outs")))},
+             optional={"sizes": sizes(_TYPES), "seed": _SEED, **_DRAW},
+             tensors=(1, 2), tensor_check=ids_and("time_attr", "seed times"),
+             reply_check=checks.sample, reply_tensors=_sample_reply_tensors)
+SAMPLE_TREE = _op(
     "sample_tree", "every hop of a batch, forwarded among the servers (the sampled "
     "subgraph, relabelled)",
-    required=("edge_types", "num_neighbors", "seed_types", "seed"),
-    optional=("sizes", "replace", "disjoint", "subgraph", "timeout", "weight_attr",
-              "time_attr", "temporal_strategy"),
-    tensors=(1, 2), reply=("node_types",), reply_check=tree_codec.check, worker=True,
-    reply_tensors=_tree_reply_tensors)
-GET = OpSpec("get", "feature rows of owned nodes of one or more node types (with "
-             "``place``, of one, written into the caller's outputs at the given rows)",
-             required=("groups",), optional=("sizes", "place"), tensors=(1, 2),
-             reply=("groups",), reply_check=checks.get, reply_tensors=_get_reply_tensors)
-SIZES = OpSpec("sizes", "the whole graph's size and dtype of every feature of a node type",
-               optional=("group",), reply=("sizes", "dtypes"))
-EDGE_INDEX = OpSpec("edge_index", "the part's edges of one edge type, global, paged",
-                    optional=("edge_type", "start", "count"), reply=("total",),
-                    reply_check=checks.aligned(3), worker=True)
-DEGREE = OpSpec("degree", "in-degrees of the part's nodes for one edge type",
-                optional=("edge_type",), reply_check=checks.aligned(2))
-STATS = OpSpec("stats", "what get and get_edges served since the server started")
-GET_EDGES = OpSpec("get_edges", "edge attribute rows by global edge id",
-                   required=("attrs",), optional=("edge_type",), tensors=(1, 1),
-                   reply=("attrs",), reply_check=checks.get_edges)
-EDGE_IDS = OpSpec("edge_ids", "the part's global edge ids of one edge type, paged",
-                  optional=("edge_type", "start", "count"), reply=("total",),
-                  reply_check=checks.aligned(1))
+    required={"edge_types": AnyOf((Form("[nil] (a homogeneous graph)", lambda v: v == [None]),
+                                   ListOf(TYPED_EDGE, 1, _TYPES, "edge types"))),
+              "num_neighbors": ListOf(ListOf(FANOUT, 1, MAX_HOPS, "fan-outs"), 1, _TYPES,
+                                      "fan-out lists"),
+              "seed_types": ListOf(NODE_TYPE, 1, _TYPES, "node types"),
+              "seed": integer(0, (1 << 63) - 1)},
+    optional={"sizes": sizes(_TYPES), "disjoint": BOOL,
+              "subgraph": choice(("directional", "induced")), "timeout": seconds(86400),
+              **_DRAW},
+    tensors=(1, 2), tensor_check=ids_and("time_attr", "seed times"), reply=("node_types",),
+    reply_check=tree_codec.check, worker=True, reply_tensors=_tree_reply_tensors)
+GET = _op("get", "feature rows of owned nodes of one or more node types (with "
+          "``place``, of one, written into the caller's outputs at the given rows)",
+          required={"groups": ListOf(MapOf({"group": NODE_TYPE, "attrs": _ATTRS}), 1, _TYPES,
+                                     "groups")},
+          optional={"sizes": sizes(_TYPES), "place": PLACE}, tensors=(1, 2),
+          tensor_check=ids_and("place", "output rows"), reply=("groups",),
+          reply_check=checks.get, reply_tensors=_get_reply_tensors)
+SIZES = _op("sizes", "the whole graph's size and dtype of every feature of a node type",
+            optional={"group": NODE_TYPE}, reply=("sizes", "dtypes"))
+EDGE_INDEX = _op("edge_index", "the part's edges of one edge type, global, paged",
+                 optional=_PAGE, reply=("total",), reply_check=checks.aligned(3), worker=True)
+DEGREE = _op("degree", "in-degrees of the part's nodes for one edge type",
+             optional={"edge_type": EDGE_TYPE}, reply_check=checks.aligned(2))
+STATS = _op("stats", "what get and get_edges served since the server started")
+GET_EDGES = _op("get_edges", "edge attribute rows by global edge id",
+                required={"attrs": _ATTRS}, optional={"edge_type": EDGE_TYPE}, tensors=(1, 1),
+                tensor_check=ids_and(None, ""), reply=("attrs",),
+                reply_check=checks.get_edges)
+EDGE_IDS = _op("edge_ids", "the part's global edge ids of one edge type, paged",
+               optional=_PAGE, reply=("total",), reply_check=checks.aligned(1))
 
 # Learnable embeddings (pyg_dist.server.embeddings): the only ops that write,
 # so none is sent again after a lost answer (a late duplicate of a push would
@@ -108,11 +157,12 @@ EDGE_IDS = OpSpec("edge_ids", "the part's global edge ids of one edge type, page
 EMB_CREATE = OpSpec("emb_create", "creates (or finds) a learnable embedding table over the "
                     "part's nodes of one node type",
                     required=("name", "dim", "dtype", "init"),
-                    optional=("group", "seed", "bound"),
+                    optional=("group", "seed", "bound"), types={"group": NODE_TYPE},
                     reply=("created", "ready", "rows"), retry_safe=False)
 EMB_READ = OpSpec("emb_read", "rows of an embedding table for owned ids (with ``place``, "
                   "written into the caller's outputs at the given rows)",
                   required=("name",), optional=("place", "dtype", "dim"), tensors=(1, 2),
+                  types={"place": PLACE}, tensor_check=ids_and("place", "output rows"),
                   reply=("dim",),
                   reply_check=checks.rows_of_ids)
 EMB_WRITE = OpSpec("emb_write", "sets rows of an embedding table (first values, load)",

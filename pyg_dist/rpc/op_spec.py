@@ -170,7 +170,7 @@ class OpSpec:
             if name in args:
                 wrong = check(args[name])
                 if wrong is not None:
-                    return (f"argument {name + wrong.path!r} must be {wrong.wanted}, got "
+                    return (f"argument {name!r}{wrong.path} must be {wrong.wanted}, got "
                             f"{describe(wrong.value)}")
         return None if self.tensor_check is None else self.tensor_check(args, tensors)
 

@@ -45,9 +45,7 @@ from pyg_dist.server.embedding_updates import (
 )
 from pyg_dist.server.requests import (
     check_range,
-    group_arg,
     one_id_tensor,
-    output_positions,
 )
 
 logger = logging.getLogger(__name__)
@@ -201,7 +199,7 @@ class EmbeddingOps:
         """Creates table ``name`` over the part's nodes of ``group``, or finds
         it (same dim, dtype and node type): ``{created, ready, rows}``."""
         name = table_name(args.get("name"))
-        group = group_arg(args.get("group"))
+        group = args.get("group")
         dim, dtype, init = args.get("dim"), args.get("dtype"), args.get("init")
         if isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= MAX_DIM:
             raise ProtocolError(f"argument 'dim' must be an int in [1, {MAX_DIM}], got "
@@ -281,9 +279,6 @@ class EmbeddingOps:
         self._check_layout(table, args)
         if "place" in args:
             return self._place(table, args, tensors, ctx)
-        if len(tensors) != 1:
-            raise ProtocolError(f"'emb_read' takes one tensor of ids (two with 'place'), "
-                                f"got {len(tensors)}")
         rows = self._rows_of(table, tensors, unique=False)
         self.read_bytes(args, tensors)
         shape = (rows.numel(), table.dim)
@@ -307,11 +302,10 @@ class EmbeddingOps:
     def _place(self, table: EmbeddingTable, args: dict[str, Any], tensors: list[Tensor],
                ctx: Optional[CallContext]) -> Result:
         """``emb_read`` into the output a ``place`` argument names."""
-        if len(tensors) != 2 or ctx is None:
-            raise ProtocolError(f"an 'emb_read' with 'place' takes two tensors, ids and the "
-                                f"output rows they go to, over the wire; got {len(tensors)}")
+        if ctx is None:
+            raise ProtocolError("an 'emb_read' with 'place' is served over the wire only")
         rows = self._rows_of(table, tensors, unique=False)
-        positions = output_positions(tensors[1], rows.numel(), "emb_read")
+        positions = tensors[1]
         out = ctx.placed(args["place"], [(table.weight.dtype, (table.dim,))])[0]
         # Out of range would write outside the output, so it is refused; a
         # repeated position only overwrites the client's own row.

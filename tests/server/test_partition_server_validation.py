@@ -71,7 +71,7 @@ BAD_REQUESTS = {
                           lambda p: [p.node_ids[:2]],
                           "StoreError", "unknown feature(s) ['secret']"),
     "attrs not a list": ("get", {"groups": [{"attrs": "x"}]}, lambda p: [p.node_ids[:2]],
-                         "ProtocolError", "'attrs' must be"),
+                         "ProtocolError", "'get' argument 'groups'[0].attrs must be a list"),
     "fan-out below -1": ("sample", {"edge_types": [None], "num_neighbors": -5},
                          lambda p: [p.node_ids[:2]],
                          "ProtocolError", "'num_neighbors'"),
