@@ -1,34 +1,24 @@
 """Every operation a partition server answers, declared once.
 
-Each op is an :class:`~pyg_dist.rpc.op_spec.OpSpec`: what it takes
-(arguments, how many tensors), what its reply holds (result keys; its
-tensors checked by :mod:`pyg_dist.protocol.reply_checks`; ``sample_tree``'s
-by its codec, :mod:`pyg_dist.protocol.tree_codec`), how many reply
-tensors a request may be answered with, and whether a call may be sent again
-after a timeout or a lost connection. The transport (:mod:`pyg_dist.rpc`)
-knows none of them: it is given this table.
-
-* the trainer builds its calls with :meth:`~pyg_dist.rpc.op_spec.OpSpec.request`
-  (``SAMPLE.request(part, {...}, [ids])``), which refuses an argument the op
-  does not take;
-* the server (:class:`~pyg_dist.server.PartitionServer` gives
-  :data:`PARTITION_OPS` to its :class:`~pyg_dist.rpc.server.RpcServer`)
-  refuses a request with unknown or missing arguments or the wrong number
-  of tensors before its handler runs;
-* the trainer's retry layer (:class:`~pyg_dist.rpc.retrying.RetryingClient`,
-  given :data:`OPS`) re-sends only retry-safe ops and checks every reply's
-  shape before a caller sees it, so a malformed reply fails as
-  :class:`~pyg_dist.errors.ProtocolError` naming the op and the server,
-  whatever store or sampler asked.
-
-So a call can be followed by name: ``SAMPLE`` in
-:mod:`pyg_dist.store.remote_sampling` is answered by
-``PartitionOps.sample``. The handlers check values against the part's data
-(id ranges, ownership); this table checks the shape of the conversation.
+Each op is an :class:`~pyg_dist.rpc.op_spec.OpSpec`: its arguments with
+their types (:mod:`pyg_dist.protocol.schema`), its tensors, its reply (result
+keys; tensors checked by :mod:`pyg_dist.protocol.reply_checks`, a tree's by
+:mod:`pyg_dist.protocol.tree_codec`), how many reply tensors a request may
+be answered with, and whether a call may be sent again after a timeout or a
+lost connection. The transport (:mod:`pyg_dist.rpc`) knows none of them: a
+:class:`~pyg_dist.server.PartitionServer` gives :data:`PARTITION_OPS` to its
+:class:`~pyg_dist.rpc.server.RpcServer`, which refuses a request that does
+not fit before its handler runs; the trainer builds its calls with
+``SAMPLE.request(part, {...}, [ids])`` and gives :data:`OPS` to its
+:class:`~pyg_dist.rpc.retrying.RetryingClient`, which re-sends only
+retry-safe ops and checks every reply before a caller sees it. So a call can
+be followed by name: ``SAMPLE`` in :mod:`pyg_dist.store.remote_sampling` is
+answered by ``PartitionOps.sample``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
@@ -104,8 +94,7 @@ def _op(name: str, summary: str, required: Optional[dict[str, Any]] = None,
     once, with their types (:mod:`pyg_dist.protocol.schema`)."""
     required, optional = required or {}, optional or {}
     return OpSpec(name, summary, required=tuple(required), optional=tuple(optional),
-                  types={**required, **optional},
-                  **declared)
+                  types={**required, **optional}, **declared)
 
 
 META = _op("meta", "counts, feature specs, partition book(s), versions of the part",
@@ -125,15 +114,16 @@ SAMPLE_TREE = _op(
                                       "fan-out lists"),
               "seed_types": ListOf(NODE_TYPE, 1, _TYPES, "node types"),
               "seed": integer(0, (1 << 63) - 1)},
-    optional={"sizes": sizes(_TYPES), "disjoint": BOOL,
-              "subgraph": choice(("directional", "induced")), "timeout": seconds(86400),
-              **_DRAW},
+    optional={"sizes": nil_or(sizes(_TYPES)), "disjoint": BOOL,
+              "subgraph": choice(("directional", "induced")),
+              "timeout": nil_or(seconds(86400)), **_DRAW,
+              "temporal_strategy": nil_or(choice(TEMPORAL_STRATEGIES))},
     tensors=(1, 2), tensor_check=ids_and("time_attr", "seed times"), reply=("node_types",),
     reply_check=tree_codec.check, worker=True, reply_tensors=_tree_reply_tensors)
 GET = _op("get", "feature rows of owned nodes of one or more node types (with "
           "``place``, of one, written into the caller's outputs at the given rows)",
-          required={"groups": ListOf(MapOf({"group": NODE_TYPE, "attrs": _ATTRS}), 1, _TYPES,
-                                     "groups")},
+          required={"groups": ListOf(MapOf({"group": NODE_TYPE, "attrs": _ATTRS},
+                                           required=("attrs",)), 1, _TYPES, "groups")},
           optional={"sizes": sizes(_TYPES), "place": PLACE}, tensors=(1, 2),
           tensor_check=ids_and("place", "output rows"), reply=("groups",),
           reply_check=checks.get, reply_tensors=_get_reply_tensors)
@@ -154,26 +144,37 @@ EDGE_IDS = _op("edge_ids", "the part's global edge ids of one edge type, paged",
 # Learnable embeddings (pyg_dist.server.embeddings): the only ops that write,
 # so none is sent again after a lost answer (a late duplicate of a push would
 # apply it twice), and those that change rows run in a worker.
-EMB_CREATE = OpSpec("emb_create", "creates (or finds) a learnable embedding table over the "
-                    "part's nodes of one node type",
-                    required=("name", "dim", "dtype", "init"),
-                    optional=("group", "seed", "bound"), types={"group": NODE_TYPE},
-                    reply=("created", "ready", "rows"), retry_safe=False)
+TABLE_NAME = Form("1 to 64 letters, digits, '_', '.' or '-' (not starting with '.' or '-')",
+                  lambda v: isinstance(v, str) and re.fullmatch(r"[\w][\w.-]{0,63}", v,
+                                                                 re.ASCII) is not None)
+"""An embedding table's name (it names a checkpoint file)."""
+TABLE_DTYPES = ("float32", "bfloat16")
+"""The dtypes an embedding table may have."""
+_TABLE = {"name": TABLE_NAME}
+EMB_CREATE = _op("emb_create", "creates (or finds) a learnable embedding table over the "
+                 "part's nodes of one node type",
+                 required={**_TABLE, "dim": integer(1, 1 << 16),
+                           "dtype": choice(TABLE_DTYPES),
+                           "init": choice(("zeros", "uniform", "given"))},
+                 optional={"group": NODE_TYPE, "seed": integer(0, (1 << 62) - 1),
+                           "bound": Form("a number in (0, 1e6]", lambda v: isinstance(
+                               v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1e6)},
+                 reply=("created", "ready", "rows"), retry_safe=False)
 EMB_READ = OpSpec("emb_read", "rows of an embedding table for owned ids (with ``place``, "
                   "written into the caller's outputs at the given rows)",
                   required=("name",), optional=("place", "dtype", "dim"), tensors=(1, 2),
-                  types={"place": PLACE}, tensor_check=ids_and("place", "output rows"),
-                  reply=("dim",),
+                  types={**_TABLE, "place": PLACE},
+                  tensor_check=ids_and("place", "output rows"), reply=("dim",),
                   reply_check=checks.rows_of_ids)
-EMB_WRITE = OpSpec("emb_write", "sets rows of an embedding table (first values, load)",
-                   required=("name",), optional=("ready",), tensors=(2, 2),
-                   reply=("rows",), retry_safe=False, worker=True)
+EMB_WRITE = _op("emb_write", "sets rows of an embedding table (first values, load)",
+                required=_TABLE, optional={"ready": BOOL}, tensors=(2, 2), reply=("rows",),
+                retry_safe=False, worker=True)
 EMB_PUSH = OpSpec("emb_push", "one sparse optimiser step on rows of an embedding table",
-                  required=("name", "optimizer"), tensors=(2, 2), reply=("rows",),
-                  retry_safe=False, worker=True)
-EMB_CHECKPOINT = OpSpec("emb_checkpoint", "writes the part's embedding tables to its "
-                        "checkpoint directory now", reply=("tables",), retry_safe=False,
-                        worker=True)
+                  required=("name", "optimizer"), types=_TABLE, tensors=(2, 2),
+                  reply=("rows",), retry_safe=False, worker=True)
+EMB_CHECKPOINT = _op("emb_checkpoint", "writes the part's embedding tables to its "
+                     "checkpoint directory now", reply=("tables",), retry_safe=False,
+                     worker=True)
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
     META, SAMPLE, SAMPLE_TREE, GET, SIZES,
@@ -184,17 +185,6 @@ besides :data:`~pyg_dist.rpc.op_spec.RPC_OPS`."""
 
 OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}
 """Every declared op, by name."""
-
-
-def reply_tensor_limit(op: str, args: Any) -> int:
-    """Most tensors a reply to this request may carry
-    (:meth:`~pyg_dist.rpc.op_spec.OpSpec.reply_tensor_limit` of the op
-    named ``op``): :data:`~pyg_dist.rpc.protocol.MAX_TENSORS` (64), or more
-    for the ops that answer a few tensors per type asked for. A graph of
-    1,000 edge types is answered, not refused after the server did the work.
-    """
-    spec = OPS.get(op)
-    return MAX_TENSORS if spec is None else spec.reply_tensor_limit(args)
 
 
 def wire_edge_type(edge_type: Optional[Sequence[str]]) -> Optional[list[str]]:

@@ -5,7 +5,7 @@ Each op of :mod:`pyg_dist.protocol.ops` declares its arguments with these
 against them before its handler or cost estimate runs
 (:meth:`~pyg_dist.rpc.op_spec.OpSpec.check_request`), and refuses one that
 does not fit with a :class:`~pyg_dist.errors.ProtocolError` naming the op,
-the argument (with the place inside it: ``'groups[0].attrs'``), what it must
+the argument (with the place inside it: ``'groups'[0].attrs``), what it must
 be and what it was. The handlers then read their arguments without checking
 their types again; what depends on the part's data (ids in range, owned
 nodes, known attributes) and on several arguments together (one size per
@@ -78,7 +78,8 @@ class MapOf:
     @property
     def wanted(self) -> str:
         """What it must be, in words."""
-        return f"a map of {sorted(self.fields)} (no other key)"
+        needed = f", {list(self.required)} required" if self.required else ""
+        return f"a map of {sorted(self.fields)} (no other key{needed})"
 
     def __call__(self, value: Any) -> Optional[ArgProblem]:
         if not isinstance(value, dict) or not value.keys() <= self.fields.keys() or \

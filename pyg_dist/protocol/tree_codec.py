@@ -202,11 +202,19 @@ def _per_hop_problem(args: dict[str, Any], layout: TreeLayout, nodes: dict, seed
     return None
 
 
-def tree_answer_bytes(nodes: int, edges: int, hops: int, disjoint: bool) -> int:
-    """Bytes of a homogeneous ``sample_tree`` answer: an int64 id (and
-    batch entry, when disjoint) per node, int32 row and col and an int64
-    id per edge, and the per-hop counts."""
-    return 8 * ((2 if disjoint else 1) * nodes + 2 * hops + 1) + 16 * edges
+def tree_answer_bytes(seeds: int, fanouts: list[int], disjoint: bool) -> Optional[int]:
+    """Most bytes a homogeneous ``sample_tree`` answer takes (``k`` new
+    nodes and edges per node and hop at most): an int64 id (and batch entry,
+    when disjoint) per node, int32 row and col and an int64 id per edge, the
+    per-hop counts; ``None`` when a fan-out is -1 (unbounded)."""
+    if any(k < 0 for k in fanouts):
+        return None
+    frontier = nodes = seeds
+    edges = 0
+    for k in fanouts:
+        frontier *= k
+        nodes, edges = nodes + frontier, edges + frontier
+    return 8 * ((2 if disjoint else 1) * nodes + 2 * len(fanouts) + 1) + 16 * edges
 
 
 def _counts(values: Optional[list[int]]) -> Tensor:

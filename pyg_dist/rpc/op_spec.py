@@ -1,26 +1,14 @@
 """What a declared op takes and answers, checked at both ends of a call.
 
-An :class:`OpSpec` says what an operation takes (argument names, their
-types, how many tensors), what its reply holds (result keys, how many
-tensors, how their lengths relate to the request's) and whether a call may
-be sent again after a timeout or a lost connection
-(:attr:`OpSpec.retry_safe`). The transport holds every call to the table
-it is given, whatever ops it declares:
-
-* the caller builds its calls with :meth:`OpSpec.request`, which refuses an
-  argument the op does not take;
-* :class:`~pyg_dist.rpc.server.RpcServer` refuses a request with unknown,
-  missing or ill-typed arguments or the wrong number of tensors before its
-  handler runs (:meth:`OpSpec.check_request`);
-* :class:`~pyg_dist.rpc.client.RpcClient` bounds a reply's tensor count
-  from the request (:meth:`OpSpec.reply_tensor_limit`), and the retry layer
-  (:class:`~pyg_dist.rpc.retrying.RetryingClient`) re-sends only
-  :attr:`~OpSpec.retry_safe` ops and checks every reply's shape
-  (:meth:`OpSpec.check_reply`) before a caller sees it.
-
-The partition server's ops are declared in :mod:`pyg_dist.protocol.ops`;
-this module declares only the two every server answers itself
-(:data:`RPC_OPS`: ``ping``, ``release``).
+The transport holds every call to the table of :class:`OpSpec` it is given:
+:class:`~pyg_dist.rpc.server.RpcServer` refuses a request that does not fit
+its op (:meth:`OpSpec.check_request`) before the handler runs,
+:class:`~pyg_dist.rpc.client.RpcClient` bounds a reply's tensor count
+(:meth:`OpSpec.reply_tensor_limit`), and
+:class:`~pyg_dist.rpc.retrying.RetryingClient` re-sends only retry-safe ops
+and checks every reply (:meth:`OpSpec.check_reply`) before a caller sees
+it. The partition ops are declared in :mod:`pyg_dist.protocol.ops`; this
+module declares the two every server answers itself (:data:`RPC_OPS`).
 """
 
 from __future__ import annotations
@@ -32,8 +20,7 @@ from typing import Any, NamedTuple, Optional
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
-from pyg_dist.rpc.messages import Reply
-from pyg_dist.rpc.protocol import MAX_TENSORS
+from pyg_dist.rpc.protocol import MAX_TENSORS, Reply
 from pyg_dist.rpc.wire_values import describe, error_text
 
 ReplyCheck = Callable[[dict[str, Any], list[Tensor], dict[str, Any], list[Tensor]],
@@ -41,16 +28,14 @@ ReplyCheck = Callable[[dict[str, Any], list[Tensor], dict[str, Any], list[Tensor
 """``check(args, tensors, result, reply_tensors) -> None`` or what is wrong."""
 
 
-
 class ArgProblem(NamedTuple):
-    """What an argument's type check found wrong, for the refusal's message."""
+    """What an argument's type check found wrong: where inside the argument
+    (``""``, ``"[0].attrs"``), what it must be (``"an int in [0, 7]"``) and
+    the value found there."""
 
     path: str
-    """Where inside the argument (``""``: the argument itself; ``"[0].attrs"``)."""
     wanted: str
-    """What it must be, in words (``"an int in [0, 7]"``)."""
     value: Any
-    """The value found there."""
 
 
 ArgCheck = Callable[[Any], Optional[ArgProblem]]

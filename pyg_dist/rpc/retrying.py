@@ -63,8 +63,8 @@ from pyg_dist.errors import (
 )
 from pyg_dist.rpc.client import RpcClient
 from pyg_dist.rpc.config import RpcConfig
-from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec
+from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
 
 logger = logging.getLogger(__name__)

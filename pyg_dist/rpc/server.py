@@ -30,7 +30,7 @@ workers run in parallel), and push the reply frames back over their own
 exception a message causes, in the decoder or a handler, becomes an error
 reply carrying its type name and message (or, where no reply can be built,
 a logged drop); the server keeps serving everyone else (see
-:mod:`pyg_dist.rpc.containment`). Only a broken socket stops a thread, and
+:mod:`pyg_dist.rpc.dispatch`). Only a broken socket stops a thread, and
 then the whole server stops with :attr:`RpcServer.failure` set.
 """
 

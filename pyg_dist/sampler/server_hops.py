@@ -114,7 +114,8 @@ def sample_tree(sampler: Any, seeds: Union[Tensor, dict[str, Tensor]],
     part = next(sampler.coordinators) % router.num_parts
     # A coordinator on this host writes the subgraph into memory lent for
     # it when its size is bounded (every fan-out >= 0, not induced).
-    bound = None if typed else _answer_bound(sampler, seeds)
+    bound = None if typed or "subgraph" in args else \
+        tree_answer_bytes(seeds.numel(), list(sampler.num_neighbors), sampler.disjoint)
     reply = router.call_all([SAMPLE_TREE.request(part, args, tensors)], deadline,
                             reply_bytes=[bound])[0]
     try:
@@ -149,18 +150,3 @@ def _flags(sampler: Any) -> dict[str, Any]:
     args.update(attribute_args(sampler.weight_attr, sampler.time_attr,
                                sampler.temporal_strategy))
     return args
-
-
-def _answer_bound(sampler: Any, seeds: Tensor) -> Optional[int]:
-    """Most bytes a ``sample_tree`` answer takes (``k`` neighbours per node
-    and hop at most), or ``None`` when unbounded
-    (a fan-out of -1, or an induced subgraph)."""
-    fanouts = list(sampler.num_neighbors)
-    if sampler.subgraph_type == SubgraphType.induced or any(k < 0 for k in fanouts):
-        return None
-    frontier = nodes = seeds.numel()
-    edges = 0
-    for k in fanouts:
-        frontier *= k
-        nodes, edges = nodes + frontier, edges + frontier
-    return tree_answer_bytes(nodes, edges, len(fanouts), sampler.disjoint)

@@ -25,8 +25,8 @@ from torch import Tensor
 from pyg_dist.errors import InvalidPartitionArgumentError, StoreError
 from pyg_dist.partitioning.type_keys import node_type_key
 from pyg_dist.protocol.ops import OPS, declared
-from pyg_dist.rpc.messages import Reply
 from pyg_dist.rpc.op_spec import PartRequest
+from pyg_dist.rpc.protocol import Reply
 
 if TYPE_CHECKING:
     from pyg_dist.rpc.retrying import FirstAttempt, PartitionClient
