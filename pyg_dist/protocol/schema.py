@@ -58,7 +58,14 @@ class ListOf:
         """What it must be, in words."""
         return f"a list of {self.low} to {self.high} {self.noun} ({self.item.wanted} each)"
 
+    def test(self, value: Any) -> bool:
+        """Whether ``value`` is of the form (the fast path, per request)."""
+        return isinstance(value, list) and self.low <= len(value) <= self.high and \
+            all(map(self.item.test, value))
+
     def __call__(self, value: Any) -> Optional[ArgProblem]:
+        if self.test(value):
+            return None
         if not isinstance(value, list) or not self.low <= len(value) <= self.high:
             return ArgProblem("", self.wanted, value)
         for i, entry in enumerate(value):
@@ -81,7 +88,15 @@ class MapOf:
         needed = f", {list(self.required)} required" if self.required else ""
         return f"a map of {sorted(self.fields)} (no other key{needed})"
 
+    def test(self, value: Any) -> bool:
+        """Whether ``value`` is of the form (the fast path, per request)."""
+        return isinstance(value, dict) and value.keys() <= self.fields.keys() and \
+            all(k in value for k in self.required) and \
+            all(self.fields[k].test(v) for k, v in value.items())
+
     def __call__(self, value: Any) -> Optional[ArgProblem]:
+        if self.test(value):
+            return None
         if not isinstance(value, dict) or not value.keys() <= self.fields.keys() or \
                 any(k not in value for k in self.required):
             return ArgProblem("", self.wanted, value)
@@ -103,21 +118,18 @@ class AnyOf:
         """What it must be, in words."""
         return " or ".join(f.wanted for f in self.forms)
 
+    def test(self, value: Any) -> bool:
+        """Whether ``value`` is of any of the forms."""
+        return any(form.test(value) for form in self.forms)
+
     def __call__(self, value: Any) -> Optional[ArgProblem]:
-        for form in self.forms:
-            if form(value) is None:
-                return None
-        return ArgProblem("", self.wanted, value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+        return None if self.test(value) else ArgProblem("", self.wanted, value)
 
 
 def integer(low: int, high: int) -> Form:
-    """An int in ``[low, high]`` (a bool is no int here)."""
+    """An int in ``[low, high]`` (a bool is no int here: ``type(v) is int``)."""
     wanted = f"an int >= {low}" if high >= 1 << 62 else f"an int in [{low}, {high}]"
-    return Form(wanted, lambda v: _is_int(v) and low <= v <= high)
+    return Form(wanted, lambda v: type(v) is int and low <= v <= high)
 
 
 def seconds(high: float) -> Form:

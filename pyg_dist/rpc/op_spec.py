@@ -151,9 +151,11 @@ class OpSpec:
             return f"takes {wanted} tensors, got {len(tensors)}"
         if not typed:  # the caller's own values: the server checks them
             return None
-        for name, check in self.types.items():
-            if name in args:
-                wrong = check(args[name])
+        types = self.types
+        for name, value in args.items():
+            check = types.get(name)
+            if check is not None:
+                wrong = check(value)
                 if wrong is not None:
                     return (f"argument {name!r}{wrong.path} must be {wrong.wanted}, got "
                             f"{describe(wrong.value)}")
