@@ -32,7 +32,7 @@ from torch import Tensor
 from pyg_dist.errors import EmbeddingError
 from pyg_dist.kernels.distinct import all_distinct
 from pyg_dist.partitioning.format import load_tensors, save_tensors, sha256_file
-from pyg_dist.rpc.ops import EMB_CREATE, EMB_PUSH, EMB_READ, EMB_WRITE
+from pyg_dist.protocol.ops import EMB_CREATE, EMB_PUSH, EMB_READ, EMB_WRITE
 from pyg_dist.store.remote_feature_store import FeatureInfo
 from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 

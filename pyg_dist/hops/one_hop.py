@@ -23,8 +23,8 @@ from torch_geometric.typing import EdgeType
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.hops.settings import HopSettings
 from pyg_dist.kernels.seeds import mix_seed
+from pyg_dist.protocol.ops import SAMPLE, PartRequest, sample_answer_bytes, wire_edge_type
 from pyg_dist.routing.id_router import Router, reassemble
-from pyg_dist.rpc.ops import SAMPLE, PartRequest, sample_answer_bytes, wire_edge_type
 
 Frontier = tuple[Optional[EdgeType], Tensor, Optional[Tensor]]
 """One edge type's share of a hop: ``(edge_type, ids of its destination
@@ -110,7 +110,7 @@ def _reassembled(router: Router, frontiers: Sequence[tuple[Any, Tensor, Any]],
     """Every frontier's answer, checked, in frontier order, in memory of its
     own (never a view of a reply: those may lie in lent memory)."""
     answers: list[list[tuple[Tensor, list[Tensor]]]] = [[] for _ in frontiers]
-    # Every reply was checked against its request (pyg_dist.rpc.ops): three
+    # Every reply was checked against its request (pyg_dist.protocol.ops): three
     # aligned tensors per edge type, as many counts as seeds.
     lent: list[Tensor] = []  # views of memory lent for a reply (valid until release)
     for part, shares, reply in zip(owned.keys(), owned.values(), replies):

@@ -24,8 +24,9 @@ from torch import Tensor
 
 from pyg_dist.errors import InvalidPartitionArgumentError, StoreError
 from pyg_dist.partitioning.type_keys import node_type_key
-from pyg_dist.rpc.messages import Reply
-from pyg_dist.rpc.ops import PartRequest, declared
+from pyg_dist.protocol.ops import OPS, declared
+from pyg_dist.rpc.op_spec import PartRequest
+from pyg_dist.rpc.protocol import Reply
 
 if TYPE_CHECKING:
     from pyg_dist.rpc.retrying import FirstAttempt, PartitionClient
@@ -161,7 +162,7 @@ class Router:
             if self._client is None:
                 from pyg_dist.rpc.retrying import RetryingClient
 
-                self._client = RetryingClient(self.replicas or self.endpoints, self.config)
+                self._client = RetryingClient(self.replicas or self.endpoints, self.config, OPS)
             return self._client
 
     def close(self, release_wait: float = 2.0) -> None:
@@ -346,7 +347,7 @@ class Router:
         against its op's declaration.
 
         Args:
-            requests: The calls, built by :meth:`~pyg_dist.rpc.ops.OpSpec.request`
+            requests: The calls, built by :meth:`~pyg_dist.rpc.op_spec.OpSpec.request`
                 (or ``(part, op, args, tensors)`` tuples, checked the same way).
             timeout: Deadline of every attempt; ``None`` uses the config's.
             reply_bytes: Bytes each reply's tensors take, for the RPC

@@ -24,8 +24,8 @@ from torch import Tensor
 from pyg_dist.discovery import server_groups
 from pyg_dist.errors import ProtocolError, ServerUnavailableError, StoreError
 from pyg_dist.partitioning.book import PartitionBook
+from pyg_dist.protocol.ops import META, OPS
 from pyg_dist.routing.id_router import Router
-from pyg_dist.rpc.ops import META
 from pyg_dist.rpc.wire_values import describe
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def connect_router(addresses: Union[Sequence[Union[str, Sequence[str]]], str, No
     # ZeroMQ retries a refused connection quietly until the meta deadline
     # (10 s by default); a refusal is an answer, so it fails here at once.
     refuse_fast(flat)
-    client: Optional[RetryingClient] = RetryingClient(flat, config)  # every replica asked
+    client: Optional[RetryingClient] = RetryingClient(flat, config, OPS)  # every replica asked
     try:
         deadline = client.config.connect_timeout if timeout is None else timeout
         futures = [client.call_async(*META.request(i), timeout=deadline)

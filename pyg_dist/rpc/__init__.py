@@ -5,8 +5,9 @@
 * :mod:`pyg_dist.rpc.server`: :class:`RpcServer`, ROUTER + worker threads.
 * :mod:`pyg_dist.rpc.client`: :class:`RpcClient`, futures; callers send,
   an I/O thread reads replies and keeps deadlines; one attempt a call.
-* :mod:`pyg_dist.rpc.ops`: every partition op declared once (arguments,
-  reply, retry safety), read by the server, the trainer and the retries.
+* :mod:`pyg_dist.rpc.op_spec`: :class:`~pyg_dist.rpc.op_spec.OpSpec`, what a
+  declared op takes and answers; the server, the client and the retries are
+  given a table of them (the partition ops: :mod:`pyg_dist.protocol.ops`).
 * :mod:`pyg_dist.rpc.retrying`: :class:`~pyg_dist.rpc.retrying.RetryingClient`,
   the one retry, failover and back-off layer the trainer calls through.
 * :mod:`pyg_dist.rpc.dispatch`: a request's frames to its reply's, on the

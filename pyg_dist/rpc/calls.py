@@ -64,7 +64,7 @@ class Call:
     # When the call gives up waiting for its lost server to come back.
     unavailable_at: float = float("inf")
     lent: bool = False  # it lent memory for its reply
-    # Most tensors its reply may carry (ops.reply_tensor_limit).
+    # Most tensors its reply may carry (OpSpec.reply_tensor_limit).
     max_tensors: int = protocol.MAX_TENSORS
 
 

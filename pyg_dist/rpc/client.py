@@ -36,7 +36,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent import futures
 from typing import Any, Literal, Optional
 
@@ -49,8 +49,8 @@ from pyg_dist.rpc.calls import Call, IoState, fail, wait_result
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.endpoints import normalize_endpoint
 from pyg_dist.rpc.liveness import PeerStates, close_monitor
-from pyg_dist.rpc.ops import reply_tensor_limit
-from pyg_dist.rpc.protocol import Reply
+from pyg_dist.rpc.op_spec import OpSpec
+from pyg_dist.rpc.protocol import MAX_TENSORS, Reply
 from pyg_dist.rpc.reply_guard import ReplyGuard
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S, Lease, Lender
 from pyg_dist.rpc.sockets import open_dealer
@@ -75,18 +75,25 @@ class RpcClient:
             (read as TCP) or ``ipc://path``; calls name a server by its index
             in this list.
         config: Deadlines and limits; :func:`default_config` by default.
+        ops: Op declarations whose reply tensor bounds apply
+            (:meth:`~pyg_dist.rpc.op_spec.OpSpec.reply_tensor_limit`; a
+            partition server's are :data:`pyg_dist.protocol.ops.OPS`); a
+            reply to any other op carries at most
+            :data:`~pyg_dist.rpc.protocol.MAX_TENSORS`.
 
     Raises:
         RpcError: if ``endpoints`` is empty or an address does not parse
             (before any socket or thread exists).
     """
 
-    def __init__(self, endpoints: Sequence[str], config: Optional[RpcConfig] = None) -> None:
+    def __init__(self, endpoints: Sequence[str], config: Optional[RpcConfig] = None,
+                 ops: Optional[Mapping[str, OpSpec]] = None) -> None:
         if isinstance(endpoints, str) or not endpoints:
             raise RpcError("endpoints must be a non-empty list of server addresses like "
                            "tcp://host:port")
         self._endpoints = tuple(normalize_endpoint(e) for e in endpoints)
         self._config = config or default_config()
+        self._ops = ops or {}
         self._ctx = zmq.Context()
         self._commands: collections.deque[Call] = collections.deque()
         self._lock = threading.Lock()  # the command deque and the closed flag
@@ -192,8 +199,9 @@ class RpcClient:
             raise
         future: futures.Future = futures.Future()
         future.set_running_or_notify_cancel()  # calls cannot be cancelled
-        call = Call(server, req_id, op, frames, future, deadline, timeout,
-                    lent=lease is not None, max_tensors=reply_tensor_limit(op, args))
+        spec = self._ops.get(op)
+        call = Call(server, req_id, op, frames, future, deadline, timeout, lent=lease is not None,
+                    max_tensors=MAX_TENSORS if spec is None else spec.reply_tensor_limit(args))
         outcome = self._send_now(call)
         wake = outcome == "wake"
         if outcome == "busy":

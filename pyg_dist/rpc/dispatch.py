@@ -3,16 +3,24 @@
 :class:`Dispatch` is what an :class:`~pyg_dist.rpc.server.RpcServer` runs
 for every request, inline on its I/O thread or in a worker: decode and
 validate the frames (:func:`~pyg_dist.rpc.protocol.decode_request`), hold a
-declared op's request to its :class:`~pyg_dist.rpc.ops.OpSpec`, run the
+declared op's request to its :class:`~pyg_dist.rpc.op_spec.OpSpec`, run the
 handler (through the shared-memory service, which gives it its call
-context), and encode the answer. Any exception becomes an error reply
-carrying its type name and message (see :mod:`pyg_dist.rpc.containment`);
-only :data:`~pyg_dist.rpc.containment.FATAL` ones get through.
+context), and encode the answer.
+
+One bad message must not stop a server: whatever it makes the decoder or a
+handler raise (a refusal, a bug, a ``RecursionError``, a ``MemoryError``)
+becomes an error reply carrying its type name and message, and the loop
+goes on. Only :data:`FATAL` exceptions (the interpreter is being shut down)
+get through. A hostile peer can send thousands of messages that each hit
+the same unexpected failure; :class:`FailureLog` logs the first few with
+their traceback and then only counts, so the log cannot be flooded.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,8 +29,7 @@ from torch import Tensor
 from pyg_dist.errors import ProtocolError, PygDistError, wire_type
 from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission
-from pyg_dist.rpc.containment import FATAL, FailureLog
-from pyg_dist.rpc.ops import OpSpec
+from pyg_dist.rpc.op_spec import OpSpec
 from pyg_dist.rpc.shm.serving import SegmentService
 from pyg_dist.rpc.wire_values import error_text
 
@@ -31,6 +38,54 @@ logger = logging.getLogger(__name__)
 Handler = Callable[..., tuple[dict[str, Any], Sequence[Tensor]]]
 """``handler(args, tensors) -> (result, tensors)``, or ``handler(args,
 tensors, ctx)`` when marked with :func:`~pyg_dist.rpc.context.uses_context`."""
+
+FATAL = (KeyboardInterrupt, SystemExit)
+"""Exceptions a message loop never swallows."""
+
+
+class FailureLog:
+    """Logs unexpected per-message failures, with traceback, at most
+    ``burst`` times per ``interval`` seconds; the rest are counted and the
+    count is logged with the next one that gets through.
+
+    Thread-safe: an I/O thread and workers share one.
+
+    Args:
+        logger: Where to log.
+        interval: Length of one rate window in seconds.
+        burst: Failures logged in full per window.
+    """
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0, burst: int = 5) -> None:
+        self._logger = logger
+        self._interval = interval
+        self._burst = burst
+        self._lock = threading.Lock()
+        self._window_start = float("-inf")
+        self._logged = 0
+        self._suppressed = 0
+
+    def __call__(self, what: str, exc: BaseException) -> None:
+        """Logs (or counts) one failure.
+
+        Args:
+            what: What failed, e.g. ``"decoding a request on part-0"``.
+            exc: The exception; only its type and bounded text are logged
+                besides the traceback (see :func:`error_text`).
+        """
+        now = time.monotonic()
+        with self._lock:
+            if now - self._window_start >= self._interval:
+                self._window_start, self._logged = now, 0
+            if self._logged >= self._burst:
+                self._suppressed += 1
+                return
+            self._logged += 1
+            suppressed, self._suppressed = self._suppressed, 0
+        more = f" ({suppressed} more such failures not logged)" if suppressed else ""
+        self._logger.error("%s failed: %s: %s%s", what, type(exc).__name__,
+                           error_text(exc, 500), more, exc_info=exc)
+
 
 # Errors a handler raises on purpose to refuse bad input: logged quietly.
 _EXPECTED = (PygDistError, ValueError, TypeError, KeyError, IndexError)
@@ -68,13 +123,13 @@ class Dispatch:
 
     def handle(self, frames: Sequence[Any]) -> list[Any]:
         """Decodes, validates and serves one request; returns reply frames.
-        Never raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
+        Never raises (but :data:`FATAL`)."""
         decoded = self.decode(frames)
         return self.serve(decoded) if isinstance(decoded, protocol.Request) else decoded
 
     def decode(self, frames: Sequence[Any]) -> protocol.Request | list[Any]:
         """The validated request, or the error reply refusing it. Never
-        raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
+        raises (but :data:`FATAL`)."""
         try:
             request = protocol.decode_request(frames, self._max_message_bytes)
             spec = self._ops.get(request.op)
@@ -93,7 +148,7 @@ class Dispatch:
 
     def serve(self, request: protocol.Request) -> list[Any]:
         """Runs a validated request's handler; returns the reply frames.
-        Never raises (but :data:`~pyg_dist.rpc.containment.FATAL`)."""
+        Never raises (but :data:`FATAL`)."""
         handler = self._handlers.get(request.op)
         if handler is None:
             return protocol.encode_error(

@@ -10,7 +10,7 @@ one place, by one policy:
   b]``). A call goes to the group's preferred replica; a replica that
   failed moves to the back of the group's order, so later calls go straight
   to a live one.
-* **Retries.** A call of an op declared :attr:`~pyg_dist.rpc.ops.OpSpec.
+* **Retries.** A call of an op declared :attr:`~pyg_dist.rpc.op_spec.OpSpec.
   retry_safe` that timed out or lost its server
   (:class:`~pyg_dist.errors.RpcTimeoutError`,
   :class:`~pyg_dist.errors.TransportError`) goes to the next replica at
@@ -33,7 +33,7 @@ one place, by one policy:
   (``SharedMemoryError``: it cannot map them) is asked the plain request at
   once; that is a fallback, not a retry.
 * **Checked replies.** Every reply of a declared op is checked against its
-  :class:`~pyg_dist.rpc.ops.OpSpec` before the caller sees it.
+  :class:`~pyg_dist.rpc.op_spec.OpSpec` before the caller sees it.
 
 Below it, :class:`~pyg_dist.rpc.client.RpcClient` makes single attempts: one
 request, one deadline, one outcome.
@@ -63,8 +63,8 @@ from pyg_dist.errors import (
 )
 from pyg_dist.rpc.client import RpcClient
 from pyg_dist.rpc.config import RpcConfig
-from pyg_dist.rpc.messages import Reply
-from pyg_dist.rpc.ops import OPS, OpSpec
+from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec
+from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
 
 logger = logging.getLogger(__name__)
@@ -173,15 +173,17 @@ class RetryingClient:
             replicas serving the same thing.
         config: Deadlines, limits and the retry policy (``retries``,
             ``retry_backoff``, ``retry_backoff_max``).
-        ops: The op declarations (retry safety, reply checks); calls of an
-            op not in it are sent once and not checked.
+        ops: The op declarations (retry safety, reply checks, reply
+            tensor bounds; a partition server's are
+            :data:`pyg_dist.protocol.ops.OPS`); calls of an op not in it
+            are sent once and not checked.
     """
 
     def __init__(self, replicas: Replicas, config: Optional[RpcConfig] = None,
-                 ops: Mapping[str, OpSpec] = OPS) -> None:
+                 ops: Mapping[str, OpSpec] = RPC_OPS) -> None:
         self.groups = replica_groups(replicas)
         flat = [e for g in self.groups for e in g]
-        self._client = RpcClient(flat, config)
+        self._client = RpcClient(flat, config, ops)
         index = iter(range(len(flat)))
         self._order = [[next(index) for _ in g] for g in self.groups]
         self._ops = ops

@@ -30,7 +30,7 @@ workers run in parallel), and push the reply frames back over their own
 exception a message causes, in the decoder or a handler, becomes an error
 reply carrying its type name and message (or, where no reply can be built,
 a logged drop); the server keeps serving everyone else (see
-:mod:`pyg_dist.rpc.containment`). Only a broken socket stops a thread, and
+:mod:`pyg_dist.rpc.dispatch`). Only a broken socket stops a thread, and
 then the whole server stops with :attr:`RpcServer.failure` set.
 """
 
@@ -50,7 +50,7 @@ from pyg_dist.rpc import protocol
 from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.dispatch import Dispatch, Handler
-from pyg_dist.rpc.ops import RPC_OPS, OpSpec
+from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec
 from pyg_dist.rpc.shm.serving import SegmentService
 from pyg_dist.rpc.sockets import NOBLOCK, router_socket, send_frames, start_authenticator
 from pyg_dist.rpc.work_queue import WorkQueue
@@ -92,7 +92,7 @@ class RpcServer:
             ``config.inline_reply_bytes`` goes to a worker, and the estimate
             is charged to the client's reply budget before the handler runs.
             Operations without one are charged nothing.
-        ops: Declarations (:class:`~pyg_dist.rpc.ops.OpSpec`) of the
+        ops: Declarations (:class:`~pyg_dist.rpc.op_spec.OpSpec`) of the
             handlers' operations: a request that does not fit its op's
             declaration (unknown or missing arguments, tensor count) is
             refused before anything else looks at it, and ops declared

@@ -20,8 +20,9 @@ from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_dist.errors import ProtocolError
 from pyg_dist.hops.settings import HopSettings
+from pyg_dist.protocol import tree_codec
+from pyg_dist.protocol.ops import SAMPLE_TREE, wire_edge_type
 from pyg_dist.routing.id_router import Router
-from pyg_dist.rpc.ops import SAMPLE_TREE, tree_answer_bytes, wire_edge_type
 
 
 def sample_tree(router: Router, part: int, settings: HopSettings,
@@ -53,7 +54,6 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
     deadline = router.deadline(settings.timeout)
     typed = graph_node_types != [None]
     types = list(seeds)
-    num_hops = len(next(iter(fanouts.values())))
     args: dict[str, Any] = {
         "edge_types": [wire_edge_type(t) for t in fanouts],
         "num_neighbors": [list(k) for k in fanouts.values()],
@@ -64,7 +64,8 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
         tensors.append(torch.cat([seed_time[t] for t in types]))
     # A coordinator on this host writes the subgraph into memory lent for
     # it when its size is bounded (every fan-out >= 0, not induced).
-    bound = None if typed else _answer_bound(settings, fanouts[None], seeds[None])
+    bound = None if typed or settings.induced else \
+        tree_codec.tree_answer_bytes(seeds[None].numel(), fanouts[None], settings.disjoint)
     reply = router.call_all([SAMPLE_TREE.request(part, args, tensors)], deadline,
                             reply_bytes=[bound])[0]
     try:
@@ -74,34 +75,16 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
             raise ProtocolError(f"server {router.endpoints[part]} answered node types "
                                 f"{node_types[:8]}, the graph has {expected[:8]}",
                                 address=router.endpoints[part], op=SAMPLE_TREE.name)
-        # Checked against the request (pyg_dist.rpc.ops): indices into the
-        # nodes, the seeds first, per-hop counts that add up. Copied out of
-        # lent memory, which goes back to the pool on release.
+        # Checked against the request (pyg_dist.protocol.tree_codec.check):
+        # indices into the nodes, the seeds first, per-hop counts that add
+        # up. Copied out of lent memory, which goes back to the pool on
+        # release.
         lent = reply.on_release is not None
         out = [t.to(torch.long) if t.dtype != torch.long else t.clone() if lent else t
                for t in reply.tensors]
     finally:
         reply.release()
-    return _typed_output(out, node_types, list(fanouts), num_hops, settings.disjoint,
-                         "subgraph" in args)
-
-
-def _typed_output(out: list[Tensor], node_types: list, edge_types: list, hops: int,
-                  disjoint: bool, induced: bool) -> HeteroSamplerOutput:
-    """A tree reply's tensors (``sample_tree``'s layout) by type."""
-    num_types = len(node_types)
-    per_edge = out[num_types:num_types + 3 * len(edge_types)]
-    per_hop_nodes, per_hop_edges = out[num_types + 3 * len(edge_types):][:2]
-    return HeteroSamplerOutput(
-        node=dict(zip(node_types, out[:num_types])),
-        row={t: per_edge[3 * i] for i, t in enumerate(edge_types)},
-        col={t: per_edge[3 * i + 1] for i, t in enumerate(edge_types)},
-        edge={t: per_edge[3 * i + 2] for i, t in enumerate(edge_types)},
-        batch=dict(zip(node_types, out[-num_types:])) if disjoint else None,
-        num_sampled_nodes=None if induced else
-        dict(zip(node_types, per_hop_nodes.view(num_types, hops + 1).tolist())),
-        num_sampled_edges=None if induced else
-        dict(zip(edge_types, per_hop_edges.view(len(edge_types), hops).tolist())))
+    return tree_codec.decode(args, reply.result, out)
 
 
 def _flags(settings: HopSettings) -> dict[str, Any]:
@@ -115,17 +98,3 @@ def _flags(settings: HopSettings) -> dict[str, Any]:
         args["subgraph"] = "induced"
     args.update(settings.attribute_args())
     return args
-
-
-def _answer_bound(settings: HopSettings, fanouts: list[int], seeds: Tensor) -> Optional[int]:
-    """Most bytes a ``sample_tree`` answer takes (``k`` neighbours per node
-    and hop at most), or ``None`` when unbounded
-    (a fan-out of -1, or an induced subgraph)."""
-    if settings.induced or any(k < 0 for k in fanouts):
-        return None
-    frontier = nodes = seeds.numel()
-    edges = 0
-    for k in fanouts:
-        frontier *= k
-        nodes, edges = nodes + frontier, edges + frontier
-    return tree_answer_bytes(nodes, edges, len(fanouts), settings.disjoint)

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from pyg_dist.errors import StoreError
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc import ops
+from pyg_dist.protocol import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
@@ -42,8 +42,7 @@ from pyg_dist.server.requests import (
     LocalIndex,
     attrs_arg,
     edge_type_arg,
-    int_arg,
-    one_id_tensor,
+    page,
 )
 
 Result = tuple[dict[str, Any], list[Tensor]]
@@ -167,8 +166,6 @@ class EdgeFeatureOps:
                 the arguments are malformed.
             StoreError: on an edge type or attribute this part does not hold.
         """
-        if len(tensors) != 1:
-            return 0  # refused by get_edges itself
         answer = tensors[0].numel() * self._plan(args)[2]
         self._check_reply(answer, "get_edges", "ask for fewer edge ids per request")
         return answer
@@ -181,7 +178,7 @@ class EdgeFeatureOps:
         one tensor per attribute, in the order of the ids; result
         ``{"attrs": [...]}``."""
         edge_type, attrs, row_bytes = self._plan(args)
-        ids = one_id_tensor(tensors, "edge")
+        ids = tensors[0]
         table = self._table(edge_type)
         rows = table.index.rows(ids, self._num_edges[edge_type])
         self._check_reply(rows.numel() * row_bytes, "get_edges",
@@ -202,15 +199,10 @@ class EdgeFeatureOps:
             torch.index_select(whole, 0, rows, out=out)
         return {"attrs": attrs}, outs
 
-    def _page(self, args: dict[str, Any], total: int) -> tuple[int, int]:
-        start = int_arg(args, "start", 0, 0, total)
-        count = int_arg(args, "count", None, 0, 1 << 62)
-        return start, total if count is None else min(total, start + count)
-
     def edge_ids_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Bytes of ``edge_ids``'s answer (one int64 per edge of the page)."""
         edge_type = self._edge_type(args)
-        start, stop = self._page(args, self._stored.get(edge_type, 0))
+        start, stop = page(args, self._stored.get(edge_type, 0))
         answer = 8 * (stop - start)
         self._check_reply(answer, "edge_ids", "ask for fewer ids per call ('count')")
         return answer
@@ -221,7 +213,7 @@ class EdgeFeatureOps:
         of them; result ``total``: how many the part stores."""
         table = self._table(self._edge_type(args))
         total = table.sorted_ids.numel()
-        start, stop = self._page(args, total)
+        start, stop = page(args, total)
         self._check_reply(8 * (stop - start), "edge_ids",
                           "ask for fewer ids per call ('count')")
         return {"total": total}, [table.sorted_ids[start:stop]]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from torch import Tensor
 from pyg_dist.errors import EmbeddingError, ProtocolError
 from pyg_dist.kernels.distinct import all_distinct
 from pyg_dist.kernels.place_rows import place_rows
-from pyg_dist.rpc import ops
+from pyg_dist.protocol import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.embedding_updates import (
@@ -45,25 +44,18 @@ from pyg_dist.server.embedding_updates import (
 )
 from pyg_dist.server.requests import (
     check_range,
-    group_arg,
     one_id_tensor,
-    output_positions,
 )
 
 logger = logging.getLogger(__name__)
 
 Result = tuple[dict[str, Any], list[Tensor]]
 
-TABLE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+TABLE_DTYPES = {name: getattr(torch, name) for name in ops.TABLE_DTYPES}
 """The dtypes a table may have."""
-INITS = ("zeros", "uniform", "given")
-"""How a table's rows start: zeros, uniform draws on the server, or rows the
-creating trainer writes (``emb_write`` with ``ready``) before anyone reads."""
 MAX_TABLES = 64
-MAX_DIM = 1 << 16
 DEFAULT_MAX_BYTES = 1 << 34
 """Memory all tables of one server may take with their optimiser state."""
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass
@@ -103,10 +95,10 @@ class EmbeddingTable:
 
 
 def table_name(value: Any) -> str:
-    """A request's table name, checked (it names a checkpoint file)."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ProtocolError(f"an embedding table's name must be 1 to 64 letters, digits, "
-                            f"'_', '.' or '-' (not starting with '.' or '-'), got "
+    """A table name read from a checkpoint, checked as requests' are
+    (:data:`pyg_dist.protocol.ops.TABLE_NAME`: it names a checkpoint file)."""
+    if ops.TABLE_NAME(value) is not None:
+        raise ProtocolError(f"an embedding table's name must be {ops.TABLE_NAME.wanted}, got "
                             f"{describe(value)}")
     return value
 
@@ -152,7 +144,7 @@ class EmbeddingOps:
     # Checks ################################################################
 
     def _table(self, args: dict[str, Any], *, ready: bool = True) -> EmbeddingTable:
-        name = table_name(args.get("name"))
+        name = args["name"]
         table = self.tables.get(name)
         if table is None:
             raise EmbeddingError(f"part {self.part} has no embedding table {name!r}; create "
@@ -200,15 +192,8 @@ class EmbeddingOps:
     def create(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """Creates table ``name`` over the part's nodes of ``group``, or finds
         it (same dim, dtype and node type): ``{created, ready, rows}``."""
-        name = table_name(args.get("name"))
-        group = group_arg(args.get("group"))
-        dim, dtype, init = args.get("dim"), args.get("dtype"), args.get("init")
-        if isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= MAX_DIM:
-            raise ProtocolError(f"argument 'dim' must be an int in [1, {MAX_DIM}], got "
-                                f"{describe(dim)}")
-        if dtype not in TABLE_DTYPES or init not in INITS:
-            raise ProtocolError(f"'dtype' must be one of {list(TABLE_DTYPES)} and 'init' one "
-                                f"of {list(INITS)}, got {describe(dtype)}, {describe(init)}")
+        name, group = args["name"], args.get("group")
+        dim, dtype, init = args["dim"], args["dtype"], args["init"]  # checked: EMB_CREATE
         index = self._index_of(group)
         with self._lock:
             table = self.tables.get(name)
@@ -247,13 +232,6 @@ class EmbeddingOps:
             return torch.zeros(rows, dim, dtype=dtype)
         bound = args.get("bound", 1.0 / math.sqrt(dim))
         seed = args.get("seed", 0)
-        if isinstance(bound, bool) or not isinstance(bound, (int, float)) \
-                or not math.isfinite(bound) or not 0 < bound <= 1e6:
-            raise ProtocolError(f"argument 'bound' must be a number in (0, 1e6], got "
-                                f"{describe(bound)}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 62:
-            raise ProtocolError(f"argument 'seed' must be an int in [0, 2**62), got "
-                                f"{describe(seed)}")
         generator = torch.Generator().manual_seed(seed * 65537 + self.part)
         weight = torch.rand(rows, dim, generator=generator).mul_(2 * bound).sub_(bound)
         return weight.to(dtype)
@@ -281,9 +259,6 @@ class EmbeddingOps:
         self._check_layout(table, args)
         if "place" in args:
             return self._place(table, args, tensors, ctx)
-        if len(tensors) != 1:
-            raise ProtocolError(f"'emb_read' takes one tensor of ids (two with 'place'), "
-                                f"got {len(tensors)}")
         rows = self._rows_of(table, tensors, unique=False)
         self.read_bytes(args, tensors)
         shape = (rows.numel(), table.dim)
@@ -307,11 +282,10 @@ class EmbeddingOps:
     def _place(self, table: EmbeddingTable, args: dict[str, Any], tensors: list[Tensor],
                ctx: Optional[CallContext]) -> Result:
         """``emb_read`` into the output a ``place`` argument names."""
-        if len(tensors) != 2 or ctx is None:
-            raise ProtocolError(f"an 'emb_read' with 'place' takes two tensors, ids and the "
-                                f"output rows they go to, over the wire; got {len(tensors)}")
+        if ctx is None:
+            raise ProtocolError("an 'emb_read' with 'place' is served over the wire only")
         rows = self._rows_of(table, tensors, unique=False)
-        positions = output_positions(tensors[1], rows.numel(), "emb_read")
+        positions = tensors[1]
         out = ctx.placed(args["place"], [(table.weight.dtype, (table.dim,))])[0]
         # Out of range would write outside the output, so it is refused; a
         # repeated position only overwrites the client's own row.
@@ -325,14 +299,10 @@ class EmbeddingOps:
         ``ready: true`` opens a table created with ``init="given"``."""
         self._writable("write embedding rows")
         table = self._table(args, ready=False)
-        if len(tensors) != 2:
-            raise ProtocolError(f"'emb_write' takes ids and rows, got {len(tensors)} tensors")
         rows = self._rows_of(table, tensors, unique=True)
         values = self._values(table, tensors, rows.numel(), "rows",
                               (torch.float32, table.weight.dtype))
         ready = args.get("ready", False)
-        if not isinstance(ready, bool):
-            raise ProtocolError(f"argument 'ready' must be a bool, got {describe(ready)}")
         with table.lock:
             table.weight.index_copy_(0, rows, values.to(table.weight.dtype))
             table.updates += 1
@@ -346,9 +316,6 @@ class EmbeddingOps:
         self._writable("update embedding rows")
         opt = parse_optimizer(args.get("optimizer"))
         table = self._table(args)
-        if len(tensors) != 2:
-            raise ProtocolError(f"'emb_push' takes ids and gradients, got {len(tensors)} "
-                                f"tensors")
         rows = self._rows_of(table, tensors, unique=True)
         grads = self._values(table, tensors, rows.numel(), "gradients", (torch.float32,))
         state = table.state.get(opt.kind)

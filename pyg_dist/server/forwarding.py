@@ -41,7 +41,6 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple, Optional, Union
 
-import torch
 from torch import Tensor
 from torch_geometric.sampler import HeteroSamplerOutput
 from torch_geometric.sampler.base import SubgraphType
@@ -60,11 +59,11 @@ from pyg_dist.hops.fan_outs import check_num_neighbors
 from pyg_dist.hops.loop import sample_hops
 from pyg_dist.hops.one_hop import sample_hop
 from pyg_dist.hops.settings import HopSettings
+from pyg_dist.protocol import tree_codec
 from pyg_dist.routing.id_router import Router
 from pyg_dist.routing.servers import connect_router
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
-from pyg_dist.rpc.ops import tree_answer_bytes
 from pyg_dist.rpc.wire_values import describe, error_text
 from pyg_dist.server.own_part import OwnPartFirst
 from pyg_dist.server.tree_requests import TreeRequest, parse_tree
@@ -157,13 +156,8 @@ class HopForwarder:
 
         Returns:
             Result ``node_types`` (every node type, in the graph's order;
-            ``[nil]`` for a homogeneous graph) and tensors: per node type its
-            ``node`` (global ids, seeds first); per edge type, in the
-            request's order, ``row``, ``col`` (int32 indices into its source's
-            and destination's nodes) and ``edge``; the per-hop node counts
-            (node type after node type) and edge counts (edge type after edge
-            type), empty for an induced subgraph; when disjoint, per node
-            type its ``batch``.
+            ``[nil]`` for a homogeneous graph) and the subgraph's tensors as
+            :mod:`pyg_dist.protocol.tree_codec` lays them out.
 
         Raises:
             ForwardingError: if this server does not forward, cannot reach
@@ -176,19 +170,8 @@ class HopForwarder:
         out = self._run(request)
         edge_types: list = [None] if request.homogeneous else \
             [t for t, _ in request.settings[0]]
-        node_types = list(out.node)
-        answer = [out.node[t] for t in node_types]
-        for edge_type in edge_types:
-            answer += [out.row[edge_type], out.col[edge_type], out.edge[edge_type]]
-        induced = out.num_sampled_nodes is None
-        answer += [_counts(None if induced else
-                           [n for t in node_types for n in out.num_sampled_nodes[t]]),
-                   _counts(None if induced else
-                           [n for t in edge_types for n in out.num_sampled_edges[t]])]
-        if out.batch is not None:
-            answer += [out.batch[t] for t in node_types]
-        rows = {len(node_types) + 3 * i + j for i in range(len(edge_types)) for j in (0, 1)}
-        return {"node_types": node_types}, self._reply(answer, rows, ctx)
+        result, answer = tree_codec.encode(out, edge_types)
+        return result, self._reply(answer, ctx)
 
     def _run(self, request: TreeRequest) -> HeteroSamplerOutput:
         """The hop loop of ``request`` over the peers, within a tree slot."""
@@ -244,13 +227,10 @@ class HopForwarder:
         except TypeError:  # a class with other arguments: the text matters more
             return ForwardingError(scrubbed)
 
-    def _reply(self, answer: list[Tensor], indices: set[int],
-               ctx: Optional[CallContext]) -> list[Tensor]:
-        """The answer's tensors, those at ``indices`` (indices into the
-        nodes: fewer than 2**31, by the reply limit) as int32, the rest as
-        int64; in memory the client lent, when it did."""
-        answer = [t.to(torch.int32 if i in indices else torch.long)
-                  for i, t in enumerate(answer)]
+    def _reply(self, answer: list[Tensor], ctx: Optional[CallContext]) -> list[Tensor]:
+        """The answer's tensors (:func:`~pyg_dist.protocol.tree_codec.encode`),
+        refused over the biggest answer a tree may build; in memory the
+        client lent, when it did."""
         size = sum(t.element_size() * t.numel() for t in answer)
         if size > self._max_answer:
             limit = f"the reply limit of {self._max_reply_bytes} (PYG_DIST_MAX_REPLY_BYTES)" \
@@ -298,7 +278,7 @@ class HopForwarder:
         # The answer, and the peers' answers, reassembly and relabelling
         # while it is built (the same factor as a `sample`); a tree whose
         # edges outgrow one reply is stopped at that hop, so no more.
-        answer = min(tree_answer_bytes(nodes, edges, len(per_hop), disjoint),
+        answer = min(tree_codec.tree_bytes(nodes, edges, len(per_hop), disjoint),
                      self._max_answer)
         return _WORK_FACTOR * answer
 
@@ -472,6 +452,3 @@ def _listed_parts(peers: Any) -> dict[str, int]:
     return parts
 
 
-def _counts(values: Optional[list[int]]) -> Tensor:
-    """Per-hop counts as a tensor (empty when there are none)."""
-    return torch.tensor(values if values is not None else [], dtype=torch.long)

@@ -29,25 +29,18 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels.place_rows import place_rows
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc import ops
+from pyg_dist.protocol import ops
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.requests import (
     attrs_arg,
     check_range,
-    group_arg,
-    output_positions,
     split_by_sizes,
 )
 from pyg_dist.store.local import PartitionFeatureStore
 
 Result = tuple[dict[str, Any], list[Tensor]]
-
-MAX_GROUPS = 4096
-"""Most node types one ``get`` may name."""
-
-_GROUP_KEYS = frozenset(("group", "attrs"))
 
 
 class NodeFeatureOps:
@@ -108,11 +101,9 @@ class NodeFeatureOps:
     def _get_plan(self, args: dict[str, Any]) -> tuple[Optional[str], list[str],
                                                       dict[str, dict[str, Any]], int]:
         """Checks one group of a ``get``: ``(group, attrs, specs, bytes per row)``."""
-        group = group_arg(args.get("group"))
-        attrs = args.get("attrs")
-        key = (group, *attrs) if isinstance(attrs, list) and \
-            all(isinstance(a, str) for a in attrs) else None
-        plan = self._plans.get(key) if key is not None else None
+        group = args.get("group")
+        key = (group, *args["attrs"])
+        plan = self._plans.get(key)
         if plan is not None:  # the estimate checked these arguments just before
             return plan
         specs = self.specs(group)
@@ -131,8 +122,8 @@ class NodeFeatureOps:
                 the arguments are malformed.
             StoreError: on features this part does not hold.
         """
-        if len(tensors) != 1 or "place" in args:
-            return 0  # refused by get itself, or written into the client's memory
+        if "place" in args:
+            return 0  # written into the client's memory
         answer = sum(ids.numel() * plan[3] for plan, ids in self._groups(args, tensors))
         self._check_reply(answer, "get", "ask for fewer ids per request")
         return answer
@@ -147,10 +138,6 @@ class NodeFeatureOps:
         into the outputs the call context allocates (memory the client lent,
         when it did). With ``place`` (one group), see the module."""
         placed = "place" in args
-        if len(tensors) != (2 if placed else 1):
-            raise ProtocolError(
-                f"a 'get' takes one tensor of node ids (with 'place', two: node ids and the "
-                f"output rows they go to); got {len(tensors)}")
         planned = self._groups(args, tensors[:1])
         if placed:
             return self._place(planned, args, tensors, ctx)
@@ -161,11 +148,7 @@ class NodeFeatureOps:
                 ) -> list[tuple[tuple, Tensor]]:
         """``get``'s groups checked: ``[(plan, the group's ids)]`` (the ids'
         dtype and ownership are checked when they are looked up)."""
-        groups = args.get("groups")
-        if not isinstance(groups, list) or not 0 < len(groups) <= MAX_GROUPS or not all(
-                isinstance(g, dict) and g.keys() <= _GROUP_KEYS for g in groups):
-            raise ProtocolError(f"argument 'groups' must be a list of 1 to {MAX_GROUPS} "
-                                f"{{group, attrs}} maps, got {describe(groups)}")
+        groups = args["groups"]
         if "sizes" not in args and len(groups) == 1:
             return [(self._get_plan(groups[0]), tensors[0])]
         slices = split_by_sizes(args, tensors, len(groups), "get")
@@ -179,7 +162,7 @@ class NodeFeatureOps:
                                 f"node type's), got {len(planned)}")
         (group, attrs, specs, row_bytes), ids = planned[0]
         rows = self._ids_of([ids], self._index_of(group))
-        positions = output_positions(tensors[1], rows.numel(), "get")
+        positions = tensors[1]
         outs = ctx.placed(args["place"], [(DTYPES[specs[a]["dtype"]], specs[a]["shape"])
                                           for a in attrs])
         # Out of range would write outside the outputs, so it is refused;
@@ -233,7 +216,7 @@ class NodeFeatureOps:
 
     def sizes(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """``{"sizes": {name: [num_nodes, *shape]}, "dtypes": {name: dtype}}``."""
-        group = group_arg(args.get("group"))
+        group = args.get("group")
         specs = self.specs(group)
         size = self._type_nodes.get(group, 0)
         return {"sizes": {n: [size, *s["shape"]] for n, s in specs.items()},

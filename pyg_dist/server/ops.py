@@ -6,8 +6,11 @@ types in one request: :mod:`pyg_dist.server.typed_sample`), ``get``
 :mod:`pyg_dist.server.sample_attrs`), and the edge attribute ops
 ``get_edges``, ``edge_ids`` (:mod:`pyg_dist.server.edge_features`).
 
-Every handler validates its arguments and tensors (types, dtype, shape, id
-range, ownership) before it touches data; a refusal raises
+Every request's arguments and tensors were checked against its op's
+declaration (:mod:`pyg_dist.protocol.ops`: types, dtypes, shapes) before its
+handler runs; the handler checks what depends on the part (id range,
+ownership, edge types and attributes held) before it touches data; a
+refusal raises
 :class:`~pyg_dist.errors.ProtocolError` (malformed request) or
 :class:`~pyg_dist.errors.StoreError` (ids or attributes this part does not
 hold), which :class:`~pyg_dist.rpc.RpcServer` turns into an error reply. All
@@ -27,7 +30,7 @@ from torch_geometric.data import FeatureStore, GraphStore
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc import ops
+from pyg_dist.protocol import ops
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.protocol import PROTOCOL_VERSION
@@ -42,9 +45,7 @@ from pyg_dist.server.requests import (
     Csc,
     LocalIndex,
     edge_type_arg,
-    fan_out,
-    int_arg,
-    one_id_tensor,
+    page,
     sampled_count,
     seeded_generator,
 )
@@ -52,9 +53,6 @@ from pyg_dist.server.sample_attrs import SampleAttributes, parse_request, wants_
 from pyg_dist.server.typed_sample import split_typed_request
 
 Result = tuple[dict[str, Any], list[Tensor]]
-
-_SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.Generator.manual_seed takes
-
 
 # A ``sample`` whose cheap bound (k per seed) stays under this is charged the
 # bound; above it the exact count is worth its gather.
@@ -135,7 +133,7 @@ class PartitionOps:
 
     def handlers(self) -> dict[str, Handler]:
         """Operation name -> handler, for :class:`~pyg_dist.rpc.RpcServer`:
-        one per op of :data:`~pyg_dist.rpc.ops.PARTITION_OPS`, the table
+        one per op of :data:`~pyg_dist.protocol.ops.PARTITION_OPS`, the table
         the trainer's calls are built from."""
         return {ops.META.name: self.meta, ops.SAMPLE.name: self.sample,
                 ops.SAMPLE_TREE.name: self.sample_tree,
@@ -166,7 +164,7 @@ class PartitionOps:
 
     def _ids(self, tensors: list[Tensor], index: LocalIndex) -> Tensor:
         """Checks the one id tensor of a request; returns the local rows."""
-        return index.rows(one_id_tensor(tensors), index.num_nodes)
+        return index.rows(tensors[0], index.num_nodes)
 
     def _csc_of(self, args: dict[str, Any]) -> Csc:
         edge_type = edge_type_arg(args.get("edge_type"))
@@ -254,7 +252,7 @@ class PartitionOps:
             StoreError: if a seed is not owned by this part.
         """
         csc = self._csc_of(args)
-        k, replace = fan_out(args)
+        k, replace = args["num_neighbors"], args.get("replace", False)
         if wants_attributes(args):
             return self._attribute_sample_bytes(args, tensors, csc, k, replace)
         if len(tensors) == 1:
@@ -320,8 +318,7 @@ class PartitionOps:
                      ) -> tuple[dict[str, Any], Csc, Tensor, Tensor]:
         """One edge type of a ``sample``: ``(result, csc, counts, positions)``."""
         csc = self._csc_of(args)
-        k, replace = fan_out(args)
-        seed = int_arg(args, "seed", None, *_SEED_RANGE)
+        k, replace, seed = args["num_neighbors"], args.get("replace", False), args.get("seed")
         if wants_attributes(args):
             return self._sample_by_attributes(args, tensors, csc, k, replace, seed)
         rows = self._ids(tensors, csc.dst)
@@ -356,17 +353,10 @@ class PartitionOps:
     def edge_index_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """Bytes of ``edge_index``'s answer (three int64 per edge)."""
         csc = self._csc_of(args)
-        start, stop = self._edge_page(args, csc.row.numel())
+        start, stop = page(args, csc.row.numel())
         answer = 24 * (stop - start)
         self._check_reply(answer, "edge_index", "ask for fewer edges per call ('count')")
         return answer
-
-    @staticmethod
-    def _edge_page(args: dict[str, Any], total: int) -> tuple[int, int]:
-        """``[start, stop)`` of the CSC positions ``edge_index`` asks for."""
-        start = int_arg(args, "start", 0, 0, total)
-        count = int_arg(args, "count", None, 0, 1 << 62)
-        return start, total if count is None else min(total, start + count)
 
     def degree(self, args: dict[str, Any], tensors: list[Tensor]) -> Result:
         """In-degrees of the part's nodes for ``edge_type``: tensors
@@ -390,7 +380,7 @@ class PartitionOps:
         result's ``total`` is the part's edge count."""
         csc = self._csc_of(args)
         total = csc.row.numel()
-        start, stop = self._edge_page(args, total)
+        start, stop = page(args, total)
         self._check_reply(24 * (stop - start), "edge_index",
                           "ask for fewer edges per call ('count')")
         if start == 0 and stop == total:

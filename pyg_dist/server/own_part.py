@@ -25,7 +25,7 @@ from torch import Tensor
 from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc.admission import RunningCharge, running_charge
 from pyg_dist.rpc.config import RpcConfig
-from pyg_dist.rpc.messages import Reply
+from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
 
 Result = tuple[dict[str, Any], list[Tensor]]

@@ -21,8 +21,8 @@ from pyg_dist.errors import (
 )
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.plugins import PluginRegistry, default_registry
+from pyg_dist.protocol.ops import PARTITION_OPS, SAMPLE_TREE
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE
 from pyg_dist.rpc.server import RpcServer
 from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.server.embedding_checkpoint import EmbeddingCheckpoint

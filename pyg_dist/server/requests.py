@@ -1,6 +1,7 @@
-"""What a partition server request may say, checked: the part's id lookups
-(global id -> local row, per node type), its CSC per edge type, and the
-typed arguments of the ops (edge types, node types, bounded ints, fan-out).
+"""What a partition server request may say, checked against the part: its id
+lookups (global id -> local row, per node type), its CSC per edge type, the
+pages, attributes and per-entry sizes a request names. The arguments' types
+were checked before the handler ran (:mod:`pyg_dist.protocol.schema`).
 
 Every check raises :class:`~pyg_dist.errors.ProtocolError` (malformed) or
 :class:`~pyg_dist.errors.StoreError` (ids this part does not hold); no wire
@@ -92,20 +93,6 @@ class LocalIndex:
         return rows
 
 
-def output_positions(positions: Tensor, count: int, op: str) -> Tensor:
-    """The output rows of a placed request (``get``, ``emb_read`` with
-    ``place``): a 1-D int64 tensor of one entry per id.
-
-    Raises:
-        ProtocolError: naming ``op``, if it is anything else.
-    """
-    if positions.dtype != torch.int64 or positions.dim() != 1 or positions.numel() != count:
-        raise ProtocolError(f"the output rows of a placed {op!r} must be a 1-D int64 tensor "
-                            f"of one entry per id ({count}), got {positions.dtype} of shape "
-                            f"{list(positions.shape)}")
-    return positions
-
-
 def check_range(ids: Tensor, num_nodes: int, what: str = "node") -> None:
     if ids.numel():
         low, high = (int(v) for v in torch.aminmax(ids))
@@ -125,40 +112,23 @@ class Csc:
 
 
 def edge_type_arg(value: Any) -> Any:
-    """``None`` or a ``[src, rel, dst]`` list from msgpack -> store key."""
-    if value is None:
-        return None
-    if isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ProtocolError(f"edge_type must be nil or [src, rel, dst] strings, "
-                        f"got {describe(value)}")
+    """``None`` or a ``[src, rel, dst]`` list from msgpack (its form checked
+    by the op's schema) -> store key."""
+    return None if value is None else tuple(value)
 
 
-def group_arg(value: Any) -> Optional[str]:
-    if value is None or isinstance(value, str):
-        return value
-    raise ProtocolError(f"group must be nil or a node type string, got {describe(value)}")
+def page(args: dict[str, Any], total: int) -> tuple[int, int]:
+    """``[start, stop)`` of the ``total`` positions a paged request (``start``,
+    ``count``) asks for.
 
+    Raises:
+        ProtocolError: if ``start`` lies past the end.
+    """
+    start, count = args.get("start", 0), args.get("count")
+    if start > total:
+        raise ProtocolError(f"argument 'start' must be an int in [0, {total}], got {start}")
+    return start, total if count is None else min(total, start + count)
 
-def int_arg(args: dict[str, Any], name: str, default: Any, low: int, high: int) -> Any:
-    value = args.get(name, default)
-    if value is None and default is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ProtocolError(f"argument {name!r} must be an int in [{low}, {high}], "
-                            f"got {describe(value)}")
-    return value
-
-
-def fan_out(args: dict[str, Any]) -> tuple[int, bool]:
-    """``num_neighbors`` (required, ``-1``: all) and ``replace`` of a ``sample``."""
-    k = int_arg(args, "num_neighbors", None, -1, 1 << 31)
-    if k is None:
-        raise ProtocolError("argument 'num_neighbors' is required")
-    replace = args.get("replace", False)
-    if not isinstance(replace, bool):
-        raise ProtocolError(f"argument 'replace' must be a bool, got {describe(replace)}")
-    return k, replace
 
 def sampled_count(deg: Tensor, k: int, replace: bool) -> int:
     """Exact number of neighbours ``sample`` returns for these degrees."""
@@ -202,10 +172,7 @@ def attrs_arg(args: dict[str, Any], specs: dict[str, dict[str, Any]], noun: str,
         noun: What an attribute is called in errors (``"feature"``).
         owner: Whose attributes they are (``"node type 'v0'"``).
     """
-    attrs = args.get("attrs")
-    if not isinstance(attrs, list) or not attrs or not all(isinstance(a, str) for a in attrs):
-        raise ProtocolError(f"argument 'attrs' must be a non-empty list of {noun} names, "
-                            f"got {describe(attrs)}")
+    attrs = args["attrs"]
     unknown = [a for a in attrs if a not in specs]
     if unknown:
         raise StoreError(f"unknown {noun}(s) {describe(unknown)} of {owner}; it has "
@@ -219,18 +186,17 @@ def split_by_sizes(args: dict[str, Any], tensors: list[Tensor], count: int, op: 
                    max_tensors: int = 1) -> list[list[Tensor]]:
     """The per-entry slices of a request that batches ``count`` entries (node
     types of ``get``, edge types of ``sample``): its ``sizes``
-    argument (one non-negative int per entry) cuts each of its 1 to
+    argument (one count per entry) cuts each of its 1 to
     ``max_tensors`` aligned 1-D tensors, entry after entry.
 
     Raises:
-        ProtocolError: on sizes of the wrong count or type, or tensors whose
-            length is not their sum.
+        ProtocolError: on sizes of the wrong count, or tensors whose length
+            is not their sum.
     """
     sizes = args.get("sizes")
-    if not isinstance(sizes, list) or len(sizes) != count or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
-        raise ProtocolError(f"argument 'sizes' must list one non-negative int per entry "
-                            f"({count}), got {describe(sizes)}")
+    if sizes is None or len(sizes) != count:
+        raise ProtocolError(f"argument 'sizes' must list one count per entry ({count}), got "
+                            f"{describe(sizes)}")
     total = sum(sizes)
     if not 1 <= len(tensors) <= max_tensors or any(
             t.dim() != 1 or t.numel() != total for t in tensors):

@@ -31,7 +31,6 @@ from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import (
-    TEMPORAL_STRATEGIES,
     AliasTable,
     build_alias_table,
     sample_time_sorted,
@@ -42,7 +41,6 @@ from pyg_dist.partitioning import PartitionReader
 from pyg_dist.partitioning.format import load_tensors, type_from_json
 from pyg_dist.rpc.wire_values import describe
 
-_MAX_NAME = 256
 _INT_TIME = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
@@ -63,16 +61,6 @@ class SampleRequest:
     seed_time: Optional[Tensor]
 
 
-def _name_arg(args: dict[str, Any], key: str) -> Optional[str]:
-    value = args.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 0 < len(value) <= _MAX_NAME:
-        raise ProtocolError(f"argument {key!r} must be nil or an attribute name (a string "
-                            f"of 1 to {_MAX_NAME} characters), got {describe(value)}")
-    return value
-
-
 def wants_attributes(args: dict[str, Any]) -> bool:
     """Whether a ``sample`` request names a weight or a time (the uniform
     path skips everything in this module otherwise)."""
@@ -80,38 +68,19 @@ def wants_attributes(args: dict[str, Any]) -> bool:
 
 
 def parse_request(args: dict[str, Any], tensors: list[Tensor]) -> SampleRequest:
-    """Checks the attribute arguments and the seed-time tensor of ``sample``.
-
-    Tensors: the seeds, then, with ``time_attr``, their times (1-D int64,
-    one per seed).
+    """The attribute arguments and the seed times of ``sample`` (their types,
+    and one int64 time per seed with ``time_attr``, checked by the op's
+    declaration, :data:`pyg_dist.protocol.ops.SAMPLE`).
 
     Raises:
-        ProtocolError: on a malformed name, strategy or seed-time tensor.
+        ProtocolError: on ``temporal_strategy`` ``"last"`` without a time.
     """
-    weight_attr, time_attr = _name_arg(args, "weight_attr"), _name_arg(args, "time_attr")
+    weight_attr, time_attr = args.get("weight_attr"), args.get("time_attr")
     strategy = args.get("temporal_strategy", "uniform")
-    if strategy not in TEMPORAL_STRATEGIES:
-        raise ProtocolError(f"argument 'temporal_strategy' must be one of "
-                            f"{list(TEMPORAL_STRATEGIES)}, got {describe(strategy)}")
-    expected = 2 if time_attr is not None else 1
-    if len(tensors) != expected:
-        raise ProtocolError(
-            f"'sample' takes {expected} tensor(s) here (the seeds"
-            f"{', then one int64 time per seed for time_attr' if expected == 2 else ''}), "
-            f"got {len(tensors)}")
-    seed_time = None
-    if time_attr is not None:
-        seed_time, seeds = tensors[1], tensors[0]
-        if seed_time.dtype != torch.int64 or seed_time.dim() != 1:
-            raise ProtocolError(f"seed times for time_attr {time_attr!r} must be a 1-D int64 "
-                                f"tensor, got {seed_time.dtype} of shape "
-                                f"{list(seed_time.shape)}")
-        if seed_time.numel() != seeds.numel():
-            raise ProtocolError(f"got {seed_time.numel()} seed times for {seeds.numel()} "
-                                f"seeds (time_attr {time_attr!r}); send one per seed")
-    elif strategy != "uniform":
+    if time_attr is None and strategy != "uniform":
         raise ProtocolError("temporal_strategy 'last' needs a time_attr")
-    return SampleRequest(weight_attr, time_attr, strategy, seed_time)
+    return SampleRequest(weight_attr, time_attr, strategy,
+                         tensors[1] if time_attr is not None else None)
 
 
 class SampleAttributes:

@@ -22,9 +22,9 @@ from typing import Any, Optional, Union
 from pyg_dist.discovery import SERVERS_ENV
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.malloc_tuning import tune_malloc as tune_process_malloc
+from pyg_dist.protocol.ops import META
 from pyg_dist.routing.id_router import Router
 from pyg_dist.routing.servers import ServerMeta, connect_router
-from pyg_dist.rpc.ops import META
 from pyg_dist.store.edge_fetch import EdgeFeatureFetcher
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore

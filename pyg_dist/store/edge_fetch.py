@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import StoreError
-from pyg_dist.rpc.ops import EDGE_IDS, GET_EDGES, wire_edge_type
+from pyg_dist.protocol.ops import EDGE_IDS, GET_EDGES, wire_edge_type
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 

@@ -34,9 +34,9 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.typing import FeatureTensorType
 
 from pyg_dist.errors import StoreError
+from pyg_dist.protocol.ops import GET
 from pyg_dist.routing.id_router import Router
 from pyg_dist.routing.servers import FeatureInfo
-from pyg_dist.rpc.ops import GET
 from pyg_dist.store.row_fetch import copy_rows, fetch_rows, row_request
 
 __all__ = ["FeatureInfo", "RemoteFeatureStore", "copy_rows", "edge_group_type",

@@ -36,8 +36,8 @@ from pyg_dist.errors import GraphKindMismatchError, StoreError
 from pyg_dist.hops.one_hop import Frontier, sample_hop
 from pyg_dist.hops.settings import HopSettings
 from pyg_dist.partitioning.type_keys import edge_type_key
+from pyg_dist.protocol.ops import DEGREE, EDGE_INDEX, SAMPLE, wire_edge_type
 from pyg_dist.routing.id_router import Router
-from pyg_dist.rpc.ops import DEGREE, EDGE_INDEX, SAMPLE, wire_edge_type
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from torch_geometric.loader import NeighborLoader
 
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.partitioning.writer import partition
-from pyg_dist.rpc.ops import reply_tensor_limit
+from pyg_dist.protocol.ops import SAMPLE
 from pyg_dist.store.connect import connect
 
 NODE_TYPES = 10
@@ -42,9 +42,9 @@ def _edges(batch, edge_type) -> set[tuple[int, int, int]]:
 
 def test_the_reply_limit_follows_the_request():
     edge_types = [["a", "r", "b"]] * EDGE_TYPES
-    assert reply_tensor_limit("sample", {"edge_types": edge_types}) == 3 * EDGE_TYPES
-    assert reply_tensor_limit("sample", {"edge_types": [None]}) == 64
-    assert reply_tensor_limit("sample", {"edge_types": "x" * 10**6}) == 64
+    assert SAMPLE.reply_tensor_limit({"edge_types": edge_types}) == 3 * EDGE_TYPES
+    assert SAMPLE.reply_tensor_limit({"edge_types": [None]}) == 64
+    assert SAMPLE.reply_tensor_limit({"edge_types": "x" * 10**6}) == 64
 
 
 @pytest.mark.slow

@@ -112,7 +112,7 @@ def test_creation_is_bounded_and_checked(one_part):
         ({"dim": 0}, "'dim' must be an int"),
         ({"dim": 1 << 20}, "'dim' must be an int"),
         ({"dtype": "float64"}, "'dtype' must be one of"),
-        ({"init": "normal"}, "'init' one of"),
+        ({"init": "normal"}, "'init' must be one of"),
         ({"group": "user"}, "no node type"),
         ({"dim": 1 << 16}, "cannot hold embedding table"),  # over the memory bound
     ]:

@@ -25,6 +25,7 @@ from torch_geometric.data import TensorAttr
 
 from pyg_dist.errors import ServerUnavailableError
 from pyg_dist.partitioning import PartitionReader
+from pyg_dist.protocol.ops import OPS
 from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.rpc.protocol import encode_request
 from pyg_dist.rpc.retrying import RetryingClient
@@ -65,7 +66,7 @@ def test_a_read_is_retried_until_a_restarted_server_answers(cora2_root, retrying
     with contextlib.ExitStack() as stack:
         proc, endpoint = stack.enter_context(serve_part(cora2_root, 1))
         # The control makes one attempt (the RPC client below the retry layer).
-        client = stack.enter_context(RetryingClient([endpoint], RETRY_CONFIG) if retrying
+        client = stack.enter_context(RetryingClient([endpoint], RETRY_CONFIG, OPS) if retrying
                                      else RpcClient([endpoint], RETRY_CONFIG))
         assert client.call(0, "meta").result["part"] == 1
 

@@ -24,7 +24,7 @@ from pyg_dist.errors import (
     SharedMemoryError,
 )
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.ops import OpSpec
+from pyg_dist.rpc.op_spec import OpSpec
 from pyg_dist.rpc.retrying import FirstAttempt, RetryingClient
 
 # Declared like the partition ops: "read" may be sent again, "write" not.

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from pyg_dist.errors import ProtocolError
+from pyg_dist.protocol.ops import OPS, SAMPLE
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.ops import SAMPLE
 from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.retrying import RetryingClient
 
@@ -78,7 +78,7 @@ def _lying_sample(args, tensors):
 def test_a_lying_server_over_real_sockets_fails_the_call_naming_it():
     with RpcServer({"sample": _lying_sample}, config=RpcConfig(workers=1),
                    name="liar") as liar, \
-            RetryingClient([liar.endpoint], RpcConfig(timeout=30)) as client:
+            RetryingClient([liar.endpoint], RpcConfig(timeout=30), OPS) as client:
         with pytest.raises(ProtocolError, match="neighbour counts") as info:
             client.call(0, "sample", ARGS, [SEEDS[:1]])
     assert info.value.address == liar.endpoint

@@ -19,8 +19,8 @@ from support.servers import serve_parts
 
 from pyg_dist.errors import ProtocolError, RemoteError, RpcError, SamplerError
 from pyg_dist.loader import DistNeighborLoader
+from pyg_dist.protocol.ops import SAMPLE_TREE
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.ops import SAMPLE_TREE
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.connect import connect
@@ -189,7 +189,7 @@ def test_malformed_trees_are_refused_and_the_server_keeps_serving(cora2_root):
 
 
 def test_a_lying_tree_is_refused_before_the_sampler_sees_it():
-    from pyg_dist.rpc.messages import Reply
+    from pyg_dist.rpc.protocol import Reply
 
     args, seeds = _tree_args([2], seed=1), [torch.tensor([4, 9])]
     node = torch.tensor([4, 9, 11])
@@ -361,7 +361,7 @@ def test_malformed_heterogeneous_trees_are_refused_and_the_server_keeps_serving(
 
 
 def test_a_lying_heterogeneous_tree_is_refused():
-    from pyg_dist.rpc.messages import Reply
+    from pyg_dist.rpc.protocol import Reply
 
     args = {"edge_types": [["a", "r", "b"]], "num_neighbors": [[1]], "seed_types": ["b"],
             "sizes": [1], "seed": 1}

@@ -156,7 +156,7 @@ BAD = {
     "unknown edge type": ("get_edges", {"attrs": ["edge_attr"], "edge_type": ["a", "b", "c"]},
                           lambda c: [_stored(c, 0)[:2]], "StoreError", "holds no edge type"),
     "malformed edge type": ("edge_ids", {"edge_type": ["a", 1]}, lambda c: [],
-                            "ProtocolError", "edge_type must be nil or [src, rel, dst]"),
+                            "ProtocolError", "argument 'edge_type' must be nil or [src, rel, dst]"),
     "edge_ids with tensors": ("edge_ids", {}, lambda c: [torch.tensor([1])],
                               "ProtocolError", "'edge_ids' takes 0 tensors, got 1"),
     "edge_ids start past the end": ("edge_ids", {"start": 10**9}, lambda c: [],

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from pyg_dist.errors import RemoteError
+from pyg_dist.protocol.ops import PARTITION_OPS, SAMPLE_TREE
 from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer
-from pyg_dist.rpc.ops import PARTITION_OPS, SAMPLE_TREE
 from pyg_dist.server import PartitionServer
 
 SEEDS = torch.arange(64)  # nodes of both parts (random partition)

@@ -1,4 +1,4 @@
-"""The op table (``pyg_dist/rpc/ops.py``) is the one declaration both ends
+"""The op table (``pyg_dist/protocol/ops.py``) is the one declaration both ends
 follow: the server answers exactly the declared ops and refuses requests
 that do not fit them, the trainer cannot build a call that does not, and
 the docs list every op."""
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from pyg_dist.errors import ProtocolError, RemoteError
+from pyg_dist.protocol.ops import GET, OPS, PARTITION_OPS, RPC_OPS, SAMPLE, declared
 from pyg_dist.rpc import RpcClient
-from pyg_dist.rpc.ops import GET, OPS, PARTITION_OPS, RPC_OPS, SAMPLE, declared
 from pyg_dist.server import PartitionServer
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

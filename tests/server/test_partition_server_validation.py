@@ -48,7 +48,7 @@ BAD_REQUESTS = {
     "2-d ids": ("sample", {"edge_types": [None], "num_neighbors": 2},
                 lambda p: [p.node_ids[:4].view(2, 2)],
                 "ProtocolError", "1-D int64"),
-    # Checked against the op table (pyg_dist.rpc.ops) before any handler runs.
+    # Checked against the op table (pyg_dist.protocol.ops) before any handler runs.
     "no ids": ("get", {"groups": [{"attrs": ["x"]}]}, lambda p: [], "ProtocolError",
                "'get' takes 1 to 2 tensors, got 0"),
     "an argument the op does not take": (
@@ -71,7 +71,7 @@ BAD_REQUESTS = {
                           lambda p: [p.node_ids[:2]],
                           "StoreError", "unknown feature(s) ['secret']"),
     "attrs not a list": ("get", {"groups": [{"attrs": "x"}]}, lambda p: [p.node_ids[:2]],
-                         "ProtocolError", "'attrs' must be"),
+                         "ProtocolError", "'get' argument 'groups'[0].attrs must be a list"),
     "fan-out below -1": ("sample", {"edge_types": [None], "num_neighbors": -5},
                          lambda p: [p.node_ids[:2]],
                          "ProtocolError", "'num_neighbors'"),

@@ -13,6 +13,7 @@ from support.servers import serve_part
 
 from pyg_dist.errors import ReplyBudgetError, ServerBusyError
 from pyg_dist.partitioning import PartitionReader
+from pyg_dist.protocol.ops import OPS
 from pyg_dist.rpc import RpcConfig
 from pyg_dist.rpc.retrying import RetryingClient
 
@@ -30,7 +31,7 @@ def test_an_answer_over_the_whole_budget_is_refused_at_once(cora2_root):
     # needs more than the whole budget.
     seeds = busiest[None].repeat(20000)
     with serve_part(cora2_root, 0, serve_args=ARGS) as (_, endpoint), \
-            RetryingClient([endpoint], RpcConfig(timeout=60)) as client:
+            RetryingClient([endpoint], RpcConfig(timeout=60), OPS) as client:
         start = time.monotonic()
         with pytest.raises(ReplyBudgetError) as info:
             client.call(0, "sample",

@@ -15,9 +15,9 @@ import pytest
 from support.handlers import HANDLERS
 
 from pyg_dist.errors import RpcTimeoutError, StoreError
+from pyg_dist.protocol.ops import STATS
 from pyg_dist.routing.id_router import Router
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.ops import STATS
 from pyg_dist.store.connect import SERVERS_ENV, connect
 
 

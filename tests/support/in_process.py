@@ -24,11 +24,11 @@ from typing import Any, Optional
 from torch import Tensor
 
 from pyg_dist.errors import RemoteError, remote_error
+from pyg_dist.protocol.ops import META, OPS, PARTITION_OPS
 from pyg_dist.routing.servers import parse_meta, router_over
 from pyg_dist.rpc import RpcConfig, protocol
 from pyg_dist.rpc.dispatch import Dispatch
-from pyg_dist.rpc.messages import ErrorReply, Reply
-from pyg_dist.rpc.ops import META, OPS, PARTITION_OPS
+from pyg_dist.rpc.protocol import ErrorReply, Reply
 from pyg_dist.rpc.retrying import FirstAttempt
 from pyg_dist.rpc.shm.serving import SegmentService
 from pyg_dist.server import PartitionServer

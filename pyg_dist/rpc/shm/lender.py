@@ -31,7 +31,7 @@ from typing import Any, Optional
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, RemoteError, SharedMemoryError
-from pyg_dist.rpc.messages import Reply
+from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.shm.files import ALIGN, MIN_BYTES, Segment, remove_stale_segments, this_host, view
 from pyg_dist.rpc.shm.lending import SegmentPool
 

@@ -1,31 +1,30 @@
 """How the reply of each op relates to its request: tensor counts, dtypes,
 lengths that must agree, indices that must point inside what was answered.
 
-:mod:`pyg_dist.rpc.ops` names one of these per op (``OpSpec.reply_check``);
+:mod:`pyg_dist.protocol.ops` names one of these per op (``OpSpec.reply_check``);
 the retry layer runs it on every reply before a caller sees it. Each
 returns ``None`` or what is wrong, in words.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
+from pyg_dist.rpc.op_spec import ReplyCheck
 from pyg_dist.rpc.wire_values import describe
 
-ReplyCheck = Callable[[dict[str, Any], list[Tensor], dict[str, Any], list[Tensor]],
-                      Optional[str]]
-"""``check(args, tensors, result, reply_tensors) -> None`` or what is wrong."""
 
-
-def _shape(t: Tensor) -> str:
+def shape_text(t: Tensor) -> str:
+    """A tensor's dtype and shape, for a message."""
     return f"{t.dtype} of shape {list(t.shape)}"
 
 
-def _count(expected: int, tensors: list[Tensor]) -> Optional[str]:
+def count_problem(expected: int, tensors: list[Tensor]) -> Optional[str]:
+    """What is wrong with the number of ``tensors``, if not ``expected``."""
     if len(tensors) != expected:
         return f"{len(tensors)} tensors, where {expected} were due"
     return None
@@ -34,11 +33,12 @@ def _count(expected: int, tensors: list[Tensor]) -> Optional[str]:
 def _rows(tensors: list[Tensor], num_rows: int) -> Optional[str]:
     for t in tensors:
         if t.dim() < 1 or t.shape[0] != num_rows:
-            return f"a tensor {_shape(t)}, where {num_rows} rows were asked for"
+            return f"a tensor {shape_text(t)}, where {num_rows} rows were asked for"
     return None
 
 
-def _ids_of(tensors: list[Tensor]) -> int:
+def ids_of(tensors: list[Tensor]) -> int:
+    """How many ids a request's first tensor holds (0 without tensors)."""
     return tensors[0].numel() if tensors else 0
 
 
@@ -49,18 +49,18 @@ def _hops(num_seeds: Sequence[int], fan_outs: Sequence[int], replace: bool,
     none negative; without replacement no edge twice for one seed), all 1-D
     integers. A lying peer's values must not reach a batch, nor make its
     reader allocate what it was not asked for."""
-    problem = _count(3 * len(num_seeds), reply)
+    problem = count_problem(3 * len(num_seeds), reply)
     if problem is not None:
         return problem
     for i, (seeds, k) in enumerate(zip(num_seeds, fan_outs)):
         counts, nbrs, eids = reply[3 * i: 3 * i + 3]
         if any(t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool
                for t in (counts, nbrs, eids)):
-            return (f"tensors {_shape(counts)}, {_shape(nbrs)}, {_shape(eids)}, where 1-D "
-                    f"integer ones were due")
+            return (f"tensors {shape_text(counts)}, {shape_text(nbrs)}, {shape_text(eids)}, "
+                    f"where 1-D integer ones were due")
         if counts.numel() != seeds:
             return f"{counts.numel()} counts for {seeds} seeds"
-        low, high = _bounds(counts)
+        low, high = bounds(counts)
         if counts.numel() and (low < 0 or (k >= 0 and high > k)):
             return (f"neighbour counts from {low} to {high}, where each lies in [0, {k}]"
                     if k >= 0 else f"a negative neighbour count ({low})")
@@ -76,7 +76,7 @@ def _hops(num_seeds: Sequence[int], fan_outs: Sequence[int], replace: bool,
     return None
 
 
-def _bounds(t: Tensor) -> tuple[int, int]:
+def bounds(t: Tensor) -> tuple[int, int]:
     """``(min, max)`` of a non-empty tensor in one pass (``(0, 0)`` if empty)."""
     if not t.numel():
         return 0, 0
@@ -105,78 +105,10 @@ def sample(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
            reply: list[Tensor]) -> Optional[str]:
     """Per edge type asked for, :func:`_hops`' three tensors (``sizes``
     seeds each; one edge type without ``sizes`` has them all)."""
-    sizes = list(args.get("sizes", [_ids_of(tensors)]))
+    sizes = list(args.get("sizes", [ids_of(tensors)]))
     k = args.get("num_neighbors")
     fan_outs = [_fan_out(v) for v in k] if isinstance(k, list) else [_fan_out(k)] * len(sizes)
     return _hops(sizes, fan_outs, args.get("replace") is True, reply)
-
-
-def tree(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
-         reply: list[Tensor]) -> Optional[str]:
-    """Per node type (``result["node_types"]``; ``[nil]`` for a homogeneous
-    graph) its nodes, per edge type (the request's; nil joins the nil node
-    type to itself) ``row``, ``col`` (int32 indices into its source's and
-    its destination's nodes) and ``edge``, then the per-hop counts,
-    flattened (empty for an induced subgraph), and, when disjoint, per node
-    type its ``batch``; all 1-D int64 but ``row`` and ``col``. The seeds come
-    first in their types' nodes, and the per-hop counts add up to the nodes
-    and edges of every type, its seeds first."""
-    node_types = result.get("node_types")
-    if not isinstance(node_types, list) or \
-            not all(t is None or isinstance(t, str) for t in node_types):
-        return f"node types {describe(node_types)}"
-    edge_types = [None if t is None else tuple(t) for t in args["edge_types"]]
-    num_types, num_edge_types = len(node_types), len(edge_types)
-    disjoint = args.get("disjoint") is True
-    problem = _count(num_types * (2 if disjoint else 1) + 3 * num_edge_types + 2, reply)
-    if problem is not None:
-        return problem
-    nodes = dict(zip(node_types, reply[:num_types]))
-    per_edge = reply[num_types:num_types + 3 * num_edge_types]
-    per_hop_nodes, per_hop_edges = reply[num_types + 3 * num_edge_types:][:2]
-    # row and col index into the nodes: int32 halves their bytes.
-    dtypes = [torch.int64] * num_types + [torch.int32, torch.int32, torch.int64] * \
-        num_edge_types + [torch.int64] * (len(reply) - num_types - 3 * num_edge_types)
-    if any(t.dim() != 1 or t.dtype != d for t, d in zip(reply, dtypes)):
-        return (f"tensors {[_shape(t) for t in reply][:8]}, where 1-D ones of "
-                f"{[str(d) for d in dtypes][:8]} were due")
-    seeds = dict(zip(args["seed_types"], args.get("sizes", [_ids_of(tensors)])))
-    start = 0
-    for node_type, size in seeds.items():
-        node = nodes.get(node_type)
-        if node is None or node.numel() < size or \
-                not torch.equal(node[:size], tensors[0][start:start + size]):
-            return f"{describe(node_type)} nodes that do not start with its {size} seeds"
-        start += size
-    edge_counts = []
-    for edge_type, (row, col, edge) in zip(edge_types, zip(*[iter(per_edge)] * 3)):
-        src, dst = (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
-        if src not in nodes or dst not in nodes:
-            return f"no nodes of {describe(src)} or {describe(dst)} for edge type {edge_type}"
-        if row.numel() != col.numel() or row.numel() != edge.numel():
-            return f"{row.numel()} rows, {col.numel()} columns and {edge.numel()} edge ids"
-        for name, index, node_type in (("row", row, src), ("col", col, dst)):
-            low, high = _bounds(index)
-            if index.numel() and not 0 <= low <= high < nodes[node_type].numel():
-                return f"{name} entries of {edge_type} outside its {describe(node_type)} nodes"
-        edge_counts.append(row.numel())
-    if disjoint and any(b.numel() != nodes[t].numel()
-                        for t, b in zip(node_types, reply[-num_types:])):
-        return "batch entries that do not match the nodes of their type"
-    if args.get("subgraph") == "induced":
-        return None if not per_hop_nodes.numel() and not per_hop_edges.numel() else \
-            "per-hop counts for an induced subgraph"
-    hops = len(args["num_neighbors"][0]) if args["num_neighbors"] else 0
-    if per_hop_nodes.numel() != num_types * (hops + 1) or \
-            per_hop_edges.numel() != num_edge_types * hops:
-        return (f"{per_hop_nodes.numel()} per-hop node and {per_hop_edges.numel()} edge "
-                f"counts for {num_types} node and {num_edge_types} edge types over {hops} hops")
-    per_type = per_hop_nodes.view(num_types, hops + 1)
-    if per_type.sum(1).tolist() != [nodes[t].numel() for t in node_types] or \
-            per_hop_edges.view(num_edge_types, hops).sum(1).tolist() != edge_counts or \
-            per_type[:, 0].tolist() != [seeds.get(t, 0) for t in node_types]:
-        return "per-hop counts that do not add up to the nodes and edges of every type"
-    return None
 
 
 def get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
@@ -191,8 +123,8 @@ def get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
                     f"where it wrote its rows in place")
         return None
     groups = args["groups"]
-    sizes = args.get("sizes", [_ids_of(tensors)])
-    problem = _count(sum(len(g["attrs"]) for g in groups), reply)
+    sizes = args.get("sizes", [ids_of(tensors)])
+    problem = count_problem(sum(len(g["attrs"]) for g in groups), reply)
     start = 0
     for group, size in zip(groups, sizes):
         if problem is not None:
@@ -206,17 +138,17 @@ def get(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
 def get_edges(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
               reply: list[Tensor]) -> Optional[str]:
     """One tensor per attribute, a row per edge id."""
-    return _count(len(args["attrs"]), reply) or _rows(reply, _ids_of(tensors))
+    return count_problem(len(args["attrs"]), reply) or _rows(reply, ids_of(tensors))
 
 
 def aligned(count: int) -> ReplyCheck:
     """``count`` 1-D tensors of one length."""
     def check(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
               reply: list[Tensor]) -> Optional[str]:
-        problem = _count(count, reply)
+        problem = count_problem(count, reply)
         if problem is None and any(t.dim() != 1 or t.numel() != reply[0].numel()
                                    for t in reply):
-            problem = f"tensors {[_shape(t) for t in reply]}, where 1-D ones of one length " \
+            problem = f"tensors {[shape_text(t) for t in reply]}, where 1-D ones of one length " \
                       f"were due"
         return problem
     return check
@@ -240,7 +172,8 @@ def rows_of_ids(args: dict[str, Any], tensors: list[Tensor], result: dict[str, A
             return (f"{len(reply)} tensors and placed={describe(result.get('placed'))}, "
                     f"where it wrote its rows in place")
         return None
-    problem = _count(1, reply) or _rows(reply, _ids_of(tensors))
+    problem = count_problem(1, reply) or _rows(reply, ids_of(tensors))
     if problem is None and (reply[0].dim() != 2 or reply[0].shape[1] != result["dim"]):
-        problem = f"a tensor {_shape(reply[0])}, where rows of {describe(result['dim'])} were due"
+        problem = (f"a tensor {shape_text(reply[0])}, where rows of {describe(result['dim'])} "
+                   f"were due")
     return problem
