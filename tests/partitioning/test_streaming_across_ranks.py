@@ -114,15 +114,18 @@ def test_rank_chunks_split_the_edges_between_the_ranks_in_order(tmp_path):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_every_rank_ends_with_the_same_balanced_book_every_run(tmp_path, world):
+def test_every_rank_ends_with_the_same_balanced_book_every_run(tmp_path, monkeypatch, world):
+    import pyg_dist_plugins.partitioners.streaming as streaming
+
+    monkeypatch.setattr(streaming, "ROUND_NODES", 100)  # rounds inside a chunk too
     graph = _blocks(tmp_path)
     books, rounds = _across(graph, world)
     assert all(np.array_equal(books[0], b) for b in books[1:])
     again, _ = _across(graph, world)
     assert np.array_equal(books[0], again[0])
-    # 3 passes, each a round per chunk of the largest share (two files of
-    # 10,000 edges: 10 chunks) and one in which no rank had a chunk left.
-    assert rounds == 3 * (10 + 1)
+    # 3 passes over the largest share (two files of 10,000 edges: 10 chunks
+    # of 2,000): more rounds than chunks.
+    assert rounds > 3 * 10
     counts = np.bincount(books[0].astype(np.int64), minlength=4)
     assert counts.sum() == NUM_NODES and counts.max() <= 1.05 * NUM_NODES / 4 + world
     train = np.load(tmp_path / "nodes" / "train_mask.npy")

@@ -17,17 +17,19 @@ never seen in an edge is placed at the end, on the least loaded parts
 nodes of a chunk.
 
 Across the ranks of a torchrun job (``assigns_across_ranks``), every rank
-streams its own range of the edge files and the ranks proceed in rounds, a
-chunk each: a rank places its chunk's nodes against the assignment as the
-round began, with ``1 / world_size`` of every part's remaining room (so the
-round's placements together stay within the capacities); then the ranks
-exchange what they placed (``stream.exchange``) and every rank applies all of
-it in rank order, a node placed by two ranks going where the lower rank put
-it. Every rank then holds the same assignment and loads. The result is
-deterministic for a seed, a chunk size and a number of ranks, but differs
-from one host's: a rank does not see, within a round, what the others place
-(the nodes of a round decide blind to each other, as a batch does), and the
-edges arrive in another order. On one host (``world_size`` 1) it is the
+streams its own range of the edge files and the ranks proceed in rounds of
+:data:`ROUND_NODES` nodes visited per rank: a rank places its nodes against
+the assignment as the round began, with ``1 / world_size`` of every part's
+remaining room (so the round's placements together stay within the
+capacities); then the ranks exchange what they placed (``stream.exchange``)
+and every rank applies all of it in rank order, a node placed by two ranks
+going where the lower rank put it (and nodes past a part's capacity, which
+the ranks' placements together may exceed, to the least loaded parts). Every
+rank then holds the same assignment and loads. The result is deterministic
+for a seed, a chunk size, the files and a number of ranks, but differs from
+one host's: a rank does not see, within a round, what the others place (the
+nodes of a round decide blind to each other, as a batch's do), and the edges
+arrive in another order. On one host (``world_size`` 1) it is the
 one-host assignment exactly.
 """
 
@@ -126,23 +128,18 @@ class StreamingPartitioner:
     def _stream_pass(self, state: _State,
                      chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
                      first_pass: bool, rounds: Optional[_Rounds]) -> None:
-        """One pass over the chunks; across ranks, a round per chunk until
-        every rank has streamed its share."""
-        if rounds is None:
-            for src, dst in chunks():
-                self._visit_chunk(state, src, dst, first_pass=first_pass)
-            return
-        items = chunks()
-        more = True
-        while more:
-            item = next(items, None)
+        """One pass over the chunks; across ranks, a round every
+        :data:`ROUND_NODES` nodes a rank visits, until every rank has
+        streamed its share."""
+        if rounds is not None:
             rounds.begin(state)
-            if item is not None:
-                self._visit_chunk(state, item[0], item[1], first_pass=first_pass)
-            more = rounds.finish(state, item is not None)
+        for src, dst in chunks():
+            self._visit_chunk(state, src, dst, first_pass, rounds)
+        if rounds is not None:
+            rounds.end(state)
 
     def _visit_chunk(self, state: _State, src: np.ndarray, dst: np.ndarray,
-                     first_pass: bool) -> None:
+                     first_pass: bool, rounds: Optional[_Rounds] = None) -> None:
         """Places (first pass) or reconsiders (later passes) the chunk's
         nodes, a batch at a time."""
         # Both directions, grouped by node (segments of the sorted sources
@@ -169,8 +166,15 @@ class StreamingPartitioner:
         # a batch must stay a small share of the graph.
         step = int(min(_BATCH, max(32, state.part.size // 256)))
         for s in range(0, nodes.size, step):
-            state.place(nodes[s:s + step], lo[s:s + step], hi[s:s + step], v,
-                        move=not first_pass)
+            batch, b_lo, b_hi = nodes[s:s + step], lo[s:s + step], hi[s:s + step]
+            if rounds is not None and first_pass:
+                # Another rank may have placed some since the chunk began.
+                keep = state.part[batch] == _UNSET
+                batch, b_lo, b_hi = batch[keep], b_lo[keep], b_hi[keep]
+            if batch.size:
+                state.place(batch, b_lo, b_hi, v, move=not first_pass)
+            if rounds is not None:
+                rounds.visited(state, batch.size)
 
 
 def _mix(ids: np.ndarray, seed: int) -> np.ndarray:
@@ -275,18 +279,24 @@ class _State:
                 chosen[i] = target
                 load[target] += 1
 
-    def apply(self, nodes: np.ndarray, parts: np.ndarray) -> None:
-        """Puts ``nodes`` (placed or not) in ``parts``, keeping the loads."""
+    def apply_within_capacity(self, nodes: np.ndarray, parts: np.ndarray) -> None:
+        """Puts ``nodes`` (placed or not) in ``parts`` (changed in place),
+        keeping the loads: another rank's placements of the same round may
+        have filled a part, and nodes past its capacity go to the least
+        loaded parts instead, as within a batch."""
         if not nodes.size:
             return
         old = self.part[nodes].astype(np.int64)
         was = old != _UNSET
-        self.size += np.bincount(parts, minlength=self.k) - np.bincount(old[was],
-                                                                        minlength=self.k)
-        if self.train is not None:
-            is_train = self.train[nodes]
-            self.train_size += (np.bincount(parts[is_train], minlength=self.k)
-                                - np.bincount(old[was & is_train], minlength=self.k))
+        is_train = self.train[nodes] if self.train is not None else None
+        self.size -= np.bincount(old[was], minlength=self.k)
+        self._spread(parts, np.ones(parts.size, dtype=bool), self.size,
+                     np.full(self.k, self.cap))
+        if is_train is not None:
+            self.train_size -= np.bincount(old[was & is_train], minlength=self.k)
+            self._spread(parts, is_train, self.train_size, np.full(self.k, self.train_cap))
+            self.train_size += np.bincount(parts[is_train], minlength=self.k)
+        self.size += np.bincount(parts, minlength=self.k)
         self.part[nodes] = parts
 
     def place_rest(self) -> None:
@@ -305,6 +315,13 @@ class _State:
         self.size += np.bincount(fill, minlength=self.k)
 
 
+ROUND_NODES = 8192
+"""Nodes a rank visits between two exchanges when partitioning across
+ranks: the ranks' placements of one round are blind to each other (as a
+batch's nodes are), so a round must stay a small share of the graph; a round
+costs an all-gather (about a millisecond on a LAN)."""
+
+
 class _Rounds:
     """The rounds of a pass across ranks (see the module docstring): what this
     rank placed in a round is undone, exchanged, and every rank's placements
@@ -320,6 +337,8 @@ class _Rounds:
                  world_size: int) -> None:
         self.exchange, self.world = exchange, world_size
         self._size = self._train_size = np.zeros(0)
+        self._visited = 0
+        self.count = 0  # rounds so far
 
     def begin(self, state: _State) -> None:
         """Starts a round: this rank may fill ``1 / world_size`` of the room
@@ -329,11 +348,29 @@ class _Rounds:
         state.train_limit = state.train_size + np.maximum(
             0.0, state.train_cap - state.train_size) / self.world
         state.log = []
+        self._visited = 0
 
-    def finish(self, state: _State, streamed: bool) -> bool:
+    def visited(self, state: _State, nodes: int) -> None:
+        """Counts a batch; ends the round and starts the next after
+        :data:`ROUND_NODES` nodes."""
+        self._visited += nodes
+        # A small graph gets small rounds: a round stays about 1/64 of it.
+        if self._visited >= max(32, min(ROUND_NODES, state.part.size // 64)):
+            self._sync(state, active=True)
+            self.begin(state)
+
+    def end(self, state: _State) -> None:
+        """Ends the pass: rounds go on (this rank sending only what it placed
+        last) until no rank has edges left to stream in it."""
+        while self._sync(state, active=False):
+            self.begin(state)
+        state.limit = np.full(state.k, state.cap)
+        state.train_limit = np.full(state.k, state.train_cap)
+        state.log = None
+
+    def _sync(self, state: _State, active: bool) -> bool:
         """Ends a round: exchanges the placements, applies every rank's;
-        returns whether some rank streamed a chunk in it (another round
-        follows then).
+        returns whether some rank is still streaming (``active``).
 
         Raises:
             InvalidPartitionArgumentError: a rank sent a malformed message.
@@ -345,15 +382,14 @@ class _Rounds:
         if log:  # undo this rank's placements: all ranks' are applied alike below
             state.part[nodes] = np.concatenate([e[1] for e in log])
         state.size, state.train_size = self._size, self._train_size
-        state.limit = np.full(state.k, state.cap)
-        state.train_limit = np.full(state.k, state.train_cap)
-        got = self.exchange(np.concatenate([[int(streamed)], nodes, chosen]))
+        got = self.exchange(np.concatenate([[int(active)], nodes, chosen]))
+        self.count += 1
         taken = np.zeros(0, np.int64)
         for message in got:
             placed, parts = _placements(message, state.part.size, state.k)
             keep = ~np.isin(placed, taken)
-            placed, parts = placed[keep], parts[keep]
-            state.apply(placed, parts)
+            placed, parts = placed[keep], parts[keep].copy()
+            state.apply_within_capacity(placed, parts)
             taken = np.concatenate([taken, placed])
         return any(int(m[0]) for m in got if m.size)
 
