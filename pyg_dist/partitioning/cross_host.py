@@ -127,6 +127,12 @@ def partition_files_across_ranks(
     Returns:
         The ``meta.json`` written (the same on every rank).
 
+    A rank that fails stops every rank within seconds, each raising an error
+    that names it (:mod:`~pyg_dist.partitioning.rank_failure`); the process
+    group is then destroyed on every rank. For the run's duration SIGTERM
+    raises in the main thread (so that the failure path runs); the previous
+    handler is restored after.
+
     Raises:
         InvalidPartitionArgumentError: no process group, or as
             :func:`~pyg_dist.partitioning.out_of_core.partition_files`.
@@ -192,6 +198,8 @@ def _assign_book(plugin: Any, graph: FileGraph, num_parts: int, budget: Any) -> 
             getattr(plugin, "assign_stream", None)):
         # A round also holds every rank's placements (16 bytes a node of a chunk).
         chunk = agree_min(budget.chunk_rows(ASSIGN_BYTES_PER_EDGE + 32 * dist.get_world_size()))
+        logger.info("assigning with %s on every rank, chunks of %d edges",
+                    type(plugin).__name__, chunk)
         stream = EdgeStream(graph, chunk, dist.get_rank(), dist.get_world_size(), gather_arrays)
         node_part = assign_parts(plugin, graph, num_parts, chunk, budget.limit, stream)
         _check_same_book(node_part, type(plugin).__name__)
@@ -213,7 +221,7 @@ def _check_same_book(node_part: np.ndarray, name: str) -> None:
     Raises:
         PartitionError: naming the plugin.
     """
-    digest = hashlib.blake2b(node_part.data, digest_size=7).digest()
+    digest = hashlib.blake2b(np.ascontiguousarray(node_part).data, digest_size=7).digest()
     mine = torch.tensor([int.from_bytes(digest, "little")], dtype=torch.int64)
     low, high = mine.clone(), mine.clone()
     dist.all_reduce(low, op=dist.ReduceOp.MIN)
