@@ -8,8 +8,8 @@ rank ``k % world_size``.
 
 1. **assign**: a partitioner that sets ``assigns_across_ranks`` (``hash``,
    ``random``, ``streaming``) runs on every rank, each streaming its range of
-   the edge files and exchanging what it places every chunk; others run on
-   rank 0 (as one host would), which broadcasts the book.
+   the edge files and exchanging what it places every few thousand nodes;
+   others run on rank 0 (as one host would), which broadcasts the book.
 2. **nodes**: rank ``r`` reads the ``r``-th range of node ids in windows and
    sends every owned row, with its node id and its row in the owner's node
    file, to the rank that writes that part (``all_to_all_single``).
