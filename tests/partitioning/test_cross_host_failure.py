@@ -41,6 +41,10 @@ _RANK = textwrap.dedent("""
         registry = PluginRegistry([EntryPoint("signalled", "signalled_partitioner:Signalled",
                                               PARTITIONERS)])
         partitioner, options = "signalled", {"signum": case}
+    if case == "different-books":
+        registry = PluginRegistry([EntryPoint("by-rank", "signalled_partitioner:ByRank",
+                                              PARTITIONERS)])
+        partitioner = "by-rank"
     if case == "root-not-writable" and rank == 1:
         root = str(Path(root).parent / "a-file" / "out")
     try:
@@ -66,6 +70,11 @@ _SIGNALLED = textwrap.dedent("""
                 os.kill(os.getpid(), getattr(signal, self.signum))
                 time.sleep(60)  # the handler raises here
             return super().assign_stream(stream, num_parts)
+
+    # Breaks the contract of assigns_across_ranks: another book on every rank.
+    class ByRank(HashPartitioner):
+        def assign_stream(self, stream, num_parts):
+            return HashPartitioner(seed=stream.rank).assign_stream(stream, num_parts)
 """)
 
 
@@ -155,5 +164,18 @@ def test_a_rank_that_fails_stops_every_rank_at_once(tmp_path, case, says):
     elif case == "SIGINT":
         assert own.startswith("KeyboardInterrupt"), own
     # Nothing left behind: no ROOT, no staging directory, no probe file.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a-file", "files", "rank.py", "reports", "signalled_partitioner.py"]
+
+
+@pytest.mark.slow
+def test_a_plugin_that_returns_another_book_on_each_rank_fails_every_rank(tmp_path):
+    _source(tmp_path)
+    (tmp_path / "a-file").write_text("not a directory")
+    codes, _, errs = _run_ranks(tmp_path, "different-books")
+    assert codes[0] != 0 and codes[1] != 0, errs
+    for rank in (0, 1):
+        told = (tmp_path / "reports" / f"rank-{rank}").read_text()
+        assert "ByRank returned different parts on the ranks" in told, told
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "a-file", "files", "rank.py", "reports", "signalled_partitioner.py"]
