@@ -196,8 +196,9 @@ def _assign_book(plugin: Any, graph: FileGraph, num_parts: int, budget: Any) -> 
     """
     if getattr(plugin, "assigns_across_ranks", False) is True and callable(
             getattr(plugin, "assign_stream", None)):
-        # A round also holds every rank's placements (16 bytes a node of a chunk).
-        chunk = agree_min(budget.chunk_rows(ASSIGN_BYTES_PER_EDGE + 32 * dist.get_world_size()))
+        # A round's placements (16 bytes a node, a few thousand nodes from each
+        # rank) are small beside a chunk: the chunk is one host's.
+        chunk = agree_min(budget.chunk_rows(ASSIGN_BYTES_PER_EDGE))
         logger.info("assigning with %s on every rank, chunks of %d edges",
                     type(plugin).__name__, chunk)
         stream = EdgeStream(graph, chunk, dist.get_rank(), dist.get_world_size(), gather_arrays)
