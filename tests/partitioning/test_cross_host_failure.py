@@ -1,5 +1,5 @@
 """A rank of a cross-host partitioning run that fails stops every rank within
-seconds, not at gloo's timeout: two real ranks (processes, gloo on
+seconds, not at gloo's timeout: two (once three) real ranks (processes, gloo on
 loopback) where rank 1 alone meets a real problem (edge ids out of range in
 the one parquet file only it reads, a ROOT it cannot create, SIGTERM,
 Ctrl-C). Both exit non-zero, rank 0's error names rank 1 and what went
@@ -33,9 +33,10 @@ _RANK = textwrap.dedent("""
     from pyg_dist.partitioning.cross_host import partition_files_across_ranks
     from pyg_dist.plugins import PARTITIONERS, PluginRegistry
 
-    rank, port, source, root, reports, case = int(sys.argv[1]), *sys.argv[2:]
+    rank, world, port, source, root, reports, case = (int(sys.argv[1]), int(sys.argv[2]),
+                                                       *sys.argv[3:])
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2, timeout=datetime.timedelta(seconds=600))
+                            world_size=world, timeout=datetime.timedelta(seconds=600))
     partitioner, registry, options = "hash", None, {}
     if case in ("SIGTERM", "SIGINT"):
         registry = PluginRegistry([EntryPoint("signalled", "signalled_partitioner:Signalled",
@@ -105,7 +106,8 @@ def _source(tmp_path: Path) -> Path:
     return source
 
 
-def _run_ranks(tmp_path: Path, case: str) -> tuple[list[int], list[float], list[str]]:
+def _run_ranks(tmp_path: Path, case: str, world: int = 2
+               ) -> tuple[list[int], list[float], list[str]]:
     """Starts both ranks, waits for both (stopping them whatever happens);
     returns their exit codes, when each ended and their stderr."""
     script, reports = tmp_path / "rank.py", tmp_path / "reports"
@@ -114,11 +116,11 @@ def _run_ranks(tmp_path: Path, case: str) -> tuple[list[int], list[float], list[
     reports.mkdir()
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    procs = [subprocess.Popen([sys.executable, str(script), str(rank), str(port),
+    procs = [subprocess.Popen([sys.executable, str(script), str(rank), str(world), str(port),
                                str(tmp_path / "files"), str(tmp_path / "out"), str(reports),
                                case], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for rank in (0, 1)]
-    ended: list[float] = [0.0, 0.0]
+                              text=True, env=env) for rank in range(world)]
+    ended: list[float] = [0.0] * world
     try:
         deadline = time.monotonic() + 240
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -177,5 +179,23 @@ def test_a_plugin_that_returns_another_book_on_each_rank_fails_every_rank(tmp_pa
     for rank in (0, 1):
         told = (tmp_path / "reports" / f"rank-{rank}").read_text()
         assert "ByRank returned different parts on the ranks" in told, told
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a-file", "files", "rank.py", "reports", "signalled_partitioner.py"]
+
+
+@pytest.mark.slow
+def test_with_three_ranks_every_other_rank_names_the_one_that_failed(tmp_path):
+    """Rank 2 alone reads the bad file (the third of three); ranks 0 and 1
+    may wait on each other rather than on rank 2: each rank that stops
+    destroys its group in turn, so all stop, and both name rank 2."""
+    _source(tmp_path)
+    (tmp_path / "a-file").write_text("not a directory")
+    codes, ended, errs = _run_ranks(tmp_path, "bad-shard", world=3)
+    assert all(code != 0 for code in codes), errs
+    assert max(ended) - ended[2] < 30, errs
+    for rank in (0, 1):
+        told = (tmp_path / "reports" / f"rank-{rank}").read_text()
+        assert told.startswith("PartitionError: rank 2 of 3 failed: "), told
+        assert "part-00002.parquet" in told, told
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "a-file", "files", "rank.py", "reports", "signalled_partitioner.py"]
