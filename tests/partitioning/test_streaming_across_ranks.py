@@ -1,6 +1,6 @@
 """The ``streaming`` partitioner across ranks (``assigns_across_ranks``):
 each rank streams its share of the edge files and the ranks exchange their
-placements every chunk through ``EdgeStream.exchange``. Here the ranks are
+placements in rounds through ``EdgeStream.exchange``. Here the ranks are
 threads and the exchange an all-gather between them (the contract a plugin
 sees; ``test_cross_host.py`` runs it over gloo between processes): every
 rank ends with the same book, the same one on every run, balanced, and
