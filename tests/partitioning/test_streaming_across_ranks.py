@@ -4,7 +4,7 @@ placements in rounds through ``EdgeStream.exchange``. Here the ranks are
 threads and the exchange an all-gather between them (the contract a plugin
 sees; ``test_cross_host.py`` runs it over gloo between processes): every
 rank ends with the same book, the same one on every run, balanced, and
-with a cut far below ``hash``'s on a graph with communities."""
+with a cut below ``hash``'s and near one host's on a graph with communities."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def test_across_ranks_cuts_fewer_edges_than_hash_and_about_what_one_host_cuts(tm
     hashed = HashPartitioner().assign_stream(EdgeStream(graph, 2000), 4)
     across, alone, hashed_cut = _cut(graph, books[0]), _cut(graph, one_host), \
         _cut(graph, hashed)
-    # Measured: 0.47 across two ranks, 0.44 on one host, 0.73 with hash.
+    # Measured: 0.437 across two ranks, 0.438 on one host, 0.73 with hash.
     assert across <= 0.75 * hashed_cut and across <= alone + 0.1, (across, alone, hashed_cut)
 
 
