@@ -152,8 +152,8 @@ def _run_across_ranks(args: argparse.Namespace, root: str, limit: Any,
             "--distributed")
     owned = not dist.is_initialized()
     if owned:
-        # A rank that fails leaves the others in a collective: they give up
-        # after this long instead of hanging.
+        # A rank that fails stops the others within seconds; this timeout
+        # is for a rank that hangs (or a host that vanishes without a reset).
         dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
     try:
         meta = partition_files_across_ranks(
@@ -161,7 +161,8 @@ def _run_across_ranks(args: argparse.Namespace, root: str, limit: Any,
             memory_limit=limit, overwrite=args.overwrite, progress=not args.no_progress,
             graph_name=args.name or args.from_dir, **options)
     finally:
-        if owned:
+        # A rank that fails destroys the group itself (pyg_dist.partitioning.rank_failure).
+        if owned and dist.is_initialized():
             dist.destroy_process_group()
     if int(os.environ["RANK"]) == 0:
         print(f"wrote {root}")

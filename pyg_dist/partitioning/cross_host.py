@@ -6,8 +6,10 @@ Every rank of an initialized ``torch.distributed`` group (gloo) runs
 or a copy per host) and writes the parts it will serve: part ``k`` belongs to
 rank ``k % world_size``.
 
-1. **assign**: rank 0 runs the partitioner (as one host would) and
-   broadcasts the book.
+1. **assign**: a partitioner that sets ``assigns_across_ranks`` (``hash``,
+   ``random``, ``streaming``) runs on every rank, each streaming its range of
+   the edge files and exchanging what it places every few thousand nodes;
+   others run on rank 0 (as one host would), which broadcasts the book.
 2. **nodes**: rank ``r`` reads the ``r``-th range of node ids in windows and
    sends every owned row, with its node id and its row in the owner's node
    file, to the rank that writes that part (``all_to_all_single``).
@@ -29,12 +31,14 @@ the books and ``meta.json`` (``PartitionReader(root, parts=[...])`` and
 
 Messages between ranks are this module's own byte layout, checked on
 receipt (a part the receiver does not write, rows past a file's end) before
-anything is written.
+anything is written. A rank that fails stops every rank within seconds, and
+their errors name it (:mod:`~pyg_dist.partitioning.rank_failure`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -67,7 +71,7 @@ from pyg_dist.partitioning.file_parts import (
     write_books,
     write_part_csc,
 )
-from pyg_dist.partitioning.file_source import FileGraph, NodeSet
+from pyg_dist.partitioning.file_source import EdgeStream, FileGraph, NodeSet
 from pyg_dist.partitioning.memory_limit import (
     bounded_allocation,
     current_rss,
@@ -82,7 +86,14 @@ from pyg_dist.partitioning.out_of_core import (
     check_num_parts,
     working_budget,
 )
-from pyg_dist.partitioning.rank_messages import agree_min, any_rank, exchange, gather_json
+from pyg_dist.partitioning.rank_failure import RankFailureGuard
+from pyg_dist.partitioning.rank_messages import (
+    agree_min,
+    any_rank,
+    exchange,
+    gather_arrays,
+    gather_json,
+)
 from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
 from pyg_dist.plugins import PluginRegistry, default_registry
 
@@ -103,7 +114,8 @@ def partition_files_across_ranks(
         source: The input directory, readable by every rank.
         num_parts: Number of parts.
         root: The dataset directory to create (on each host's file system).
-        partitioner: A partitioner plugin, run by rank 0 as one host would.
+        partitioner: A partitioner plugin: on every rank if it sets
+            ``assigns_across_ranks``, else on rank 0 as one host would.
         memory_limit: Bytes each rank's process may hold at its peak.
         chunk_edges: At most this many edges (or nodes) per chunk.
         overwrite: Replace a non-empty ``root``.
@@ -115,6 +127,12 @@ def partition_files_across_ranks(
     Returns:
         The ``meta.json`` written (the same on every rank).
 
+    A rank that fails stops every rank within seconds, each raising an error
+    that names it (:mod:`~pyg_dist.partitioning.rank_failure`); the process
+    group is then destroyed on every rank. For the run's duration SIGTERM
+    raises in the main thread (so that the failure path runs); the previous
+    handler is restored after.
+
     Raises:
         InvalidPartitionArgumentError: no process group, or as
             :func:`~pyg_dist.partitioning.out_of_core.partition_files`.
@@ -125,51 +143,107 @@ def partition_files_across_ranks(
         raise InvalidPartitionArgumentError(
             "partitioning across ranks needs an initialized torch.distributed process group "
             "(run under torchrun; pyg-dist partition --distributed initializes gloo)")
-    graph = FileGraph.open(source)
-    root = Path(root)
-    check_num_parts(num_parts, graph.num_nodes)
-    _check_agreement(num_parts, graph)
-    registry = registry or default_registry
-    plugin = build_partitioner(registry, partitioner, options, ("assign_stream", "assign"))
-    with bounded_allocation():
-        graph.warm_up()
-        release_freed_memory()
-        limit = default_limit() if memory_limit is None else int(memory_limit)
-        budget = working_budget(limit, current_rss(), graph, num_parts,
-                                max_part_nodes=-(-graph.num_nodes // num_parts),
-                                cap=chunk_edges)
-        node_part = _broadcast_book(plugin, graph, num_parts, budget)
-        with _shared_staging(root, overwrite) as (tmp, leader):
-            meta = _write(tmp, graph, node_part, num_parts, budget, leader,
-                          progress and dist.get_rank() == 0)
-            meta["graph_name"] = graph_name
-            meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
-            if leader:
-                (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
-            dist.barrier()  # every rank of this file system has written its parts
+    with RankFailureGuard(_run_token()) as guard:
+        graph = FileGraph.open(source)
+        root = Path(root)
+        check_num_parts(num_parts, graph.num_nodes)
+        _check_agreement(num_parts, graph)
+        registry = registry or default_registry
+        plugin = build_partitioner(registry, partitioner, options, ("assign_stream", "assign"))
+        with bounded_allocation():
+            graph.warm_up()
+            release_freed_memory()
+            limit = default_limit() if memory_limit is None else int(memory_limit)
+            budget = working_budget(limit, current_rss(), graph, num_parts,
+                                    max_part_nodes=-(-graph.num_nodes // num_parts),
+                                    cap=chunk_edges)
+            node_part = _assign_book(plugin, graph, num_parts, budget)
+            with _shared_staging(root, overwrite, guard) as (tmp, leader):
+                meta = _write(tmp, graph, node_part, num_parts, budget, leader,
+                              progress and dist.get_rank() == 0)
+                meta["graph_name"] = graph_name
+                meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
+                if leader:
+                    (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+                dist.barrier()  # every rank of this file system has written its parts
+            # A leader whose rename failed fails every rank (other hosts' ROOTs
+            # are in place by then: a rename cannot be taken back).
+            dist.barrier()
     return meta
 
 
-def _broadcast_book(plugin: Any, graph: FileGraph, num_parts: int, budget: Any) -> np.ndarray:
-    if dist.get_rank() == 0:
-        node_part = assign_parts(plugin, graph, num_parts,
-                                 budget.chunk_rows(ASSIGN_BYTES_PER_EDGE), budget.limit)
-    else:
-        node_part = np.empty(graph.num_nodes, dtype=book_dtype(num_parts))
-    dist.broadcast(torch.from_numpy(node_part), src=0)
-    release_freed_memory()
-    return node_part
-
-
-@contextlib.contextmanager
-def _shared_staging(root: Path, overwrite: bool) -> Iterator[tuple[Path, bool]]:
-    """The staging directory of this rank's file system and whether this rank
-    leads it (made it; writes the books and ``meta.json``; renames it)."""
+def _run_token() -> str:
+    """A random name of this run, the same on every rank (rank 0's): names
+    the staging directory and the failure reports in the store."""
     token = torch.empty(16, dtype=torch.uint8)
     if dist.get_rank() == 0:
         token = torch.frombuffer(bytearray(uuid.uuid4().bytes), dtype=torch.uint8)
     dist.broadcast(token, src=0)
-    name = bytes(token.tolist()).hex()[:12]
+    return bytes(token.tolist()).hex()[:12]
+
+
+def _assign_book(plugin: Any, graph: FileGraph, num_parts: int, budget: Any) -> np.ndarray:
+    """The owner of every node, the same on every rank.
+
+    A plugin that sets ``assigns_across_ranks`` runs on every rank, with its
+    rank's share of the edges and an all-gather
+    (:class:`~pyg_dist.partitioning.file_source.EdgeStream`); the books it
+    returns are compared (a digest) before anything is written. Others run
+    on rank 0, as one host would, and the book is broadcast.
+
+    Raises:
+        PartitionError: the ranks' books differ.
+    """
+    if getattr(plugin, "assigns_across_ranks", False) is True and callable(
+            getattr(plugin, "assign_stream", None)):
+        # A round's placements (16 bytes a node, a few thousand nodes from each
+        # rank) are small beside a chunk: the chunk is one host's.
+        chunk = agree_min(budget.chunk_rows(ASSIGN_BYTES_PER_EDGE))
+        logger.info("assigning with %s on every rank, chunks of %d edges",
+                    type(plugin).__name__, chunk)
+        stream = EdgeStream(graph, chunk, dist.get_rank(), dist.get_world_size(), gather_arrays)
+        node_part = assign_parts(plugin, graph, num_parts, chunk, budget.limit, stream)
+        _check_same_book(node_part, type(plugin).__name__)
+    else:
+        if dist.get_rank() == 0:
+            node_part = assign_parts(plugin, graph, num_parts,
+                                     budget.chunk_rows(ASSIGN_BYTES_PER_EDGE), budget.limit)
+        else:
+            node_part = np.empty(graph.num_nodes, dtype=book_dtype(num_parts))
+        dist.broadcast(torch.from_numpy(node_part), src=0)
+    release_freed_memory()
+    return node_part
+
+
+def _check_same_book(node_part: np.ndarray, name: str) -> None:
+    """Every rank must hold the same book: a plugin that assigns across
+    ranks must return it the same on every rank.
+
+    Raises:
+        PartitionError: naming the plugin.
+    """
+    digest = hashlib.blake2b(np.ascontiguousarray(node_part).data, digest_size=7).digest()
+    mine = torch.tensor([int.from_bytes(digest, "little")], dtype=torch.int64)
+    low, high = mine.clone(), mine.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    if not torch.equal(low, high):
+        raise PartitionError(
+            f"the partitioner {name} returned different parts on the ranks of this job; a "
+            f"plugin that sets assigns_across_ranks must return the same parts on every rank "
+            f"(docs/plugins.md, 'Across ranks')")
+
+
+@contextlib.contextmanager
+def _shared_staging(root: Path, overwrite: bool,
+                    guard: RankFailureGuard) -> Iterator[tuple[Path, bool]]:
+    """The staging directory of this rank's file system and whether this rank
+    leads it (made it; writes the books and ``meta.json``; renames it).
+
+    On an error the other ranks are told first (``guard``), then every rank
+    removes the directory: a rank that does not lead may have made its spill
+    directories after the leader removed it."""
+    name = guard.token
     root.parent.mkdir(parents=True, exist_ok=True)
     probe = root.parent / f".{root.name}.probe-{name}"
     try:
@@ -177,21 +251,30 @@ def _shared_staging(root: Path, overwrite: bool) -> Iterator[tuple[Path, bool]]:
         leader = True
     except FileExistsError:
         leader = False
+    tmp = staging_dir(root, name)
     try:
         if leader:
             check_root(root, overwrite)
         dist.barrier()
         if leader:
             with staged(root, name) as tmp:
-                dist.barrier()  # the directory exists for the other ranks
-                yield tmp, True
+                try:
+                    dist.barrier()  # the directory exists for the other ranks
+                    yield tmp, True
+                except BaseException as exc:
+                    guard.report(exc)  # before staged() removes the directory
+                    raise
         else:
             dist.barrier()
-            tmp = staging_dir(root, name)
             if not tmp.is_dir():
                 raise PartitionError(f"{tmp} did not appear; the ranks sharing this file "
                                      f"system could not stage {root}")
             yield tmp, False
+    except BaseException as exc:
+        guard.report(exc)
+        if not leader:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     finally:
         if leader:
             probe.unlink(missing_ok=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol, Union, runtime_checkable
@@ -157,17 +157,25 @@ class FileGraph:
                     break
                 return
 
-    def view_chunks(self, chunk_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def view_chunks(self, chunk_edges: int, share: Optional[tuple[int, int]] = None
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """``(src, dst)`` of the homogeneous view, ``chunk_edges`` edges a
         chunk (the last may be short) whatever the files' batches: the chunks
-        an in-memory partitioner cuts from the view's ``edge_index``."""
+        an in-memory partitioner cuts from the view's ``edge_index``.
+
+        Args:
+            chunk_edges: Edges per chunk.
+            share: ``(rank, world_size)``: only the ``rank``-th of
+                ``world_size`` ranges of the parquet files, counted over
+                every edge type in view order (default: all of them).
+        """
         offsets = self.offsets()
         held: list[tuple[np.ndarray, np.ndarray]] = []
         size = 0
-        for key, edge_set in self.edges.items():
+        for key, edge_set, files in self._shared_files(share):
             shift_src = offsets[None if key is None else key[0]]
             shift_dst = offsets[None if key is None else key[2]]
-            for _, src, dst in edge_set.chunks(chunk_edges):
+            for _, src, dst in edge_set.chunks(chunk_edges, files):
                 # pyarrow's int64 columns come read-only: shift into copies.
                 src = src + shift_src if shift_src else src
                 dst = dst + shift_dst if shift_dst else dst
@@ -181,6 +189,19 @@ class FileGraph:
                         held, size = [], 0
         if size:
             yield _joined(held)
+
+    def _shared_files(self, share: Optional[tuple[int, int]]
+                      ) -> Iterator[tuple[EdgeKey, EdgeSet, range]]:
+        """Every edge type with the range of its files in ``share``."""
+        rank, world = share or (0, 1)
+        total = sum(len(e.files) for e in self.edges.values())
+        lo, hi = total * rank // world, total * (rank + 1) // world
+        first = 0
+        for key, edge_set in self.edges.items():
+            start, stop = max(lo, first), min(hi, first + len(edge_set.files))
+            if start < stop:
+                yield key, edge_set, range(start - first, stop - first)
+            first += len(edge_set.files)
 
     def has_train_mask(self) -> bool:
         """Whether some node type has a ``train_mask``."""
@@ -330,16 +351,27 @@ def _read_graph_file(path: Path) -> tuple[Optional[dict[str, int]],
 class EdgeStream:
     """What a streaming partitioner sees: the homogeneous view's node count,
     its edges in chunks (as many passes as it likes) and its training mask by
-    windows.
+    windows. Across the ranks of a torchrun job
+    (:mod:`~pyg_dist.partitioning.cross_host`), a plugin that sets
+    ``assigns_across_ranks`` also sees its rank's share of the edges
+    (:meth:`rank_chunks`) and an all-gather between the ranks
+    (:meth:`exchange`), so that it needs no ``torch.distributed`` itself.
 
     Args:
         graph: The file graph.
         chunk_edges: Edges per chunk (sized from the memory limit).
+        rank: This rank (0 on one host).
+        world_size: Number of ranks (1 on one host).
+        exchange: The all-gather of 1-D int64 arrays between the ranks
+            (``None`` on one host).
     """
 
-    def __init__(self, graph: FileGraph, chunk_edges: int) -> None:
+    def __init__(self, graph: FileGraph, chunk_edges: int, rank: int = 0, world_size: int = 1,
+                 exchange: Optional[Callable[[np.ndarray], list[np.ndarray]]] = None) -> None:
         self._graph = graph
         self.chunk_edges = int(chunk_edges)
+        self.rank, self.world_size = int(rank), int(world_size)
+        self._exchange = exchange
 
     @property
     def num_nodes(self) -> int:
@@ -372,6 +404,21 @@ class EdgeStream:
     def train_mask(self, start: int, stop: int) -> Optional[np.ndarray]:
         """``train_mask`` of nodes ``start:stop`` (``None`` without one)."""
         return self._graph.view_train_mask(start, stop) if self.has_train_mask else None
+
+    def rank_chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """This rank's share of :meth:`chunks`: the chunks of the
+        :attr:`rank`-th of :attr:`world_size` ranges of the parquet files
+        (all of them on one host); every call starts a new pass."""
+        yield from self._graph.view_chunks(self.chunk_edges, (self.rank, self.world_size))
+
+    def exchange(self, values: np.ndarray) -> list[np.ndarray]:
+        """Every rank's ``values`` (a 1-D int64 array, any length), in rank
+        order: a collective, called by every rank as often and in the same
+        order (on one host: ``[values]``)."""
+        values = np.ascontiguousarray(values, dtype=np.int64).reshape(-1)
+        if self._exchange is None:
+            return [values]
+        return self._exchange(values)
 
 
 @runtime_checkable

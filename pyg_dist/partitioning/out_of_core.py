@@ -197,10 +197,11 @@ def check_num_parts(num_parts: Any, num_nodes: int) -> None:
 
 
 def assign_parts(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,
-                 limit: int) -> np.ndarray:
-    """The owner of every node, in the book's dtype."""
+                 limit: int, stream: Optional[EdgeStream] = None) -> np.ndarray:
+    """The owner of every node, in the book's dtype (``stream``: the one the
+    plugin sees, default one of ``chunk_edges`` edges on one host)."""
     if callable(getattr(plugin, "assign_stream", None)):
-        assignment = plugin.assign_stream(EdgeStream(graph, chunk_edges), num_parts)
+        assignment = plugin.assign_stream(stream or EdgeStream(graph, chunk_edges), num_parts)
     else:
         assignment = _assign_in_memory(plugin, graph, num_parts, chunk_edges, limit)
     assignment = np.asarray(assignment)

@@ -1,8 +1,8 @@
 """Messages between the ranks of a cross-host partitioning run
 (:mod:`~pyg_dist.partitioning.cross_host`), over ``torch.distributed``
 collectives (gloo): byte strings to every rank (``all_to_all_single`` of
-their sizes, then of their bytes), JSON to all ranks (``all_gather``), and
-agreements on one number. No pickle: ``torch.distributed``'s object
+their sizes, then of their bytes), JSON and int64 arrays to all ranks
+(``all_gather``), and agreements on one number. No pickle: ``torch.distributed``'s object
 collectives would unpickle what a rank sends.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -64,3 +65,18 @@ def gather_json(value: Any) -> list[Any]:
     got = [torch.empty(longest, dtype=torch.uint8) for _ in sizes]
     dist.all_gather(got, mine)
     return [json.loads(tensor[:int(n)].numpy().tobytes()) for tensor, n in zip(got, sizes)]
+
+
+def gather_arrays(values: np.ndarray) -> list[np.ndarray]:
+    """``values`` (1-D int64, any length) of every rank, in rank order
+    (what a partitioner's :meth:`~pyg_dist.partitioning.file_source.EdgeStream.exchange`
+    does across ranks)."""
+    values = np.ascontiguousarray(values, dtype=np.int64).reshape(-1)
+    sizes = [torch.empty(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([values.size], dtype=torch.int64))
+    longest = max(int(s) for s in sizes)
+    mine = torch.zeros(longest, dtype=torch.int64)
+    mine[:values.size] = torch.from_numpy(values)
+    got = [torch.empty(longest, dtype=torch.int64) for _ in sizes]
+    dist.all_gather(got, mine)
+    return [tensor[:int(n)].numpy() for tensor, n in zip(got, sizes)]

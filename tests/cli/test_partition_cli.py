@@ -249,3 +249,25 @@ def test_partition_from_files_across_two_torchrun_ranks_then_info(tmp_path, cora
             assert (root / name).read_bytes() == path.read_bytes(), name
     assert main(["info", str(root), "--verify"]) == 0
     assert "checksums: all 5 files verified" in capsys.readouterr().out
+
+
+def test_a_rank_that_fails_stops_the_torchrun_job_at_once(tmp_path, cora_files):
+    """Rank 1 alone reads a parquet file with a source past the last node:
+    the job ends (not at gloo's 30-minute timeout, which the CLI sets, far
+    above this test's), rank 1's error names the file and rank, and nothing
+    is left beside ROOT."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from support.servers import run_process_tree
+
+    pq.write_table(pa.table({"src": [0, 5_000_000], "dst": [1, 2]}),
+                   cora_files / "edges" / "part-00001.parquet")
+    done = run_process_tree(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+         "-m", "pyg_dist", "partition", "--from", str(cora_files), str(tmp_path / "two-ranks"),
+         "-n", "2", "-p", "hash", "--distributed", "--no-progress"], timeout=240,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert done.returncode != 0
+    assert "rank 1 of 2" in done.stderr, done.stderr[-3000:]
+    assert "part-00001.parquet: column 'src' holds ids outside [0, 2708)" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cora-files"]

@@ -38,6 +38,11 @@ class HashPartitioner:
         seed: Seed of the hash; the same seed gives the same parts.
     """
 
+    assigns_across_ranks = True
+    """Across the ranks of a torchrun job every rank computes the whole book
+    itself (it depends on the seed and the node count only): nothing is
+    broadcast."""
+
     def __init__(self, seed: int = 0) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise InvalidPartitionArgumentError(

@@ -23,6 +23,11 @@ class RandomPartitioner:
         seed: Seed of the permutation; the same seed gives the same parts.
     """
 
+    assigns_across_ranks = True
+    """Across the ranks of a torchrun job every rank computes the whole book
+    itself (it depends on the seed and the node count only): nothing is
+    broadcast."""
+
     def __init__(self, seed: int = 0) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise InvalidPartitionArgumentError(f"random: seed must be an int, got {seed!r}")

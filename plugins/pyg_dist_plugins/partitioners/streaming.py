@@ -15,6 +15,22 @@ never seen in an edge is placed at the end, on the least loaded parts
 (Stanton & Kliot, KDD 2012; the train constraint follows DGL's
 ``balance_ntypes=train_mask``). Deterministic for a seed: the seed orders the
 nodes of a chunk.
+
+Across the ranks of a torchrun job (``assigns_across_ranks``), every rank
+streams its own range of the edge files and the ranks proceed in rounds of
+:data:`ROUND_NODES` nodes visited per rank: a rank places its nodes against
+the assignment as the round began, with ``1 / world_size`` of every part's
+remaining room (so the round's placements together stay within the
+capacities); then the ranks exchange what they placed (``stream.exchange``)
+and every rank applies all of it in rank order, a node placed by two ranks
+going where the lower rank put it (and nodes past a part's capacity, which
+the ranks' placements together may exceed, to the least loaded parts). Every
+rank then holds the same assignment and loads. The result is deterministic
+for a seed, a chunk size, the files and a number of ranks, but differs from
+one host's: a rank does not see, within a round, what the others place (the
+nodes of a round decide blind to each other, as a batch's do), and the edges
+arrive in another order. On one host (``world_size`` 1) it is the
+one-host assignment exactly.
 """
 
 from __future__ import annotations
@@ -43,6 +59,10 @@ class StreamingPartitioner:
         chunk_edges: Edges per chunk for an in-memory graph (the file path
             sizes chunks from the memory limit).
     """
+
+    assigns_across_ranks = True
+    """Runs on every rank of a torchrun job, each streaming its share of the
+    edges (see the module docstring)."""
 
     def __init__(self, slack: float = 0.05, balance_train: bool = True, seed: int = 0,
                  passes: int = 3, chunk_edges: int = 1 << 20) -> None:
@@ -79,31 +99,47 @@ class StreamingPartitioner:
         return self._run(int(graph.num_nodes), chunks, mask, num_parts)
 
     def assign_stream(self, stream: Any, num_parts: int) -> np.ndarray:
-        """One part per node of a graph read from files, chunk by chunk."""
+        """One part per node of a graph read from files, chunk by chunk (on
+        every rank of a torchrun job, each its share of the chunks)."""
         mask = None
         if self.balance_train and stream.has_train_mask:
             mask = np.empty(stream.num_nodes, dtype=np.bool_)
             for s in range(0, stream.num_nodes, 1 << 22):
                 mask[s:s + (1 << 22)] = stream.train_mask(s, min(s + (1 << 22),
                                                                   stream.num_nodes))
+        if int(getattr(stream, "world_size", 1)) > 1:
+            return self._run(int(stream.num_nodes), stream.rank_chunks, mask, num_parts,
+                             _Rounds(stream.exchange, int(stream.world_size)))
         return self._run(int(stream.num_nodes), stream.chunks, mask, num_parts)
 
     def _run(self, num_nodes: int, chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
-             train: Optional[np.ndarray], num_parts: int) -> np.ndarray:
+             train: Optional[np.ndarray], num_parts: int,
+             rounds: Optional[_Rounds] = None) -> np.ndarray:
         state = _State(num_nodes, num_parts, self.slack,
                        train if self.balance_train else None)
-        for src, dst in chunks():
-            self._visit_chunk(state, src, dst, first_pass=True)
-        state.place_rest()
+        self._stream_pass(state, chunks, True, rounds)
+        state.place_rest()  # on every rank alike: the states agree after a pass
         # Restreaming (Nishimura & Ugander, KDD 2013): later passes see every
         # node placed and move one when a part holds more of its neighbours.
         for _ in range(self.passes - 1):
-            for src, dst in chunks():
-                self._visit_chunk(state, src, dst, first_pass=False)
+            self._stream_pass(state, chunks, False, rounds)
         return state.part
 
+    def _stream_pass(self, state: _State,
+                     chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+                     first_pass: bool, rounds: Optional[_Rounds]) -> None:
+        """One pass over the chunks; across ranks, a round every
+        :data:`ROUND_NODES` nodes a rank visits, until every rank has
+        streamed its share."""
+        if rounds is not None:
+            rounds.begin(state)
+        for src, dst in chunks():
+            self._visit_chunk(state, src, dst, first_pass, rounds)
+        if rounds is not None:
+            rounds.end(state)
+
     def _visit_chunk(self, state: _State, src: np.ndarray, dst: np.ndarray,
-                     first_pass: bool) -> None:
+                     first_pass: bool, rounds: Optional[_Rounds] = None) -> None:
         """Places (first pass) or reconsiders (later passes) the chunk's
         nodes, a batch at a time."""
         # Both directions, grouped by node (segments of the sorted sources
@@ -130,8 +166,15 @@ class StreamingPartitioner:
         # a batch must stay a small share of the graph.
         step = int(min(_BATCH, max(32, state.part.size // 256)))
         for s in range(0, nodes.size, step):
-            state.place(nodes[s:s + step], lo[s:s + step], hi[s:s + step], v,
-                        move=not first_pass)
+            batch, b_lo, b_hi = nodes[s:s + step], lo[s:s + step], hi[s:s + step]
+            if rounds is not None and first_pass:
+                # Another rank may have placed some since the chunk began.
+                keep = state.part[batch] == _UNSET
+                batch, b_lo, b_hi = batch[keep], b_lo[keep], b_hi[keep]
+            if batch.size:
+                state.place(batch, b_lo, b_hi, v, move=not first_pass)
+            if rounds is not None:
+                rounds.visited(state, batch.size)
 
 
 def _mix(ids: np.ndarray, seed: int) -> np.ndarray:
@@ -157,6 +200,11 @@ class _State:
         total_train = int(np.count_nonzero(train)) if train is not None else 0
         self.train_size = np.zeros(num_parts, dtype=np.float64)
         self.train_cap = max(1.0, math.ceil((1 + slack) * total_train / num_parts))
+        # What a part may hold before it counts as full: the capacity on one
+        # host, this rank's share of the room left in a round across ranks.
+        self.limit = np.full(num_parts, self.cap)
+        self.train_limit = np.full(num_parts, self.train_cap)
+        self.log: Optional[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = None
 
     def place(self, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray, v: np.ndarray,
               move: bool = False) -> None:
@@ -183,9 +231,9 @@ class _State:
         # Ties (and nodes with no placed neighbour) go to the least loaded
         # part: a small bonus for room, far below one neighbour's worth.
         score += (1.0 - self.size / self.cap) * 1e-6
-        score[:, self.size >= self.cap] = -np.inf
+        score[:, self.size >= self.limit] = -np.inf
         if is_train is not None:
-            full = np.flatnonzero(self.train_size >= self.train_cap)
+            full = np.flatnonzero(self.train_size >= self.train_limit)
             score[np.ix_(np.flatnonzero(is_train), full)] = -np.inf
         chosen = np.argmax(score, axis=1)
         if move:
@@ -206,26 +254,50 @@ class _State:
                 is_train: Optional[np.ndarray]) -> None:
         """Records the choices; nodes that would overflow a part's capacity
         (the batch decided at once) go to the least loaded parts instead."""
-        self._spread(chosen, np.ones(chosen.size, dtype=bool), self.size, self.cap)
+        self._spread(chosen, np.ones(chosen.size, dtype=bool), self.size, self.limit)
         if is_train is not None:
-            self._spread(chosen, is_train, self.train_size, self.train_cap)
+            self._spread(chosen, is_train, self.train_size, self.train_limit)
+        if self.log is not None:
+            old = self.part[nodes].astype(np.int64)
+            changed = old != chosen
+            self.log.append((nodes[changed], old[changed], chosen[changed]))
         self.part[nodes] = chosen
         self.size += np.bincount(chosen, minlength=self.k)
         if is_train is not None:
             self.train_size += np.bincount(chosen[is_train], minlength=self.k)
 
     def _spread(self, chosen: np.ndarray, among: np.ndarray, size: np.ndarray,
-                cap: float) -> None:
-        """Moves the ``among`` nodes past a part's room in ``size`` / ``cap``
+                limit: np.ndarray) -> None:
+        """Moves the ``among`` nodes past a part's room in ``size`` / ``limit``
         to the least loaded parts (in place)."""
         load = size + np.bincount(chosen[among], minlength=self.k)
-        for k in np.flatnonzero(load > cap):
+        for k in np.flatnonzero(load > limit):
             mine = np.flatnonzero(among & (chosen == k))
-            for i in mine[max(0, int(cap - size[k])):]:
+            for i in mine[max(0, int(limit[k] - size[k])):]:
                 load[k] -= 1
                 target = int(np.argmin(load))
                 chosen[i] = target
                 load[target] += 1
+
+    def apply_within_capacity(self, nodes: np.ndarray, parts: np.ndarray) -> None:
+        """Puts ``nodes`` (placed or not) in ``parts`` (changed in place),
+        keeping the loads: another rank's placements of the same round may
+        have filled a part, and nodes past its capacity go to the least
+        loaded parts instead, as within a batch."""
+        if not nodes.size:
+            return
+        old = self.part[nodes].astype(np.int64)
+        was = old != _UNSET
+        is_train = self.train[nodes] if self.train is not None else None
+        self.size -= np.bincount(old[was], minlength=self.k)
+        self._spread(parts, np.ones(parts.size, dtype=bool), self.size,
+                     np.full(self.k, self.cap))
+        if is_train is not None:
+            self.train_size -= np.bincount(old[was & is_train], minlength=self.k)
+            self._spread(parts, is_train, self.train_size, np.full(self.k, self.train_cap))
+            self.train_size += np.bincount(parts[is_train], minlength=self.k)
+        self.size += np.bincount(parts, minlength=self.k)
+        self.part[nodes] = parts
 
     def place_rest(self) -> None:
         """Nodes never seen in an edge: dealt to the least loaded parts."""
@@ -241,3 +313,96 @@ class _State:
             fill = np.concatenate([fill, np.arange(rest.size - fill.size) % self.k])
         self.part[rest] = fill
         self.size += np.bincount(fill, minlength=self.k)
+
+
+ROUND_NODES = 8192
+"""Nodes a rank visits between two exchanges when partitioning across
+ranks: the ranks' placements of one round are blind to each other (as a
+batch's nodes are), so a round must stay a small share of the graph; a round
+costs an all-gather (about a millisecond on a LAN)."""
+
+
+class _Rounds:
+    """The rounds of a pass across ranks (see the module docstring): what this
+    rank placed in a round is undone, exchanged, and every rank's placements
+    applied in rank order, so that every rank ends the round with the same
+    state.
+
+    Args:
+        exchange: ``stream.exchange``: every rank's int64 array, in rank order.
+        world_size: Number of ranks.
+    """
+
+    def __init__(self, exchange: Callable[[np.ndarray], list[np.ndarray]],
+                 world_size: int) -> None:
+        self.exchange, self.world = exchange, world_size
+        self._size = self._train_size = np.zeros(0)
+        self._visited = 0
+        self.count = 0  # rounds so far
+
+    def begin(self, state: _State) -> None:
+        """Starts a round: this rank may fill ``1 / world_size`` of the room
+        every part has left, and its placements are logged."""
+        self._size, self._train_size = state.size.copy(), state.train_size.copy()
+        state.limit = state.size + np.maximum(0.0, state.cap - state.size) / self.world
+        state.train_limit = state.train_size + np.maximum(
+            0.0, state.train_cap - state.train_size) / self.world
+        state.log = []
+        self._visited = 0
+
+    def visited(self, state: _State, nodes: int) -> None:
+        """Counts a batch; ends the round and starts the next after
+        :data:`ROUND_NODES` nodes."""
+        self._visited += nodes
+        # A small graph gets small rounds: a round stays about 1/64 of it.
+        if self._visited >= max(32, min(ROUND_NODES, state.part.size // 64)):
+            self._sync(state, active=True)
+            self.begin(state)
+
+    def end(self, state: _State) -> None:
+        """Ends the pass: rounds go on (this rank sending only what it placed
+        last) until no rank has edges left to stream in it."""
+        while self._sync(state, active=False):
+            self.begin(state)
+        state.limit = np.full(state.k, state.cap)
+        state.train_limit = np.full(state.k, state.train_cap)
+        state.log = None
+
+    def _sync(self, state: _State, active: bool) -> bool:
+        """Ends a round: exchanges the placements, applies every rank's;
+        returns whether some rank is still streaming (``active``).
+
+        Raises:
+            InvalidPartitionArgumentError: a rank sent a malformed message.
+        """
+        log, state.log = state.log or [], None
+        nodes = np.concatenate([e[0] for e in log]).astype(np.int64) if log else \
+            np.zeros(0, np.int64)
+        chosen = np.concatenate([e[2] for e in log]) if log else np.zeros(0, np.int64)
+        if log:  # undo this rank's placements: all ranks' are applied alike below
+            state.part[nodes] = np.concatenate([e[1] for e in log])
+        state.size, state.train_size = self._size, self._train_size
+        got = self.exchange(np.concatenate([[int(active)], nodes, chosen]))
+        self.count += 1
+        taken = np.zeros(0, np.int64)
+        for message in got:
+            placed, parts = _placements(message, state.part.size, state.k)
+            keep = ~np.isin(placed, taken)
+            placed, parts = placed[keep], parts[keep].copy()
+            state.apply_within_capacity(placed, parts)
+            taken = np.concatenate([taken, placed])
+        return any(int(m[0]) for m in got if m.size)
+
+
+def _placements(message: np.ndarray, num_nodes: int, num_parts: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(nodes, parts)`` of a rank's round message, checked."""
+    n = (message.size - 1) // 2
+    placed, parts = message[1:1 + n], message[1 + n:]
+    if message.size < 1 or message.size != 1 + 2 * n or (n and (
+            int(placed.min()) < 0 or int(placed.max()) >= num_nodes
+            or int(parts.min()) < 0 or int(parts.max()) >= num_parts)):
+        raise InvalidPartitionArgumentError(
+            f"streaming: a rank sent a malformed round of {message.size} values; the ranks "
+            f"must run the same pyg-dist and the same options")
+    return placed, parts
