@@ -39,7 +39,7 @@ from pyg_dist.rpc import protocol
 from pyg_dist.rpc.liveness import DOWN, PeerStates
 from pyg_dist.rpc.protocol import ErrorReply, Reply
 from pyg_dist.rpc.reply_guard import ReplyGuard
-from pyg_dist.rpc.sockets import NOBLOCK, POLLIN, send_frames
+from pyg_dist.rpc.sockets import recv_frames, send_frames
 from pyg_dist.rpc.wire_values import error_text
 
 logger = logging.getLogger(__name__)
@@ -139,10 +139,9 @@ class IoState:
         # Asking for the socket's events re-arms its descriptor just as a
         # refused read would, at half the cost of the zmq.Again exception.
         guard = self.guards[server] if self.guards else None
-        while sock.getsockopt(zmq.EVENTS) & POLLIN:
-            try:
-                frames = sock.recv_multipart(NOBLOCK, copy=False)
-            except zmq.Again:
+        while True:
+            frames = recv_frames(sock)
+            if frames is None:
                 return
             if guard is not None:
                 guard.took(frames)

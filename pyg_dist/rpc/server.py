@@ -52,7 +52,7 @@ from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.dispatch import Dispatch, Handler
 from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec
 from pyg_dist.rpc.shm.serving import SegmentService
-from pyg_dist.rpc.sockets import NOBLOCK, router_socket, send_frames, start_authenticator
+from pyg_dist.rpc.sockets import recv_frames, router_socket, send_frames, start_authenticator
 from pyg_dist.rpc.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
@@ -313,9 +313,8 @@ class RpcServer:
             for _ in range(_BATCH):
                 if self._inbox_full() or stopped.is_set():
                     break
-                try:
-                    msg = router.recv_multipart(NOBLOCK, copy=False)
-                except zmq.Again:
+                msg = recv_frames(router)
+                if msg is None:
                     break
                 admission.guard.took(msg)
                 answer = self._take(msg)
@@ -356,9 +355,8 @@ class RpcServer:
     def _forward_replies(self, router: zmq.Socket, replies: zmq.Socket) -> bool:
         """Sends the workers' finished replies; returns whether to stop."""
         while True:
-            try:
-                msg = replies.recv_multipart(NOBLOCK, copy=False)
-            except zmq.Again:
+            msg = recv_frames(replies)
+            if msg is None:
                 return False
             if len(msg) == 1:  # the stop poke
                 return True

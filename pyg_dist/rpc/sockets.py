@@ -21,6 +21,13 @@
   sent and received: 11 us with ``send_multipart``, 8 us with
   :func:`send_frames`), and every frame this package sends was built by its
   own encoder, so the checks find nothing.
+* :func:`recv_frames`: the waiting multipart message, if any, likewise.
+  ``recv_multipart`` asks the socket for ``RCVMORE`` after every frame (a
+  ``getsockopt``, which turns the option into an enum member first), and
+  a loop that reads until ``zmq.Again`` pays for an exception at the end
+  of every batch: a 3-frame message read 3.7-4.2 us with
+  ``recv_multipart``, 1.5 us here; the ``Again`` 3.2 us against 1.3 us for
+  asking the socket's events.
 """
 
 from __future__ import annotations
@@ -65,6 +72,30 @@ def send_frames(sock: zmq.Socket, frames: Sequence[Any]) -> None:
     for frame in frames[:-1]:
         send(frame, _MORE_NOBLOCK, copy=False)
     send(frames[-1], NOBLOCK, copy=False)
+
+
+def recv_frames(sock: zmq.Socket) -> Optional[list[zmq.Frame]]:
+    """The next waiting message as frames (not copied), or ``None`` when
+    none waits; never blocks.
+
+    Like ``sock.recv_multipart(zmq.NOBLOCK, copy=False)`` without its
+    ``zmq.Again`` (see the module). Asking for the socket's events also
+    re-arms its file descriptor, as a refused read would.
+
+    Args:
+        sock: The socket, used only by the calling thread.
+    """
+    if not sock.getsockopt(zmq.EVENTS) & POLLIN:
+        return None
+    recv = sock.recv
+    frame = recv(NOBLOCK, copy=False)
+    frames = [frame]
+    # libzmq hands a multipart message over whole: once its first frame
+    # is taken, the others are there.
+    while frame.more:
+        frame = recv(NOBLOCK, copy=False)
+        frames.append(frame)
+    return frames
 
 
 def open_dealer(ctx: zmq.Context, endpoint: str, config: RpcConfig,
