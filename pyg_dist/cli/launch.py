@@ -78,7 +78,8 @@ def _add_options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
                         "goes back to the trainer, as before sample_tree")
     p.add_argument("--quiet-ranks", action="store_true", default=_default(False),
                    help="show the output of rank 0 only (print, tqdm bars, warnings); "
-                        "another rank's traceback is still shown when it fails")
+                        "another rank's traceback is still shown when it fails (killed by a "
+                        "signal: the end of its standard error)")
 
 
 def split_command(args: argparse.Namespace) -> list[str]:

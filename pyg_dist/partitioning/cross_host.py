@@ -223,11 +223,7 @@ def _check_same_book(node_part: np.ndarray, name: str) -> None:
         PartitionError: naming the plugin.
     """
     digest = hashlib.blake2b(np.ascontiguousarray(node_part).data, digest_size=7).digest()
-    mine = torch.tensor([int.from_bytes(digest, "little")], dtype=torch.int64)
-    low, high = mine.clone(), mine.clone()
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    if not torch.equal(low, high):
+    if _disagreement([int.from_bytes(digest, "little")]) is not None:
         raise PartitionError(
             f"the partitioner {name} returned different parts on the ranks of this job; a "
             f"plugin that sets assigns_across_ranks must return the same parts on every rank "
@@ -287,16 +283,23 @@ def _check_agreement(num_parts: int, graph: FileGraph) -> None:
     Raises:
         InvalidPartitionArgumentError: naming what the ranks disagree on.
     """
-    mine = torch.tensor([num_parts, graph.num_nodes, graph.num_edges, len(graph.nodes),
-                         len(graph.edges)], dtype=torch.int64)
-    low, high = mine.clone(), mine.clone()
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    if not torch.equal(low, high):
+    spread = _disagreement([num_parts, graph.num_nodes, graph.num_edges, len(graph.nodes),
+                            len(graph.edges)])
+    if spread is not None:
         raise InvalidPartitionArgumentError(
             f"the ranks disagree on (num_parts, nodes, edges, node types, edge types): "
-            f"from {low.tolist()} to {high.tolist()}; give every rank the same "
+            f"from {spread[0]} to {spread[1]}; give every rank the same "
             f"arguments and the same files")
+
+
+def _disagreement(values: list[int]) -> Optional[tuple[list[int], list[int]]]:
+    """``None`` when every rank holds the same ``values`` (int64s), else
+    their smallest and largest, entry by entry (one all-reduce each)."""
+    low = torch.tensor(values, dtype=torch.int64)
+    high = low.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    return None if torch.equal(low, high) else (low.tolist(), high.tolist())
 
 
 def _round_share() -> float:

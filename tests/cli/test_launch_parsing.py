@@ -7,9 +7,11 @@ failing rank ends with one line of ours, not torchrun's report.
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -84,6 +86,9 @@ RANKS = textwrap.dedent("""
     warnings.warn(f"warning from rank {rank}")
     if sys.argv[1] == "fail" and rank == "1":
         raise ValueError("rank 1 breaks")
+    if sys.argv[1] == "abort" and rank == "1":
+        os.write(2, b"rank 1 is about to abort\\n")
+        os.abort()
 """)
 
 
@@ -108,3 +113,12 @@ def test_quiet_ranks_leaves_rank_0_and_a_failure_is_one_line(cora2_root, tmp_pat
     assert "ValueError: rank 1 breaks" in out.stderr
     assert "pyg-dist launch: rank 1 failed (exit code 1); its output is above" in out.stderr
     assert "ChildFailedError" not in out.stderr and "hello from rank 1" not in out.stdout
+    # A rank killed by a signal writes no traceback: the launcher shows the
+    # end of the standard error it silenced, and removes where it kept it.
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "pyg-dist-ranks-*")))
+    out = launch("abort")
+    assert out.returncode == 1
+    assert "pyg-dist launch: rank 1 failed (signal SIGABRT); the last lines of its standard " \
+        "error:\n" in out.stderr
+    assert "rank 1 is about to abort" in out.stderr and "warning from rank 1" in out.stderr
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "pyg-dist-ranks-*"))) <= before

@@ -202,7 +202,9 @@ def test_a_tiny_sample_with_a_huge_answer_does_not_stall_the_io_thread(budget_se
           f"{times[order.index(9)] * 1000:.1f} ms, the samples after "
           f"{max(times) * 1000:.0f} ms; server RSS peak +{rss.grown / MiB:.0f} MiB")
     # Before: served inline on the I/O thread, so the ping waited for both.
-    assert order[0] == 9, order
+    # (Not necessarily first: on a loaded machine a worker may finish one
+    # 8 MiB sample before the I/O thread reads the ping.)
+    assert order[-1] != 9, order
     # The 90-byte request for 1 GiB: refused before anything runs.
     assert isinstance(huge, ErrorReply) and "reply limit" in huge.message
     assert proc.poll() is None
