@@ -30,12 +30,15 @@ memory: :mod:`pyg_dist.rpc.shm.lender`.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import itertools
 import logging
+import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from concurrent import futures
 from typing import Any, Literal, Optional
@@ -57,6 +60,25 @@ from pyg_dist.rpc.sockets import open_dealer
 from pyg_dist.rpc.wire_values import describe
 
 logger = logging.getLogger(__name__)
+
+# Clients still open when the interpreter exits are closed first: their I/O
+# threads are daemons, and one still inside torch while exit() runs torch's
+# static destructors aborted a trainer ("terminate called without an active
+# exception") after a clean epoch.
+_OPEN: weakref.WeakSet[RpcClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_clients() -> None:
+    """Closes this process's open clients (not a forked child's copies:
+    their threads did not survive the fork), sending hand-backs of lent
+    memory without waiting for answers."""
+    for client in list(_OPEN):
+        if client._pid == os.getpid():
+            try:
+                client.close(release_wait=0.0)
+            except Exception:  # exiting anyway: one client must not stop the others
+                logger.debug("closing an RPC client at exit failed", exc_info=True)
 
 
 class RpcClient:
@@ -121,6 +143,8 @@ class RpcClient:
         self._thread = threading.Thread(target=self._io_main, name="pyg-dist-rpc-client",
                                         daemon=True)
         self._thread.start()
+        self._pid = os.getpid()
+        _OPEN.add(self)
         self._started.wait(self._config.connect_timeout)
 
     @property

@@ -176,3 +176,23 @@ def test_inline_server_without_workers_serves_correctly():
                 assert torch.equal(fut.result(timeout=30).tensors[0], x + k)
             with pytest.raises(RemoteError, match="boom"):
                 client.call(0, "boom", {"msg": "boom"})
+
+
+def test_a_client_left_open_is_closed_at_exit_in_its_own_process_only(server):
+    # What the exit hook does: a trainer that never closes its stores must
+    # not leave the I/O thread running while the interpreter tears torch down.
+    from pyg_dist.rpc.client import _close_open_clients
+
+    mine, forked_copy = RpcClient([server.endpoint]), RpcClient([server.endpoint])
+    try:
+        mine.ping(0)
+        forked_copy._pid = -1  # as a fork's copy sees it: not this process's
+        _close_open_clients()
+        assert not mine._thread.is_alive()
+        with pytest.raises(RpcError):
+            mine.call(0, "echo", {})
+        assert forked_copy._thread.is_alive() and forked_copy.ping(0)["version"]
+    finally:
+        forked_copy._pid = mine._pid
+        forked_copy.close()
+        mine.close()
