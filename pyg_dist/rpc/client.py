@@ -69,11 +69,11 @@ _OPEN: weakref.WeakSet[RpcClient] = weakref.WeakSet()
 
 
 @atexit.register
-def _close_open_clients() -> None:
-    """Closes this process's open clients (not a forked child's copies:
-    their threads did not survive the fork), sending hand-backs of lent
-    memory without waiting for answers."""
-    for client in list(_OPEN):
+def _close_open_clients(clients: Optional[Sequence[RpcClient]] = None) -> None:
+    """Closes this process's open clients (``clients``; ``None``: all), not
+    a forked child's copies (their threads did not survive the fork),
+    sending hand-backs of lent memory without waiting for answers."""
+    for client in list(_OPEN) if clients is None else clients:
         if client._pid == os.getpid():
             try:
                 client.close(release_wait=0.0)

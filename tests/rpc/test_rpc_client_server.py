@@ -187,7 +187,7 @@ def test_a_client_left_open_is_closed_at_exit_in_its_own_process_only(server):
     try:
         mine.ping(0)
         forked_copy._pid = -1  # as a fork's copy sees it: not this process's
-        _close_open_clients()
+        _close_open_clients([mine, forked_copy])  # not the session's other clients
         assert not mine._thread.is_alive()
         with pytest.raises(RpcError):
             mine.call(0, "echo", {})
