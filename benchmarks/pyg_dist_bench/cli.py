@@ -76,7 +76,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embedding", action="store_true",
                    help="also train the prefetching epoch with a DistEmbedding of "
                         "--num-features columns as its input (SparseAdam on the servers), "
-                        "on the graph without x, against the fixed-feature epoch")
+                        "on the graph without x, against the fixed-feature epoch; and, as "
+                        "what learning any input costs, the fixed-feature epoch with the "
+                        "gradient to x and with a local nn.Embedding")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.set_defaults(run=run)
 

@@ -8,10 +8,19 @@ the same graph without ``x``, partitioned alike and served by servers of its
 own, a ``DistEmbedding`` of ``num_features`` columns as the batch's input,
 the same seeds, fan-out, batch size and prefetch depth as the
 ``epoch train K=k`` row it is compared with.
+
+Two rows on the fixed features' servers say what learning the input costs
+whoever holds it (:func:`learned_input_rows`): the same epoch with the
+loss's gradient computed back to ``x`` (the model's own backward to its
+input, which any learned input pays and a fixed one does not: the ceiling of
+the embedding row), and the same epoch learning a local
+``nn.Embedding(sparse=True)`` with torch's ``SparseAdam`` (what a PyG user
+does without pyg-dist, the whole table on the trainer).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,6 +29,37 @@ from pyg_dist_bench.bench_config import BenchConfig
 from pyg_dist_bench.timing import Row, SageTrainer, time_epoch
 
 EMBEDDING_ATTR = "emb"
+
+
+def learned_input_rows(cfg: BenchConfig, loader: Callable[[int], Any],
+                       num_nodes: int) -> list[Row]:
+    """The ``epoch train K=k, input gradient`` and ``epoch train K=k, local
+    nn.Embedding`` rows (``k``: ``cfg.prefetch``).
+
+    Args:
+        cfg: What to measure.
+        loader: The fixed features' loader at a prefetch depth, over the
+            seeds of the ``epoch train`` rows.
+        num_nodes: Rows of the local embedding (the graph's nodes).
+    """
+    k, device = cfg.prefetch, torch.device(cfg.device) if cfg.device is not None else None
+    gradient = SageTrainer(cfg.num_features, cfg.num_classes, cfg.seed, device,
+                           inputs=lambda batch: batch.x.requires_grad_())
+    table = torch.nn.Embedding(num_nodes, cfg.num_features, sparse=True, device=device)
+    local = SageTrainer(cfg.num_features, cfg.num_classes, cfg.seed, device,
+                        sparse=[torch.optim.SparseAdam(table.parameters(), lr=0.01)],
+                        inputs=lambda batch: table(batch.n_id))
+    rows = []
+    for name, trainer in (("input gradient", gradient), ("local nn.Embedding", local)):
+        for batch, _ in zip(loader(k), range(k + 1)):
+            trainer.step(batch)  # warm-up: allocator, autograd graph
+        rows.append(time_epoch(f"epoch train K={k}, {name}", trainer, loader(k),
+                               cfg.num_batches))
+    rows[0].note = ("fixed features, the loss's gradient computed back to x: what any "
+                    "learned input costs the model (the ceiling of the DistEmbedding row)")
+    rows[1].note = (f"input: a local nn.Embedding(sparse=True) of {cfg.num_features} columns, "
+                    "torch's SparseAdam, the whole table on the trainer")
+    return rows
 
 
 def embedding_rows(cfg: BenchConfig, data: Any, seeds: torch.Tensor, tmp: str) -> list[Row]:

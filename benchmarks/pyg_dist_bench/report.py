@@ -49,8 +49,14 @@ def ratios(rows: list[Row], cfg: BenchConfig, baselines: Sequence[str] = ()) -> 
     if compute and loader and both:
         out[f"epoch K={k} / max(compute, loader)"] = both.seconds / max(compute.seconds,
                                                                         loader.seconds)
-    put(f"epoch K={k} DistEmbedding / fixed features (seeds/s)",
-        by.get(f"epoch train K={k}, DistEmbedding"), both, "seeds_per_s")
+    learned = by.get(f"epoch train K={k}, DistEmbedding")
+    gradient = by.get(f"epoch train K={k}, input gradient")
+    put(f"epoch K={k} DistEmbedding / fixed features (seeds/s)", learned, both, "seeds_per_s")
+    put(f"epoch K={k} input gradient / fixed features (seeds/s)", gradient, both, "seeds_per_s")
+    put(f"epoch K={k} local nn.Embedding / fixed features (seeds/s)",
+        by.get(f"epoch train K={k}, local nn.Embedding"), both, "seeds_per_s")
+    put(f"epoch K={k} DistEmbedding / input gradient (seeds/s)", learned, gradient,
+        "seeds_per_s")
     for kk in (0, k):
         put(f"pyg-dist K={kk} server hops / hop by hop (seeds/s)",
             by.get(f"pyg-dist K={kk} server hops"), by.get(f"pyg-dist K={kk}"), "seeds_per_s")

@@ -30,7 +30,7 @@ from typing import Any, Optional
 import torch
 
 from pyg_dist_bench.bench_config import BenchConfig
-from pyg_dist_bench.embedding_rows import embedding_rows
+from pyg_dist_bench.embedding_rows import embedding_rows, learned_input_rows
 from pyg_dist_bench.link_proxy import delayed_link
 from pyg_dist_bench.report import ratios
 from pyg_dist_bench.rows import baseline_rows
@@ -153,6 +153,10 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
             if trainers > 1:
                 rows.append(_multi_trainer_row(cfg, cluster.endpoints, seeds, trainers, tmp))
             rows += _epoch_rows(cfg, fs, gs, seeds, "")
+            if cfg.embedding:
+                rows += learned_input_rows(
+                    cfg, lambda k: _dist_loader(cfg, fs, gs, seeds, k, device),
+                    gs.num_nodes)
         finally:
             fs.close()
     return rows

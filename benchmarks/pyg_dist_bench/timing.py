@@ -8,7 +8,7 @@ here only iterate and count; building loaders is the runner's business.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -110,17 +110,22 @@ class SageTrainer:
         attr: The batch's attribute the model reads (``x``; a
             ``DistEmbedding``'s ``attr_name`` to learn the input).
         sparse: Optimisers stepped with the model's (``pyg_dist.optim``'s,
-            for a ``DistEmbedding`` input).
+            for a ``DistEmbedding`` input; torch's for a local one).
+        inputs: The model's input from a batch, when it is not
+            ``batch[attr]`` (a local ``nn.Embedding`` of ``batch.n_id``; ``x``
+            with its gradient asked for).
     """
 
     def __init__(self, in_channels: int, num_classes: int, seed: int,
                  device: Optional[torch.device] = None, attr: str = "x",
-                 sparse: Sequence[Any] = ()) -> None:
+                 sparse: Sequence[Any] = (),
+                 inputs: Optional[Callable[[Any], torch.Tensor]] = None) -> None:
         from torch_geometric.nn import GraphSAGE
 
         torch.manual_seed(seed)
         self.device = device
         self.attr = attr
+        self.inputs = inputs or (lambda batch: batch[attr])
         self.model = GraphSAGE(in_channels, 256, num_layers=2, out_channels=num_classes)
         if device is not None:
             self.model.to(device)
@@ -134,7 +139,7 @@ class SageTrainer:
         self.model.train()
         for opt in self.optimizers:
             opt.zero_grad()
-        out = self.model(batch[self.attr], batch.edge_index)[: batch.batch_size]
+        out = self.model(self.inputs(batch), batch.edge_index)[: batch.batch_size]
         loss = torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size])
         loss.backward()
         for opt in self.optimizers:
@@ -142,9 +147,11 @@ class SageTrainer:
         return float(loss.detach())
 
     def flush(self) -> None:
-        """Waits for the sparse optimisers' last pushes."""
+        """Waits for the sparse optimisers' last pushes (``pyg_dist.optim``'s;
+        torch's have none)."""
         for opt in self.optimizers[1:]:
-            opt.flush()
+            if hasattr(opt, "flush"):
+                opt.flush()
 
 
 def time_epoch(name: str, trainer: SageTrainer, batches: Iterable, max_batches: int) -> Row:

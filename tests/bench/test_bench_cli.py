@@ -47,7 +47,8 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
                  "pyg-dist K=2 over TCP", "pyg-dist K=2 x2 trainers",
                  "epoch compute only", "epoch train K=0", "epoch train K=2",
                  "epoch train K=0 @1ms", "epoch train K=2 @1ms",
-                 "epoch train K=2, DistEmbedding"):
+                 "epoch train K=2, DistEmbedding", "epoch train K=2, input gradient",
+                 "epoch train K=2, local nn.Embedding"):
         assert rows[name]["batches"] == 3 and rows[name]["seeds"] == 3 * 128, name
     # The same seed gives the same batches with and without prefetch, with
     # and without shared memory (64 features: ~100 KB replies, over the
@@ -65,12 +66,20 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
                                      "pyg-dist K=2 over TCP / pyg-local (seeds/s)",
                                      "epoch K=2 / max(compute, loader)",
                                      "epoch K=2 / K=0 @1ms (time)",
-                                     "epoch K=2 DistEmbedding / fixed features (seeds/s)"}
+                                     "epoch K=2 DistEmbedding / fixed features (seeds/s)",
+                                     "epoch K=2 input gradient / fixed features (seeds/s)",
+                                     "epoch K=2 local nn.Embedding / fixed features (seeds/s)",
+                                     "epoch K=2 DistEmbedding / input gradient (seeds/s)"}
     # The embedding epoch trains on the same batches, its input learned: the
     # same edges, and y but no x among the bytes counted.
     learned = rows["epoch train K=2, DistEmbedding"]
     assert learned["edges"] == rows["epoch train K=2"]["edges"]
     assert 0 < learned["feature_bytes"] < rows["epoch train K=2"]["feature_bytes"]
+    # The two rows that say what learning the input costs train on the fixed
+    # features' batches (x among the bytes; the local table ignores it).
+    for name in ("epoch train K=2, input gradient", "epoch train K=2, local nn.Embedding"):
+        assert rows[name]["edges"] == rows["epoch train K=2"]["edges"]
+        assert rows[name]["feature_bytes"] == rows["epoch train K=2"]["feature_bytes"]
 
 
 @pytest.mark.timeout(LIMIT_S + 60)
