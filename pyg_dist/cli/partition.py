@@ -51,6 +51,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--distributed", action="store_true",
                    help="with --from, under torchrun: every rank reads a share of DIR and "
                         "writes the parts k with k %% WORLD_SIZE == RANK (gloo)")
+    p.add_argument("--peer-timeout", type=float, metavar="SECONDS",
+                   help="with --distributed: a rank that hears nothing from another rank (or "
+                        "the job's store) for this long removes what it staged and exits "
+                        "with status 75 (default: 60; a lost host otherwise holds every rank "
+                        "for gloo's 30-minute timeout)")
     p.add_argument("--name", help="graph name recorded in meta.json (default: DATASET or DIR)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty ROOT")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -91,9 +96,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset is None or args.root is None:
         raise InvalidPartitionArgumentError(
             "give DATASET and ROOT, or --from DIR and ROOT")
-    if args.memory_limit is not None or args.num_nodes is not None or args.distributed:
+    if args.memory_limit is not None or args.num_nodes is not None or args.distributed \
+            or args.peer_timeout is not None:
         raise InvalidPartitionArgumentError(
-            "--memory-limit, --num-nodes and --distributed apply to --from DIR only")
+            "--memory-limit, --num-nodes, --distributed and --peer-timeout apply to --from "
+            "DIR only")
     from pyg_dist.datasets import load_dataset
     from pyg_dist.partitioning import partition
 
@@ -122,6 +129,8 @@ def _run_from_files(args: argparse.Namespace, options: dict[str, Any]) -> int:
     limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
     if args.distributed:
         return _run_across_ranks(args, root, limit, options)
+    if args.peer_timeout is not None:
+        raise InvalidPartitionArgumentError("--peer-timeout applies with --distributed only")
     graph = FileGraph.open(args.from_dir, num_nodes=args.num_nodes)
     meta = partition_files(graph, args.num_parts, root, args.partitioner or "streaming",
                            memory_limit=limit, overwrite=args.overwrite,
@@ -141,10 +150,14 @@ def _run_across_ranks(args: argparse.Namespace, root: str, limit: Any,
 
     from pyg_dist.cli.info import format_summary
     from pyg_dist.partitioning.cross_host import partition_files_across_ranks
+    from pyg_dist.partitioning.peer_watch import DEFAULT_TIMEOUT_S
 
     if args.num_nodes is not None:
         raise InvalidPartitionArgumentError(
             "--num-nodes does not apply with --distributed; add a node array to DIR/nodes")
+    if args.peer_timeout is not None and not args.peer_timeout > 0:
+        raise InvalidPartitionArgumentError(
+            f"--peer-timeout must be a number of seconds > 0, got {args.peer_timeout}")
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise InvalidPartitionArgumentError(
             "--distributed runs under torchrun (RANK and WORLD_SIZE are unset), e.g. "
@@ -159,7 +172,8 @@ def _run_across_ranks(args: argparse.Namespace, root: str, limit: Any,
         meta = partition_files_across_ranks(
             args.from_dir, args.num_parts, root, args.partitioner or "streaming",
             memory_limit=limit, overwrite=args.overwrite, progress=not args.no_progress,
-            graph_name=args.name or args.from_dir, **options)
+            graph_name=args.name or args.from_dir,
+            peer_timeout=args.peer_timeout or DEFAULT_TIMEOUT_S, **options)
     finally:
         # A rank that fails destroys the group itself (pyg_dist.partitioning.rank_failure).
         if owned and dist.is_initialized():

@@ -86,6 +86,7 @@ from pyg_dist.partitioning.out_of_core import (
     check_num_parts,
     working_budget,
 )
+from pyg_dist.partitioning.peer_watch import DEFAULT_TIMEOUT_S
 from pyg_dist.partitioning.rank_failure import RankFailureGuard
 from pyg_dist.partitioning.rank_messages import (
     agree_min,
@@ -105,7 +106,8 @@ def partition_files_across_ranks(
         partitioner: str = "hash", *, memory_limit: Optional[int] = None,
         chunk_edges: Optional[int] = None, overwrite: bool = False,
         registry: Optional[PluginRegistry] = None, progress: bool = False,
-        graph_name: Optional[str] = None, **options: Any) -> dict[str, Any]:
+        graph_name: Optional[str] = None, peer_timeout: float = DEFAULT_TIMEOUT_S,
+        **options: Any) -> dict[str, Any]:
     """Partitions the graph in ``source`` with every rank of the default
     process group; each rank writes the parts ``k`` with ``k % world_size ==
     rank``. Called by every rank with the same arguments.
@@ -122,6 +124,10 @@ def partition_files_across_ranks(
         registry: Plugin registry (default: the installed plugins).
         progress: Show a tqdm bar per pass on rank 0.
         graph_name: Name recorded in ``meta.json``.
+        peer_timeout: Seconds without a sign of life from another rank (or
+            from the job's store) after which this rank removes what it
+            staged and ends its process with status 75
+            (:mod:`~pyg_dist.partitioning.peer_watch`).
         **options: The partitioner's options.
 
     Returns:
@@ -143,7 +149,7 @@ def partition_files_across_ranks(
         raise InvalidPartitionArgumentError(
             "partitioning across ranks needs an initialized torch.distributed process group "
             "(run under torchrun; pyg-dist partition --distributed initializes gloo)")
-    with RankFailureGuard(_run_token()) as guard:
+    with RankFailureGuard(_run_token(), peer_timeout) as guard:
         graph = FileGraph.open(source)
         root = Path(root)
         check_num_parts(num_parts, graph.num_nodes)
@@ -157,7 +163,7 @@ def partition_files_across_ranks(
             budget = working_budget(limit, current_rss(), graph, num_parts,
                                     max_part_nodes=-(-graph.num_nodes // num_parts),
                                     cap=chunk_edges)
-            node_part = _assign_book(plugin, graph, num_parts, budget)
+            node_part = _assign_book(plugin, graph, num_parts, budget, guard)
             with _shared_staging(root, overwrite, guard) as (tmp, leader):
                 meta = _write(tmp, graph, node_part, num_parts, budget, leader,
                               progress and dist.get_rank() == 0)
@@ -182,7 +188,8 @@ def _run_token() -> str:
     return bytes(token.tolist()).hex()[:12]
 
 
-def _assign_book(plugin: Any, graph: FileGraph, num_parts: int, budget: Any) -> np.ndarray:
+def _assign_book(plugin: Any, graph: FileGraph, num_parts: int, budget: Any,
+                 guard: RankFailureGuard) -> np.ndarray:
     """The owner of every node, the same on every rank.
 
     A plugin that sets ``assigns_across_ranks`` runs on every rank, with its
@@ -206,8 +213,10 @@ def _assign_book(plugin: Any, graph: FileGraph, num_parts: int, budget: Any) -> 
         _check_same_book(node_part, type(plugin).__name__)
     else:
         if dist.get_rank() == 0:
-            node_part = assign_parts(plugin, graph, num_parts,
-                                     budget.chunk_rows(ASSIGN_BYTES_PER_EDGE), budget.limit)
+            with guard.busy():  # a plugin may hold the GIL (pymetis does)
+                node_part = assign_parts(plugin, graph, num_parts,
+                                         budget.chunk_rows(ASSIGN_BYTES_PER_EDGE),
+                                         budget.limit)
         else:
             node_part = np.empty(graph.num_nodes, dtype=book_dtype(num_parts))
         dist.broadcast(torch.from_numpy(node_part), src=0)
@@ -248,6 +257,9 @@ def _shared_staging(root: Path, overwrite: bool,
     except FileExistsError:
         leader = False
     tmp = staging_dir(root, name)
+    guard.on_abort(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    if leader:
+        guard.on_abort(lambda: probe.unlink(missing_ok=True))
     try:
         if leader:
             check_root(root, overwrite)

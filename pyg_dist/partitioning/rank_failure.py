@@ -13,6 +13,10 @@ and its error, destroying its own group in turn (which wakes the ranks that
 wait on it rather than on the failed one). A peer busy with local work
 notices at its next round (a chunk or a window later).
 
+A rank that vanishes without closing anything (its host lost, its process
+stopped) is noticed by its silence instead
+(:mod:`~pyg_dist.partitioning.peer_watch`).
+
 The failed rank re-raises its own error (typed as it was; SIGTERM becomes a
 ``PartitionError``, Ctrl-C stays ``KeyboardInterrupt``). The process group is
 destroyed on every rank either way: its ranks are out of step and no
@@ -21,17 +25,20 @@ collective could follow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any, Optional
 
 import torch.distributed as dist
 
 from pyg_dist.errors import PartitionError
+from pyg_dist.partitioning.peer_watch import DEFAULT_TIMEOUT_S, PeerWatch
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +60,11 @@ class RankFailureGuard:
 
     Args:
         token: The run's token, the same on every rank (names the keys).
+        peer_timeout: Seconds without a peer's beat after which this rank
+            stops (:class:`~pyg_dist.partitioning.peer_watch.PeerWatch`).
     """
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, peer_timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.token = token
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self._store: Any = dist.distributed_c10d._get_default_store()
@@ -63,16 +72,22 @@ class RankFailureGuard:
         self._reported = False
         self._cause: Optional[dict[str, Any]] = None  # another rank's report
         self._old_handler: Any = None
+        self._cleanups: list[Callable[[], None]] = []
+        self._watch = PeerWatch(self._store, self._prefix, self.rank, self.world, peer_timeout,
+                                self._on_silent_peer)
 
     def __enter__(self) -> RankFailureGuard:
         # Python runs signal handlers in the main thread only, and only there
         # may one be installed.
         if threading.current_thread() is threading.main_thread():
             self._old_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.world > 1:
+            self._watch.start()
         return self
 
     def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> bool:
+        self._watch.stop()
         try:
             if exc is None:
                 return False
@@ -90,6 +105,31 @@ class RankFailureGuard:
                                  f"every rank stopped and nothing was written") from None
         return False  # this rank's own error goes on, as it was raised
 
+    def on_abort(self, cleanup: Callable[[], None]) -> None:
+        """Runs ``cleanup`` if this rank's process ends because a peer fell
+        silent (the main thread, blocked in a collective, runs nothing)."""
+        self._cleanups.append(cleanup)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """This rank may hold the GIL for a while (a partitioner plugin run on
+        it alone): its peers do not take its silence for a loss meanwhile."""
+        with self._watch.busy():
+            yield
+
+    def _on_silent_peer(self, message: str) -> None:
+        """The peer watch's last act before the process ends: the ranks
+        still running read why from this rank's report when its connections
+        close; then what this rank staged is removed."""
+        if not self._reported:
+            self._reported = True
+            self._write({"rank": self.rank, "error": message.removeprefix("PartitionError: ")})
+        for cleanup in reversed(self._cleanups):
+            try:
+                cleanup()
+            except Exception as exc:  # noqa: BLE001 - the others still run
+                logger.warning("cleanup after a silent peer failed: %s", exc)
+
     def report(self, exc: BaseException) -> None:
         """Tells the other ranks that this rank fails (once): the first
         failure another rank reported is the cause, else this rank's error
@@ -100,6 +140,7 @@ class RankFailureGuard:
         if self._reported:
             return
         self._reported = True
+        self._watch.stop()  # the failure path below ends the run on every rank
         self._cause = self._first_report()
         if self._cause is None and not _is_peer_loss(exc):
             self._write({"rank": self.rank, "error": _describe(exc)})

@@ -195,6 +195,10 @@ def test_partition_from_files_in_a_subprocess_then_info(tmp_path, cora_files, ca
     (["pyg_dist.datasets:cora", "ROOT", "--distributed"], "--from DIR only"),
     (["ROOT", "--from", "FILES", "--distributed"], "under torchrun"),
     (["ROOT", "--from", "FILES", "--distributed", "--num-nodes", "5"], "--num-nodes does not"),
+    (["ROOT", "--from", "FILES", "--peer-timeout", "5"], "with --distributed only"),
+    (["ROOT", "--from", "FILES", "--distributed", "--peer-timeout", "0"],
+     "--peer-timeout must be a number of seconds > 0, got 0.0"),
+    (["pyg_dist.datasets:cora", "ROOT", "--peer-timeout", "5"], "--from DIR only"),
 ])
 def test_bad_file_arguments_are_errors_and_write_nothing(tmp_path, cora_files, capsys, argv,
                                                          message, monkeypatch):

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,7 +39,7 @@ _RANK = textwrap.dedent("""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=600))
     partitioner, registry, options = "hash", None, {}
-    if case in ("SIGTERM", "SIGINT"):
+    if case in ("SIGTERM", "SIGINT", "SIGSTOP"):
         registry = PluginRegistry([EntryPoint("signalled", "signalled_partitioner:Signalled",
                                               PARTITIONERS)])
         partitioner, options = "signalled", {"signum": case}
@@ -48,9 +49,18 @@ _RANK = textwrap.dedent("""
         partitioner = "by-rank"
     if case == "root-not-writable" and rank == 1:
         root = str(Path(root).parent / "a-file" / "out")
+    if case == "SIGSTOP-in-shuffle" and rank == 1:
+        # Rank 1 stops (as a lost host: nothing closed) once the staging
+        # directory exists and the edges are being exchanged.
+        import os, signal
+        from pyg_dist.partitioning import cross_host
+        def stop(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        cross_host._exchange_edges = stop
+    timeout = 3.0 if case.startswith("SIGSTOP") else 60.0
     try:
         partition_files_across_ranks(source, 3, root, partitioner, chunk_edges=300,
-                                     registry=registry, **options)
+                                     registry=registry, peer_timeout=timeout, **options)
     except BaseException as exc:
         Path(reports, f"rank-{rank}").write_text(f"{type(exc).__name__}: {exc}")
         raise
@@ -77,6 +87,14 @@ _SIGNALLED = textwrap.dedent("""
         def assign_stream(self, stream, num_parts):
             return HashPartitioner(seed=stream.rank).assign_stream(stream, num_parts)
 """)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (``T``: stopped), from ``/proc``."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _free_port() -> int:
@@ -106,10 +124,14 @@ def _source(tmp_path: Path) -> Path:
     return source
 
 
-def _run_ranks(tmp_path: Path, case: str, world: int = 2
+def _run_ranks(tmp_path: Path, case: str, world: int = 2,
+               stop_after: Optional[dict[int, str]] = None
                ) -> tuple[list[int], list[float], list[str]]:
     """Starts both ranks, waits for both (stopping them whatever happens);
-    returns their exit codes, when each ended and their stderr."""
+    returns their exit codes, when each ended and their stderr. A rank in
+    ``stop_after`` is killed once every other rank ended, if its process
+    state (``/proc/PID/stat``) is the one given (``T``: stopped)."""
+    stop_after = stop_after or {}
     script, reports = tmp_path / "rank.py", tmp_path / "reports"
     script.write_text(_RANK)
     (tmp_path / "signalled_partitioner.py").write_text(_SIGNALLED)
@@ -127,6 +149,10 @@ def _run_ranks(tmp_path: Path, case: str, world: int = 2
             for i, p in enumerate(procs):
                 if p.poll() is not None and not ended[i]:
                     ended[i] = time.monotonic()
+            if all(p.poll() is not None for i, p in enumerate(procs) if i not in stop_after):
+                for i, state in stop_after.items():
+                    if procs[i].poll() is None and _state(procs[i].pid) == state:
+                        procs[i].kill()
             time.sleep(0.05)
         for i, p in enumerate(procs):
             if p.poll() is not None and not ended[i]:
@@ -166,6 +192,25 @@ def test_a_rank_that_fails_stops_every_rank_at_once(tmp_path, case, says):
     elif case == "SIGINT":
         assert own.startswith("KeyboardInterrupt"), own
     # Nothing left behind: no ROOT, no staging directory, no probe file.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a-file", "files", "rank.py", "reports", "signalled_partitioner.py"]
+
+
+@pytest.mark.parametrize("case", ["SIGSTOP", pytest.param("SIGSTOP-in-shuffle",
+                                                          marks=pytest.mark.slow)])
+def test_a_rank_that_falls_silent_stops_the_others_after_the_peer_timeout(tmp_path, case):
+    """Rank 1 is stopped (SIGSTOP: its connections stay open, as a host's
+    that is cut off): rank 0 does not wait for gloo's timeout (600 s here)
+    but for 3 s of silence, removes what it staged, names rank 1 and exits
+    with status 75; rank 1 is killed by the test."""
+    _source(tmp_path)
+    (tmp_path / "a-file").write_text("not a directory")
+    codes, ended, errs = _run_ranks(tmp_path, case, stop_after={1: "T"})
+    assert codes[0] == 75, errs
+    assert "PartitionError: rank 1 of 2 was not heard from for" in errs[0], errs[0]
+    assert "its host lost, or its process stopped or hung" in errs[0], errs[0]
+    # Rank 0's main thread never returned: it wrote no report of its own.
+    assert not (tmp_path / "reports" / "rank-0").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "a-file", "files", "rank.py", "reports", "signalled_partitioner.py"]
 
