@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from pyg_dist.errors import RpcError, ServerListError
-from pyg_dist.rpc.endpoints import normalize_endpoint
+from pyg_dist.rpc.client import normalize_endpoint
 
 logger = logging.getLogger(__name__)
 
