@@ -24,6 +24,12 @@ from torch import Tensor
 from pyg_dist.kernels.candidates import expand
 
 
+def check_fanout(num_neighbors: int) -> None:
+    """Raises ``ValueError`` unless ``num_neighbors`` is -1 or at least 0."""
+    if num_neighbors < -1:
+        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
+
+
 def segment_arange(counts: Tensor) -> Tensor:
     """Concatenates ``arange(c)`` for every ``c`` in ``counts``.
 
@@ -169,8 +175,7 @@ def sample_neighbors(colptr: Tensor, seeds: Tensor, num_neighbors: int,
     Raises:
         ValueError: if ``num_neighbors < -1`` or a seed is out of range.
     """
-    if num_neighbors < -1:
-        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
+    check_fanout(num_neighbors)
     seeds = seeds.to(device=colptr.device, dtype=torch.long).reshape(-1)
     num_columns = colptr.numel() - 1
     if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= num_columns):
