@@ -11,6 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch_geometric.data import Data
 
@@ -69,3 +70,20 @@ def split_labelled(store: Any, seed: int, train: float, val: float) -> None:
         mask = torch.zeros(store.y.numel(), dtype=torch.bool)
         mask[ids] = True
         store[name] = mask
+
+
+def node_positions(node_ids: np.ndarray, ids: np.ndarray, what: str,
+                   order: np.ndarray | None = None) -> np.ndarray:
+    """Where each of ``ids`` stands in ``node_ids`` (sorted, or sorted by the
+    permutation ``order``), by one sorted lookup.
+
+    Raises:
+        DatasetResolveError: naming ``what`` (e.g. ``"IMDB's acted_in"``) if
+            an id is not in ``node_ids``: the wheel is damaged.
+    """
+    sorted_ids = node_ids if order is None else node_ids[order]
+    pos = np.searchsorted(sorted_ids, ids).clip(max=max(sorted_ids.size - 1, 0))
+    if not np.array_equal(sorted_ids[pos], ids):
+        raise DatasetResolveError(f"{what} names nodes that are not in its node files; "
+                                  f"the graphdatascience wheel is damaged")
+    return pos if order is None else order[pos]
