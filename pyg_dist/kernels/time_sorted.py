@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.kernels.neighbor_sample import sample_segments, segment_arange
+from pyg_dist.kernels.neighbor_sample import sample_segments, segment_positions
 from pyg_dist.kernels.temporal_sample import check_temporal
 from pyg_dist.kernels.weighted_sample import sample_weighted_segments
 
@@ -103,9 +103,7 @@ def sample_time_sorted(start: Tensor, deg: Tensor, sorted_time: Tensor, perm: Te
     past = past_counts(sorted_time, start, deg, seed_time)
     if strategy == "last":
         counts = past if num_neighbors == -1 else past.clamp(max=num_neighbors)
-        total = int(counts.sum())
-        first = torch.repeat_interleave(start + past - counts, counts, output_size=total)
-        positions = first + segment_arange(counts)
+        positions = segment_positions(start + past - counts, counts)
     elif sorted_weight is None:
         counts, positions = sample_segments(start, past, num_neighbors, replace, generator)
     else:
