@@ -204,14 +204,12 @@ def _config(args: argparse.Namespace):  # -> RpcConfig, imported lazily
     overrides = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     if args.curve_authorized_keys and not args.curve_secret_key:
         raise RpcError("--curve-authorized-keys needs --curve-secret-key")
+    config = RpcConfig.from_env(**overrides)
     if args.curve_secret_key:
-        from pyg_dist.rpc.auth import load_keys
+        from pyg_dist.rpc.auth import server_config
 
-        keys = load_keys(args.curve_secret_key, need_secret=True)
-        overrides["server_secret_key"] = keys.secret.decode()
-        overrides["server_public_key"] = keys.public.decode()
-        overrides["authorized_keys_dir"] = args.curve_authorized_keys
-    return RpcConfig.from_env(**overrides)
+        config = server_config(args.curve_secret_key, args.curve_authorized_keys, base=config)
+    return config
 
 
 def run(args: argparse.Namespace) -> int:
