@@ -4,14 +4,10 @@ masks, and a power-law graph.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-from typing import Any
-
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.datasets.resources import planetoid_masks
+from pyg_dist.datasets.resources import planetoid_masks, seeded
 
 
 def fake(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16,
@@ -37,7 +33,7 @@ def fake(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16
     """
     from torch_geometric.datasets import FakeDataset
 
-    data = _seeded(seed, lambda: FakeDataset(
+    data = seeded(seed, lambda: FakeDataset(
         num_graphs=1, avg_num_nodes=num_nodes, avg_degree=avg_degree,
         num_channels=num_channels, edge_dim=edge_dim, num_classes=num_classes,
         is_undirected=is_undirected)[0])
@@ -66,7 +62,7 @@ def fake_hetero(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: i
     """
     from torch_geometric.datasets import FakeHeteroDataset
 
-    data = _seeded(seed, lambda: FakeHeteroDataset(
+    data = seeded(seed, lambda: FakeHeteroDataset(
         num_graphs=1, num_node_types=num_node_types, num_edge_types=num_edge_types,
         avg_num_nodes=num_nodes, avg_num_channels=num_channels, avg_degree=avg_degree,
         num_classes=num_classes, task="node")[0])
@@ -75,19 +71,6 @@ def fake_hetero(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: i
     for name in ("train_mask", "val_mask", "test_mask"):
         labelled[name] = masks[name]
     return data
-
-
-def _seeded(seed: int, make: Callable[[], Any]) -> Any:
-    """``make()`` with torch's and Python's RNGs seeded with ``seed``, both
-    restored afterwards (PyG's fake datasets draw from both)."""
-    state = random.getstate()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            return make()
-    finally:
-        random.setstate(state)
 
 
 def _with_masks(data: Data, num_classes: int, seed: int) -> Data:
