@@ -83,6 +83,9 @@ from pyg_dist.rpc.wire_values import describe, error_text
 
 logger = logging.getLogger(__name__)
 
+# Extra time ``RpcClient.call`` waits beyond a deadline for the I/O thread itself.
+_GRACE = 5.0
+
 # Clients still open when the interpreter exits are closed first: their I/O
 # threads are daemons, and one still inside torch while exit() runs torch's
 # static destructors aborted a trainer ("terminate called without an active
@@ -310,7 +313,16 @@ class RpcClient:
             RemoteError, RpcTimeoutError, RpcError: see :meth:`call_async`.
         """
         future = self.call_async(server, op, args, tensors, timeout)
-        return wait_result(future, self._config, timeout, self._endpoints[server], op)
+        wait = (self._config.timeout if timeout is None else timeout) + _GRACE
+        try:
+            return future.result(wait)
+        except RpcError:  # RpcTimeoutError is a TimeoutError too: keep it as is
+            raise
+        except futures.TimeoutError as exc:  # the I/O thread itself is stuck
+            address = self._endpoints[server]
+            raise RpcTimeoutError(f"no reply from {address} to {op!r} within {wait:.3g}s "
+                                  f"(client I/O thread unresponsive)",
+                                  address=address, op=op) from exc
 
     def ping(self, server: int, timeout: Optional[float] = None) -> dict[str, Any]:
         """Asks a server for its protocol version, name, host and ops.
@@ -769,21 +781,3 @@ def fail(future: futures.Future, exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
 
-
-# Extra time ``RpcClient.call`` waits beyond a deadline for the I/O thread itself.
-_GRACE = 5.0
-
-
-def wait_result(future: futures.Future, config: Any, timeout: Optional[float],
-                address: str, op: str) -> Reply:
-    """The reply ``future`` holds, waited for as long as the call's
-    deadline (``config``'s timeout or ``timeout``) and a grace."""
-    wait = (config.timeout if timeout is None else timeout) + _GRACE
-    try:
-        return future.result(wait)
-    except RpcError:  # RpcTimeoutError is a TimeoutError too: keep it as is
-        raise
-    except futures.TimeoutError as exc:  # the I/O thread itself is stuck
-        raise RpcTimeoutError(f"no reply from {address} to {op!r} within {wait:.3g}s "
-                              f"(client I/O thread unresponsive)",
-                              address=address, op=op) from exc
