@@ -1,6 +1,6 @@
 """Where a trainer finds its partition servers.
 
-:func:`server_addresses` turns what the user gave into endpoints, checked
+:func:`server_groups` turns what the user gave into endpoints, checked
 before any socket exists, from the first of:
 
 1. the ``addresses`` passed to :func:`pyg_dist.connect` (a list or a
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from pyg_dist.errors import RpcError, ServerListError
-from pyg_dist.rpc.endpoints import normalize_endpoint
+from pyg_dist.rpc.client import normalize_endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +42,12 @@ MAX_FILE_BYTES = 1 << 20
 MAX_SERVERS = 1 << 15
 
 
-def server_addresses(addresses: Union[Sequence[str], str, None] = None,
-                     environ: Optional[dict[str, str]] = None) -> list[str]:
-    """The normalised server endpoints a trainer should connect to.
+def server_groups(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = None,
+                  environ: Optional[dict[str, str]] = None) -> list[list[str]]:
+    """The normalised server endpoints a trainer should connect to, per part:
+    every entry is a server or a group of replicas of one part, given as a
+    list (``[["a:1", "a2:1"], "b:1"]``) or joined by ``|``
+    (``"a:1|a2:1,b:1"``, in the environment variable and the file too).
 
     Args:
         addresses: Explicit addresses (a list, or one comma-separated
@@ -52,31 +55,13 @@ def server_addresses(addresses: Union[Sequence[str], str, None] = None,
         environ: The environment to read (default: ``os.environ``).
 
     Returns:
-        Distinct endpoints such as ``tcp://10.0.0.5:5555``.
+        One list of distinct endpoints such as ``tcp://10.0.0.5:5555`` per
+        part (a single one when the part has no replicas).
 
     Raises:
         ServerListError: if no list is given anywhere, the file cannot be
             read or is too big, the list is empty, an entry does not parse,
-            or an address repeats.
-    """
-    items, source = _items(addresses, environ)
-    return _normalise(items, source)
-
-
-def server_groups(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = None,
-                  environ: Optional[dict[str, str]] = None) -> list[list[str]]:
-    """:func:`server_addresses` with replicas: every entry is a server or a
-    group of replicas of one part, given as a list (``[["a:1", "a2:1"],
-    "b:1"]``) or joined by ``|`` (``"a:1|a2:1,b:1"``, in the environment
-    variable and the file too).
-
-    Returns:
-        One list of distinct endpoints per part (a single one when the part
-        has no replicas).
-
-    Raises:
-        ServerListError: as :func:`server_addresses`, and for an empty
-            replica group.
+            an address repeats, or a replica group is empty.
     """
     items, source = _items(addresses, environ)
     members: list[tuple[object, Optional[int]]] = []

@@ -55,8 +55,7 @@ def format_summary(meta: dict[str, Any]) -> str:
         rows.append((str(part["part"]), str(s["num_nodes"]), str(s["num_edges"]),
                      str(s["num_halo_nodes"]), str(s["num_cut_edges"]),
                      str(s["num_train_nodes"]), f"{s['num_nodes'] / mean:.3f}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    lines += _table(rows)
     stats = meta["stats"]
     lines += [
         "",
@@ -71,6 +70,7 @@ def format_summary(meta: dict[str, Any]) -> str:
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as aligned columns: the first (names) to the left, numbers to the right."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                       for i, (c, w) in enumerate(zip(r, widths))) for r in rows]

@@ -196,27 +196,20 @@ def _config(args: argparse.Namespace):  # -> RpcConfig, imported lazily
     from pyg_dist.errors import RpcError
     from pyg_dist.rpc.config import RpcConfig
 
-    overrides = {}
-    if args.workers is not None:
-        overrides["workers"] = args.workers
-    if args.max_message_bytes is not None:
-        overrides["max_message_bytes"] = args.max_message_bytes
-    if args.max_reply_bytes is not None:
-        overrides["max_reply_bytes"] = args.max_reply_bytes
-    for name in ("client_receive_budget", "server_receive_budget", "client_reply_budget",
-                 "server_reply_budget", "handshake_timeout"):
-        if getattr(args, name) is not None:
-            overrides[name] = getattr(args, name)
+    # Options named as the RpcConfig fields they set; unset ones leave the
+    # environment's (or the default) value.
+    names = ("workers", "max_message_bytes", "max_reply_bytes", "client_receive_budget",
+             "server_receive_budget", "client_reply_budget", "server_reply_budget",
+             "handshake_timeout")
+    overrides = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     if args.curve_authorized_keys and not args.curve_secret_key:
         raise RpcError("--curve-authorized-keys needs --curve-secret-key")
+    config = RpcConfig.from_env(**overrides)
     if args.curve_secret_key:
-        from pyg_dist.rpc.auth import load_keys
+        from pyg_dist.rpc.auth import server_config
 
-        keys = load_keys(args.curve_secret_key, need_secret=True)
-        overrides["server_secret_key"] = keys.secret.decode()
-        overrides["server_public_key"] = keys.public.decode()
-        overrides["authorized_keys_dir"] = args.curve_authorized_keys
-    return RpcConfig.from_env(**overrides)
+        config = server_config(args.curve_secret_key, args.curve_authorized_keys, base=config)
+    return config
 
 
 def run(args: argparse.Namespace) -> int:

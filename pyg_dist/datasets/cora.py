@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from pyg_dist.datasets.resources import planetoid_masks, resource_dir
+from pyg_dist.datasets.resources import node_positions, planetoid_masks, resource_dir
 from pyg_dist.errors import DatasetResolveError
 
 CORA_NUM_NODES = 2708
@@ -55,17 +55,11 @@ def cora(*, seed: int = 0) -> Data:
     x = torch.from_numpy(flat.reshape(num_nodes, -1).astype(np.float32))
     y = torch.from_numpy(nodes.column("subject").to_numpy().astype(np.int64))
 
-    # Map original paper ids to node-file positions with one sorted lookup.
+    # Original paper ids to node-file positions.
     order = np.argsort(paper_ids, kind="stable")
-    src = rels.column("sourceNodeId").to_numpy()
-    dst = rels.column("targetNodeId").to_numpy()
-    pos_src = order[np.searchsorted(paper_ids, src, sorter=order)]
-    pos_dst = order[np.searchsorted(paper_ids, dst, sorter=order)]
-    if not (np.array_equal(paper_ids[pos_src], src)
-            and np.array_equal(paper_ids[pos_dst], dst)):
-        raise DatasetResolveError("Cora's relationship file names papers that are "
-                                  "not in its node file; the wheel is damaged")
-    edge_index = torch.from_numpy(np.stack([pos_src, pos_dst]).astype(np.int64))
+    ends = [node_positions(paper_ids, rels.column(c).to_numpy(), "Cora's cora_rels", order)
+            for c in ("sourceNodeId", "targetNodeId")]
+    edge_index = torch.from_numpy(np.stack(ends).astype(np.int64))
     edge_index = to_undirected(edge_index, num_nodes=num_nodes)
     data = Data(x=x, y=y, edge_index=edge_index)
     return planetoid_masks(data, seed=seed)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch_geometric.data import HeteroData
 
-from pyg_dist.datasets.resources import resource_dir, split_labelled
+from pyg_dist.datasets.resources import node_positions, resource_dir, split_labelled
 from pyg_dist.errors import DatasetResolveError
 
 IMDB_NUM_NODES = {"movie": 4661, "director": 2270, "actor": 5841}
@@ -68,16 +68,8 @@ def imdb(*, seed: int = 0, train: float = 0.6, val: float = 0.2) -> HeteroData:
             data[node_type].y = torch.from_numpy(y[order])
     for (src, rel, dst), name in _IMDB_EDGES.items():
         table = pq.read_table(root / name, columns=["sourceNodeId", "targetNodeId"])
-        rows = [_positions(node_ids[t], table.column(c).to_numpy(), name)
+        rows = [node_positions(node_ids[t], table.column(c).to_numpy(), f"IMDB's {name}")
                 for t, c in ((src, "sourceNodeId"), (dst, "targetNodeId"))]
         data[src, rel, dst].edge_index = torch.from_numpy(np.stack(rows).astype(np.int64))
     split_labelled(data["movie"], seed, train, val)
     return ToUndirected()(data)
-
-
-def _positions(sorted_ids: np.ndarray, ids: np.ndarray, name: str) -> np.ndarray:
-    pos = np.searchsorted(sorted_ids, ids).clip(max=max(sorted_ids.size - 1, 0))
-    if not np.array_equal(sorted_ids[pos], ids):
-        raise DatasetResolveError(f"IMDB's {name} names nodes that are not in its node "
-                                  f"files; the graphdatascience wheel is damaged")
-    return pos

@@ -10,8 +10,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
-from pyg_dist.datasets.resources import resource_dir
-from pyg_dist.errors import DatasetResolveError
+from pyg_dist.datasets.resources import node_positions, resource_dir
 
 LASTFM_NUM_NODES = {"user": 1892, "artist": 18022}
 LASTFM_NUM_LISTENS = 92834
@@ -66,14 +65,14 @@ def lastfm_hetero(*, seed: int = 0) -> HeteroData:
     data = HeteroData()
     data["user"].num_nodes, data["artist"].num_nodes = users.size, artists.size
     listen_index = np.stack([
-        _positions(users, listens.column("sourceNodeId").to_numpy(), "listens"),
-        _positions(artists, listens.column("targetNodeId").to_numpy(), "listens")])
+        node_positions(users, listens.column("sourceNodeId").to_numpy(), "LastFM's listens"),
+        node_positions(artists, listens.column("targetNodeId").to_numpy(), "LastFM's listens")])
     weight = torch.from_numpy(listens.column("weight").to_numpy().astype(np.float32))
     data[LISTENS].edge_index = torch.from_numpy(listen_index.astype(np.int64))
     data[LISTENS].weight = weight
     data[REV_LISTENS].edge_index = data[LISTENS].edge_index.flip(0)
     data[REV_LISTENS].weight = weight.clone()
-    pairs = np.stack([_positions(users, friends.column(c).to_numpy(), "friendships")
+    pairs = np.stack([node_positions(users, friends.column(c).to_numpy(), "LastFM's friendships")
                       for c in ("sourceNodeId", "targetNodeId")]).astype(np.int64)
     data[FRIENDS].edge_index = torch.from_numpy(np.concatenate([pairs, pairs[::-1]], axis=1))
     gen = torch.Generator().manual_seed(seed)
@@ -118,11 +117,3 @@ def _count(index: Tensor, size: int, weight: Tensor | None = None) -> Tensor:
 
 def _standardise(col: Tensor) -> Tensor:
     return (col - col.mean()) / col.std().clamp_min(1e-12)
-
-
-def _positions(sorted_ids: np.ndarray, ids: np.ndarray, name: str) -> np.ndarray:
-    pos = np.searchsorted(sorted_ids, ids).clip(max=max(sorted_ids.size - 1, 0))
-    if not np.array_equal(sorted_ids[pos], ids):
-        raise DatasetResolveError(f"LastFM's {name} name nodes that are not in its node "
-                                  f"files; the graphdatascience wheel is damaged")
-    return pos

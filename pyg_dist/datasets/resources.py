@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch_geometric.data import Data
 
@@ -38,8 +41,8 @@ def planetoid_masks(data: Data, *, num_train_per_class: int = 20, num_val: int =
     """Adds deterministic Planetoid-style ``train_mask``/``val_mask``/``test_mask``.
 
     Reuses PyG's :class:`~torch_geometric.transforms.RandomNodeSplit` inside a
-    forked RNG, so the masks depend on ``seed`` only and the caller's global
-    torch RNG state is untouched.
+    forked RNG (:func:`seeded`), so the masks depend on ``seed`` only and the
+    caller's global RNG state is untouched.
 
     Args:
         data: A graph with integer labels ``y``.
@@ -52,9 +55,7 @@ def planetoid_masks(data: Data, *, num_train_per_class: int = 20, num_val: int =
 
     split = RandomNodeSplit(split="random", num_train_per_class=num_train_per_class,
                             num_val=num_val, num_test=num_test)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return split(data)
+    return seeded(seed, lambda: split(data))
 
 
 def split_labelled(store: Any, seed: int, train: float, val: float) -> None:
@@ -69,3 +70,33 @@ def split_labelled(store: Any, seed: int, train: float, val: float) -> None:
         mask = torch.zeros(store.y.numel(), dtype=torch.bool)
         mask[ids] = True
         store[name] = mask
+
+
+def node_positions(node_ids: np.ndarray, ids: np.ndarray, what: str,
+                   order: np.ndarray | None = None) -> np.ndarray:
+    """Where each of ``ids`` stands in ``node_ids`` (sorted, or sorted by the
+    permutation ``order``), by one sorted lookup.
+
+    Raises:
+        DatasetResolveError: naming ``what`` (e.g. ``"IMDB's acted_in"``) if
+            an id is not in ``node_ids``: the wheel is damaged.
+    """
+    sorted_ids = node_ids if order is None else node_ids[order]
+    pos = np.searchsorted(sorted_ids, ids).clip(max=max(sorted_ids.size - 1, 0))
+    if not np.array_equal(sorted_ids[pos], ids):
+        raise DatasetResolveError(f"{what} names nodes that are not in its node files; "
+                                  f"the graphdatascience wheel is damaged")
+    return pos if order is None else order[pos]
+
+
+def seeded(seed: int, make: Callable[[], Any]) -> Any:
+    """``make()`` with torch's and Python's RNGs seeded with ``seed``, both
+    restored afterwards (PyG's fake datasets draw from both)."""
+    state = random.getstate()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            return make()
+    finally:
+        random.setstate(state)

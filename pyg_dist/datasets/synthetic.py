@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.datasets.resources import planetoid_masks
+from pyg_dist.datasets.resources import planetoid_masks, seeded
 
 
 def fake(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16,
@@ -31,23 +31,13 @@ def fake(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16
             more: ``edge_attr``).
         seed: Seed of the graph and the masks.
     """
-    import random
-
     from torch_geometric.datasets import FakeDataset
 
-    state = random.getstate()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            data = FakeDataset(num_graphs=1, avg_num_nodes=num_nodes, avg_degree=avg_degree,
-                               num_channels=num_channels, edge_dim=edge_dim,
-                               num_classes=num_classes, is_undirected=is_undirected)[0]
-    finally:
-        random.setstate(state)
-    n = data.num_nodes
-    return planetoid_masks(data, num_train_per_class=max(1, n // (10 * num_classes)),
-                           num_val=n // 10, num_test=n // 5, seed=seed)
+    data = seeded(seed, lambda: FakeDataset(
+        num_graphs=1, avg_num_nodes=num_nodes, avg_degree=avg_degree,
+        num_channels=num_channels, edge_dim=edge_dim, num_classes=num_classes,
+        is_undirected=is_undirected)[0])
+    return _with_masks(data, num_classes, seed)
 
 
 def fake_hetero(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: int = 16,
@@ -70,29 +60,25 @@ def fake_hetero(num_nodes: int = 1000, avg_degree: float = 10.0, num_channels: i
         num_edge_types: Number of edge types.
         seed: Seed of the graph and the masks.
     """
-    import random
-
     from torch_geometric.datasets import FakeHeteroDataset
 
-    state = random.getstate()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            data = FakeHeteroDataset(
-                num_graphs=1, num_node_types=num_node_types, num_edge_types=num_edge_types,
-                avg_num_nodes=num_nodes, avg_num_channels=num_channels,
-                avg_degree=avg_degree, num_classes=num_classes, task="node")[0]
-    finally:
-        random.setstate(state)
+    data = seeded(seed, lambda: FakeHeteroDataset(
+        num_graphs=1, num_node_types=num_node_types, num_edge_types=num_edge_types,
+        avg_num_nodes=num_nodes, avg_num_channels=num_channels, avg_degree=avg_degree,
+        num_classes=num_classes, task="node")[0])
     labelled = data["v0"]
-    n = labelled.num_nodes
-    masks = planetoid_masks(Data(y=labelled.y, num_nodes=n),
-                            num_train_per_class=max(1, n // (10 * num_classes)),
-                            num_val=n // 10, num_test=n // 5, seed=seed)
+    masks = _with_masks(Data(y=labelled.y, num_nodes=labelled.num_nodes), num_classes, seed)
     for name in ("train_mask", "val_mask", "test_mask"):
         labelled[name] = masks[name]
     return data
+
+
+def _with_masks(data: Data, num_classes: int, seed: int) -> Data:
+    """Planetoid-style masks: a tenth of the nodes' worth of training nodes
+    spread over the classes, a tenth for validation, a fifth for test."""
+    n = data.num_nodes
+    return planetoid_masks(data, num_train_per_class=max(1, n // (10 * num_classes)),
+                           num_val=n // 10, num_test=n // 5, seed=seed)
 
 
 def power_law(num_nodes: int = 100_000, num_edges: int = 300_000, num_channels: int = 64,

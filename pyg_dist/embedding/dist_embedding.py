@@ -32,14 +32,14 @@ from torch import Tensor
 from pyg_dist.errors import EmbeddingError
 from pyg_dist.kernels.distinct import all_distinct
 from pyg_dist.partitioning.format import load_tensors, save_tensors, sha256_file
-from pyg_dist.protocol.ops import EMB_CREATE, EMB_PUSH, EMB_READ, EMB_WRITE
+from pyg_dist.protocol.ops import EMB_CREATE, EMB_PUSH, EMB_READ, EMB_WRITE, TABLE_DTYPES
 from pyg_dist.store.remote_feature_store import FeatureInfo
 from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 
 logger = logging.getLogger(__name__)
 
 Init = Union[str, Callable[[Tensor], Tensor]]
-_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+_DTYPES = {getattr(torch, name): name for name in TABLE_DTYPES}  # the wire's names
 _CHUNK_BYTES = 32 << 20  # rows per request: at most this many bytes
 # Rows read with autograd but not yet in a backward (a loader's prefetched
 # batches) survive this many zero_grad calls, then are forgotten (a batch
@@ -141,7 +141,8 @@ class DistEmbedding:
                                  "have one copy that every update reaches; connect to one "
                                  "server per part")
         if dtype not in _DTYPES:
-            raise EmbeddingError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype}")
+            raise EmbeddingError(f"dtype must be one of {[f'torch.{n}' for n in TABLE_DTYPES]}, "
+                                 f"got {dtype}")
         if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
             raise EmbeddingError(f"dim must be a positive int, got {dim!r}")
         if not callable(init) and init not in ("zeros", "uniform"):

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import SamplerError
+from pyg_dist.kernels.temporal_sample import TEMPORAL_STRATEGIES
 
 SEED_BOUND = 1 << 62
 """Seeds (a batch's, a hop's) lie in ``[0, SEED_BOUND)``."""
@@ -65,9 +66,9 @@ class HopSettings:
         for name, value in (("weight_attr", self.weight_attr), ("time_attr", self.time_attr)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise SamplerError(f"{name} must be an attribute name, got {value!r}")
-        if self.temporal_strategy not in ("uniform", "last"):
-            raise SamplerError(f"temporal_strategy must be 'uniform' or 'last', got "
-                               f"{self.temporal_strategy!r}")
+        if self.temporal_strategy not in TEMPORAL_STRATEGIES:
+            raise SamplerError(f"temporal_strategy must be one of {TEMPORAL_STRATEGIES}, "
+                               f"got {self.temporal_strategy!r}")
         if self.temporal_strategy == "last" and self.time_attr is None:
             raise SamplerError("temporal_strategy='last' takes the most recent neighbours "
                                "and needs a time_attr")

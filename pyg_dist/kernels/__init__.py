@@ -18,7 +18,7 @@ the entries it may draw from (:mod:`.candidates`) first.
 """
 
 from pyg_dist.kernels.alias import AliasTable, build_alias_table, sample_alias
-from pyg_dist.kernels.neighbor_sample import sample_neighbors, sample_segments, segment_arange
+from pyg_dist.kernels.neighbor_sample import sample_neighbors, sample_segments, segment_positions
 from pyg_dist.kernels.temporal_sample import TEMPORAL_STRATEGIES, sample_temporal_segments
 from pyg_dist.kernels.time_sorted import past_counts, sample_time_sorted, sort_by_time
 from pyg_dist.kernels.weighted_sample import sample_weighted_segments
@@ -26,4 +26,4 @@ from pyg_dist.kernels.weighted_sample import sample_weighted_segments
 __all__ = ["TEMPORAL_STRATEGIES", "AliasTable", "build_alias_table", "past_counts",
            "sample_alias", "sample_neighbors", "sample_segments",
            "sample_temporal_segments", "sample_time_sorted", "sample_weighted_segments",
-           "segment_arange", "sort_by_time"]
+           "segment_positions", "sort_by_time"]

@@ -24,24 +24,30 @@ from torch import Tensor
 from pyg_dist.kernels.candidates import expand
 
 
-def segment_arange(counts: Tensor) -> Tensor:
-    """Concatenates ``arange(c)`` for every ``c`` in ``counts``.
+def check_fanout(num_neighbors: int) -> None:
+    """Raises ``ValueError`` unless ``num_neighbors`` is -1 or at least 0."""
+    if num_neighbors < -1:
+        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
+
+
+def segment_positions(starts: Tensor, counts: Tensor) -> Tensor:
+    """Concatenates the segments ``[starts[i], starts[i] + counts[i])``: every
+    CSC position of every seed, or the rows of every server's answer.
 
     Args:
-        counts: Non-negative int64 segment lengths.
+        starts: Start offset of every segment (int64).
+        counts: Length of every segment (int64, non-negative).
 
     Returns:
-        An int64 tensor of length ``counts.sum()``: the offset of every
-        element within its own segment.
+        An int64 tensor of length ``counts.sum()``, on ``counts``' device.
     """
     total = int(counts.sum())
-    starts = torch.cumsum(counts, 0) - counts
-    flat = torch.arange(total, dtype=torch.long, device=counts.device)
-    return flat - torch.repeat_interleave(starts, counts, output_size=total)
-
-
-def _all_positions(start: Tensor, deg: Tensor) -> Tensor:
-    return expand(start, deg)[0]
+    # Position of each element inside its own segment, plus the start of
+    # that segment: arange(total) - offset + start, with one
+    # repeat_interleave of (start - offset) rather than one of each.
+    shift = starts - (torch.cumsum(counts, 0) - counts)
+    return torch.arange(total, device=counts.device).add_(
+        shift.repeat_interleave(counts, output_size=total))
 
 
 def _with_replacement(start: Tensor, deg: Tensor, k: int,
@@ -169,8 +175,7 @@ def sample_neighbors(colptr: Tensor, seeds: Tensor, num_neighbors: int,
     Raises:
         ValueError: if ``num_neighbors < -1`` or a seed is out of range.
     """
-    if num_neighbors < -1:
-        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
+    check_fanout(num_neighbors)
     seeds = seeds.to(device=colptr.device, dtype=torch.long).reshape(-1)
     num_columns = colptr.numel() - 1
     if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= num_columns):
@@ -201,12 +206,12 @@ def sample_segments(start: Tensor, deg: Tensor, num_neighbors: int, replace: boo
         ``(counts, positions)`` as :func:`sample_neighbors` does.
     """
     if num_neighbors == -1 or deg.numel() == 0:
-        return deg, _all_positions(start, deg)
+        return deg, segment_positions(start, deg)
     if replace:
         return _with_replacement(start, deg, num_neighbors, generator)
     width = int(deg.max())
     if num_neighbors >= width:
-        return deg, _all_positions(start, deg)
+        return deg, segment_positions(start, deg)
     cells = deg.numel() * width
     # The candidates never outnumber the cells, so a matrix this small rules
     # Floyd out and the dense kernel in without counting them (two ops

@@ -30,15 +30,32 @@ from pyg_dist.kernels.candidates import (
     narrow_dense,
     padded,
 )
-from pyg_dist.kernels.neighbor_sample import sample_segments
+from pyg_dist.kernels.neighbor_sample import check_fanout, sample_segments
 from pyg_dist.kernels.weighted_sample import (
-    check_fanout,
     draw_by_rate,
     race_dtype,
     sample_candidates,
 )
 
 TEMPORAL_STRATEGIES = ("uniform", "last")
+
+
+def check_temporal(strategy: str, num_neighbors: int, replace: bool, weighted: bool,
+                   seed_time: Tensor, time_dtype: torch.dtype, num_seeds: int) -> None:
+    """The argument checks of both temporal kernels: ``ValueError`` as
+    :func:`sample_temporal_segments` says."""
+    if strategy not in TEMPORAL_STRATEGIES:
+        raise ValueError(f"temporal strategy must be one of {TEMPORAL_STRATEGIES}, "
+                         f"got {strategy!r}")
+    check_fanout(num_neighbors)
+    if strategy == "last" and (replace or weighted):
+        raise ValueError("temporal strategy 'last' takes the most recent neighbours: "
+                         "it cannot draw with replacement or by weight")
+    if seed_time.dtype != time_dtype:
+        raise ValueError(f"seed times ({seed_time.dtype}) and entry times "
+                         f"({time_dtype}) must have the same dtype")
+    if seed_time.numel() != num_seeds:
+        raise ValueError(f"got {seed_time.numel()} seed times for {num_seeds} seeds")
 
 
 def sample_temporal_segments(start: Tensor, deg: Tensor, entry_time: Tensor,
@@ -70,18 +87,8 @@ def sample_temporal_segments(start: Tensor, deg: Tensor, entry_time: Tensor,
             weights, ``num_neighbors < -1``, times of different dtypes, or
             not one seed time per seed.
     """
-    if strategy not in TEMPORAL_STRATEGIES:
-        raise ValueError(f"temporal strategy must be one of {TEMPORAL_STRATEGIES}, "
-                         f"got {strategy!r}")
-    check_fanout(num_neighbors)
-    if strategy == "last" and (replace or weight is not None):
-        raise ValueError("temporal strategy 'last' takes the most recent neighbours: "
-                         "it cannot draw with replacement or by weight")
-    if seed_time.dtype != entry_time.dtype:
-        raise ValueError(f"seed times ({seed_time.dtype}) and entry times "
-                         f"({entry_time.dtype}) must have the same dtype")
-    if seed_time.numel() != deg.numel():
-        raise ValueError(f"got {seed_time.numel()} seed times for {deg.numel()} seeds")
+    check_temporal(strategy, num_neighbors, replace, weight is not None, seed_time,
+                   entry_time.dtype, deg.numel())
     if deg.numel() == 0 or int(deg.max()) == 0:
         return torch.zeros_like(deg), deg.new_empty(0)
     width = int(deg.max())

@@ -25,9 +25,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.kernels.neighbor_sample import sample_segments, segment_arange
-from pyg_dist.kernels.temporal_sample import TEMPORAL_STRATEGIES
-from pyg_dist.kernels.weighted_sample import check_fanout, sample_weighted_segments
+from pyg_dist.kernels.neighbor_sample import sample_segments, segment_positions
+from pyg_dist.kernels.temporal_sample import check_temporal
+from pyg_dist.kernels.weighted_sample import sample_weighted_segments
 
 
 def sort_by_time(deg: Tensor, entry_time: Tensor) -> tuple[Tensor, Tensor]:
@@ -98,23 +98,12 @@ def sample_time_sorted(start: Tensor, deg: Tensor, sorted_time: Tensor, perm: Te
     Raises:
         ValueError: as :func:`~pyg_dist.kernels.sample_temporal_segments`.
     """
-    if strategy not in TEMPORAL_STRATEGIES:
-        raise ValueError(f"temporal strategy must be one of {TEMPORAL_STRATEGIES}, "
-                         f"got {strategy!r}")
-    check_fanout(num_neighbors)
-    if strategy == "last" and (replace or sorted_weight is not None):
-        raise ValueError("temporal strategy 'last' takes the most recent neighbours: "
-                         "it cannot draw with replacement or by weight")
-    if seed_time.dtype != sorted_time.dtype or seed_time.numel() != deg.numel():
-        raise ValueError(f"need one seed time per seed of the entries' dtype "
-                         f"({sorted_time.dtype}); got {seed_time.numel()} of "
-                         f"{seed_time.dtype} for {deg.numel()} seeds")
+    check_temporal(strategy, num_neighbors, replace, sorted_weight is not None, seed_time,
+                   sorted_time.dtype, deg.numel())
     past = past_counts(sorted_time, start, deg, seed_time)
     if strategy == "last":
         counts = past if num_neighbors == -1 else past.clamp(max=num_neighbors)
-        total = int(counts.sum())
-        first = torch.repeat_interleave(start + past - counts, counts, output_size=total)
-        positions = first + segment_arange(counts)
+        positions = segment_positions(start + past - counts, counts)
     elif sorted_weight is None:
         counts, positions = sample_segments(start, past, num_neighbors, replace, generator)
     else:

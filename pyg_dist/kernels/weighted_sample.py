@@ -47,6 +47,7 @@ from pyg_dist.kernels.candidates import (
     gather,
     padded,
 )
+from pyg_dist.kernels.neighbor_sample import check_fanout
 
 # Races run in float32 when the weights are float32 at most (half the
 # memory traffic, and float32 random numbers and logarithms cost a third of
@@ -60,12 +61,6 @@ def race_dtype(weight: Optional[Tensor], replace: bool) -> torch.dtype:
     if replace or weight is None or weight.dtype not in _RACE32:
         return torch.float64 if replace or weight is not None else torch.float32
     return torch.float32
-
-
-def check_fanout(num_neighbors: int) -> None:
-    """Raises ``ValueError`` unless ``num_neighbors`` is -1 or at least 0."""
-    if num_neighbors < -1:
-        raise ValueError(f"num_neighbors must be -1 (all) or >= 0, got {num_neighbors}")
 
 
 def sample_weighted_segments(start: Tensor, deg: Tensor, weight: Tensor, num_neighbors: int,

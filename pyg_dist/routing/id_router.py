@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import InvalidPartitionArgumentError, StoreError
+from pyg_dist.kernels.neighbor_sample import segment_positions
 from pyg_dist.partitioning.type_keys import node_type_key
 from pyg_dist.protocol.ops import OPS, declared
 from pyg_dist.rpc.op_spec import PartRequest
@@ -32,33 +33,6 @@ if TYPE_CHECKING:
     from pyg_dist.rpc.retrying import FirstAttempt, PartitionClient
 
 logger = logging.getLogger(__name__)
-
-
-def _exclusive_cumsum(counts: Tensor) -> Tensor:
-    out = torch.zeros_like(counts)
-    if counts.numel() > 1:
-        torch.cumsum(counts[:-1], dim=0, out=out[1:])
-    return out
-
-
-def segment_gather_index(starts: Tensor, counts: Tensor) -> Tensor:
-    """Index that concatenates the segments ``[starts[i], starts[i] + counts[i])``.
-
-    Args:
-        starts: Start offset of every segment (int64).
-        counts: Length of every segment (int64, non-negative).
-
-    Returns:
-        An int64 tensor of length ``counts.sum()``.
-    """
-    total = int(counts.sum())
-    if total == 0:
-        return torch.empty(0, dtype=torch.long)
-    # Position of each output element inside its own segment, plus the start
-    # of that segment in the source: arange(total) - offset + start, with
-    # one repeat_interleave of (start - offset) rather than one of each.
-    shift = starts - _exclusive_cumsum(counts)
-    return torch.arange(total).add_(shift.repeat_interleave(counts, output_size=total))
 
 
 def reassemble(
@@ -100,8 +74,8 @@ def reassemble(
     block_of = torch.empty(num_seeds, dtype=torch.long)
     block_of.index_copy_(0, pos, torch.arange(pos.numel()))
     ordered_counts = cnt.index_select(0, block_of)
-    index = segment_gather_index(_exclusive_cumsum(cnt).index_select(0, block_of),
-                                 ordered_counts)
+    index = segment_positions((torch.cumsum(cnt, 0) - cnt).index_select(0, block_of),
+                              ordered_counts)
     return ordered_counts, [v.index_select(0, index) for v in cat_values]
 
 

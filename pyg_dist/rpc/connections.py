@@ -320,11 +320,6 @@ class ReceiveGuard:
                 "unexplained": sum(c.unexplained for c in live),
                 "max_held": self.max_held_seen, "cuts": self.cuts, "checks": self.checks}
 
-    @property
-    def connections(self) -> int:
-        """Connections currently accounted."""
-        return len(self._conns)
-
     def close(self) -> None:
         """Closes every duplicate descriptor and the monitor socket."""
         for conn in self._conns.values():

@@ -19,7 +19,7 @@ Two signals, both from libzmq:
 
 The client's I/O thread owns the monitor sockets (ZeroMQ sockets are not
 thread-safe) and turns a *down* into failed calls (see
-:meth:`pyg_dist.rpc.calls.IoState.lost`). A server that was never up (not
+:meth:`pyg_dist.rpc.client.IoState.lost`). A server that was never up (not
 started yet, wrong address, refused CURVE keys) is not *down*: its calls keep
 their whole deadline, since there is no connection whose loss says more.
 """

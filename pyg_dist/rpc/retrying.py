@@ -61,7 +61,7 @@ from pyg_dist.errors import (
     SharedMemoryError,
     TransportError,
 )
-from pyg_dist.rpc.client import RpcClient
+from pyg_dist.rpc.client import RpcClient, fail
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec
 from pyg_dist.rpc.protocol import Reply
@@ -290,7 +290,7 @@ class RetryingClient:
         """Fails the calls waiting to be re-sent and closes every connection
         (see :meth:`RpcClient.close <pyg_dist.rpc.client.RpcClient.close>`)."""
         for call in self._later.close():
-            _fail(call.outer, RpcError(f"cannot call {call.op!r}: the client is closed",
+            fail(call.outer, RpcError(f"cannot call {call.op!r}: the client is closed",
                                        op=call.op))
         self._client.close(release_wait)
 
@@ -327,7 +327,7 @@ class RetryingClient:
 
     @staticmethod
     def _closed_meanwhile(call: _Call, exc: BaseException) -> None:
-        _fail(call.outer, exc)
+        fail(call.outer, exc)
 
     def _done(self, call: _Call, replica: int, inner: futures.Future,
               args: Optional[dict[str, Any]], tensors: Sequence[Tensor]) -> None:
@@ -343,7 +343,7 @@ class RetryingClient:
                 reply = call.spec.check_reply(reply, args or {}, tensors,
                                               self._client.endpoints[replica])
             except RpcError as error:
-                _fail(call.outer, error)
+                fail(call.outer, error)
                 return
         call.outer.set_result(reply)
 
@@ -366,7 +366,7 @@ class RetryingClient:
                 self._later.at(time.monotonic() + pause, call)
                 return
         if not isinstance(exc, (RpcTimeoutError, TransportError)) or call.failures_left <= 0:
-            _fail(call.outer, exc)
+            fail(call.outer, exc)
             return
         call.failures_left -= 1
         call.tried += 1
@@ -387,11 +387,6 @@ class RetryingClient:
                        f" in {pause:.3g}s" if pause else "")
         call.busy_until = time.monotonic() + pause + call.timeout
         self._later.at(time.monotonic() + pause, call)
-
-
-def _fail(future: futures.Future, exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
 
 
 # The re-sends' timer. A call's failure is learnt in a done-callback, which

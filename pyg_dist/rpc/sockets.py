@@ -105,7 +105,7 @@ def open_dealer(ctx: zmq.Context, endpoint: str, config: RpcConfig,
     Args:
         ctx: The client's context.
         endpoint: A normalised endpoint
-            (:func:`pyg_dist.rpc.endpoints.normalize_endpoint`).
+            (:func:`pyg_dist.rpc.client.normalize_endpoint`).
         config: The client's configuration.
         peers: Where the client tracks its servers' connections.
 

@@ -101,9 +101,9 @@ def test_k8s_servers_serve_each_part_once_at_the_listed_names():
             ("serve", [k], f"tcp://0.0.0.0:{port}")
     listed = docs["ConfigMap/pyg-dist-servers"]["data"]["servers.txt"].split()
     assert listed == [f"pyg-dist-server-{k}.pyg-dist-server:{port}" for k in range(replicas)]
-    from pyg_dist.discovery import server_addresses
+    from pyg_dist.discovery import server_groups
 
-    assert len(server_addresses(",".join(listed))) == replicas
+    assert len(server_groups(",".join(listed))) == replicas
 
 
 def test_k8s_trainers_rendezvous_at_pod_zero_with_one_node_per_pod():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyg_dist.kernels import neighbor_sample as ns, sample_neighbors, segment_arange
+from pyg_dist.kernels import neighbor_sample as ns, sample_neighbors, segment_positions
 
 
 def _random_csc(num_columns: int, max_degree: int, seed: int) -> torch.Tensor:
@@ -23,9 +23,15 @@ def _segments(counts, positions):
     return out
 
 
-def test_segment_arange_matches_python():
+def test_segment_positions_concatenate_the_segments():
     counts = torch.tensor([3, 0, 1, 4])
-    assert segment_arange(counts).tolist() == [0, 1, 2, 0, 0, 1, 2, 3]
+    assert segment_positions(torch.zeros(4, dtype=torch.long), counts).tolist() == \
+        [0, 1, 2, 0, 0, 1, 2, 3]
+    idx = segment_positions(torch.tensor([10, 0, 5]), torch.tensor([2, 0, 3]))
+    assert idx.tolist() == [10, 11, 5, 6, 7]
+    assert segment_positions(torch.tensor([3]), torch.tensor([0])).numel() == 0
+    assert segment_positions(torch.empty(0, dtype=torch.long),
+                             torch.empty(0, dtype=torch.long)).numel() == 0
 
 
 @pytest.mark.parametrize("k", [0, 1, 3, 7, 50])

@@ -10,7 +10,7 @@ from support.handlers import HANDLERS, whoami_factory
 from support.threads import run_in_threads
 
 from pyg_dist.errors import RemoteError, RpcError, RpcTimeoutError, TransportError
-from pyg_dist.rpc import PROTOCOL_VERSION, RpcClient, RpcConfig, RpcServer, calls
+from pyg_dist.rpc import PROTOCOL_VERSION, RpcClient, RpcConfig, RpcServer, client as rpc_client
 
 
 def test_echo_round_trips_args_and_tensors_of_every_size(server):
@@ -49,7 +49,7 @@ def test_no_reply_waits_unnoticed_when_callers_send_themselves(server, monkeypat
     # Callers send on the sockets themselves, which can take in the notice
     # of a reply that arrived; with the I/O thread's own wake-up a minute
     # away, a reply left unread would make its call miss the 10 s wait.
-    monkeypatch.setattr(calls, "MAX_POLL_MS", 60_000)
+    monkeypatch.setattr(rpc_client, "MAX_POLL_MS", 60_000)
     with RpcClient([server.endpoint], RpcConfig(timeout=30)) as client:
         def worker(t):
             for i in range(200):
@@ -62,7 +62,7 @@ def test_no_reply_waits_unnoticed_when_callers_send_themselves(server, monkeypat
 
 
 def test_a_short_deadline_is_kept_while_the_io_thread_sleeps_long(server, monkeypatch):
-    monkeypatch.setattr(calls, "MAX_POLL_MS", 60_000)
+    monkeypatch.setattr(rpc_client, "MAX_POLL_MS", 60_000)
     with RpcClient([server.endpoint]) as client:
         for _ in range(3):
             client.call(0, "echo")

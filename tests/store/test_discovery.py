@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 import pyg_dist
-from pyg_dist.discovery import SERVERS_ENV, SERVERS_FILE_ENV, server_addresses, server_groups
+from pyg_dist.discovery import SERVERS_ENV, SERVERS_FILE_ENV, server_groups
 from pyg_dist.errors import ServerListError
+
+
+def server_addresses(addresses=None, environ=None):
+    """The server list of a cluster without replicas, flat."""
+    return [endpoint for group in server_groups(addresses, environ) for endpoint in group]
 
 
 def test_host_port_without_scheme_is_tcp():
