@@ -12,7 +12,10 @@ from support.shm_files import needs_shm
 from torch_geometric.data import TensorAttr
 
 from pyg_dist.errors import RemoteError
+from pyg_dist.partitioning.writer import partition
 from pyg_dist.rpc.shm.outputs import OutputPool
+from pyg_dist.server import PartitionServer
+from pyg_dist.server.node_features import PLACED_CHARGE
 from pyg_dist.store.connect import connect
 from pyg_dist.store.row_fetch import _placed_first, row_request
 
@@ -124,3 +127,24 @@ def test_hostile_indexes_are_refused_and_the_server_keeps_serving(data, store, l
 
 def _other_part_id(store, data):
     return int(store.router.split(torch.arange(data.num_nodes))[1][2][0])
+
+
+def test_a_placed_get_is_estimated_by_the_bytes_it_writes(data, tmp_path):
+    # What routes a big placement to a worker (over inline_reply_bytes), as
+    # when its ids made the request too big to serve inline; capped, since
+    # no reply holds those bytes.
+    root = str(tmp_path / "parts")
+    partition(data, 1, root)
+    with PartitionServer(root, 0) as server:
+        get_bytes = server.ops.estimators()["get"]
+        groups = [{"group": None, "attrs": ["x"]}]
+        row = data.x.size(1) * 4
+        place = {"shm": {}, "offsets": [0], "rows": 10}
+        assert get_bytes({"groups": groups, "place": {**place, "index": {
+            "offset": 0, "count": 10}}}, []) == 10 * row
+        assert get_bytes({"groups": groups, "place": place},
+                         [torch.arange(10), torch.arange(10)]) == 10 * row
+        assert get_bytes({"groups": groups, "place": {**place, "index": {
+            "offset": 0, "count": 10**6}}}, []) == PLACED_CHARGE
+        assert get_bytes({"groups": groups, "place": {**place, "index": {
+            "offset": 0, "count": True}}}, []) == 0
