@@ -26,6 +26,12 @@ does anyway) and the trainer copies nothing.
   grows (within ``limit_bytes``) while the user holds many; beyond that the
   caller falls back to ordinary tensors.
 
+A lease may also hold, after its outputs, the requests' ids and the output
+row of each (:meth:`OutputLease.index_share`): a ``get`` then names them
+(``place.index``) instead of sending them, and the server reads them from
+the segment it maps anyway (:meth:`CallContext.placed_index
+<pyg_dist.rpc.context.CallContext.placed_index>`).
+
 A batch bound for a CUDA device asks for a page-locked lease: its segment
 is registered with CUDA once (:mod:`pyg_dist.rpc.shm.page_lock`) and stays
 registered while the pool keeps it, so the servers' rows are written straight
