@@ -46,9 +46,11 @@ from pyg_dist.store.local import PartitionFeatureStore
 Result = tuple[dict[str, Any], list[Tensor]]
 
 PLACED_CHARGE = (1 << 20) + 1
-"""Most a placed ``get`` charges to its client's reply budget while it runs:
-just over the default ``inline_reply_bytes``, so that a big placement goes
-to a worker without holding budget for bytes no reply carries."""
+"""Most a placed ``get`` charges to its client's reply budget while it runs,
+by default: just over the default ``inline_reply_bytes``, so that a big
+placement goes to a worker without holding budget for bytes no reply
+carries (:meth:`NodeFeatureOps.bound_placed_charge` fits it to a server's
+configuration)."""
 
 
 class NodeFeatureOps:
@@ -81,6 +83,14 @@ class NodeFeatureOps:
         # the bytes the servers did not have to send).
         self._lock = threading.Lock()
         self._served = {"get_calls": 0, "get_rows": 0, "get_bytes": 0}
+        self._placed_charge = PLACED_CHARGE
+
+    def bound_placed_charge(self, inline_reply_bytes: int, *budgets: int) -> None:
+        """A placed ``get`` charges at most just over ``inline_reply_bytes``
+        (enough to be served by a worker) and never more than ``budgets``
+        (the client's and the server's reply budgets: a charge over them
+        would refuse a placement that holds no reply at all)."""
+        self._placed_charge = max(0, min(int(inline_reply_bytes) + 1, *map(int, budgets)))
 
     def handlers(self) -> dict[str, Any]:
         """Operation name -> handler."""
@@ -138,11 +148,12 @@ class NodeFeatureOps:
 
     def _placed_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
         """A placed ``get``'s estimate: the bytes it writes into the
-        client's memory, at most :data:`PLACED_CHARGE` (its reply holds
-        nothing). Nonzero so that a placement of more than
-        ``inline_reply_bytes`` is served by a worker, as it was when its ids
-        travelled as tensors (over ``inline_bytes``): a batch's row copy on
-        the I/O thread would hold up every other client's request."""
+        client's memory, at most :data:`PLACED_CHARGE` or what
+        :meth:`bound_placed_charge` set (its reply holds nothing).
+        Nonzero so that a placement of more than ``inline_reply_bytes`` is
+        served by a worker, as it was when its ids travelled as tensors (over
+        ``inline_bytes``): a batch's row copy on the I/O thread would hold
+        up every other client's request."""
         index = args["place"].get("index") if isinstance(args["place"], dict) else None
         count = index.get("count") if isinstance(index, dict) else \
             tensors[0].numel() if tensors else 0
@@ -150,7 +161,7 @@ class NodeFeatureOps:
             return 0  # malformed: the handler refuses it
         if len(args["groups"]) != 1:
             return 0  # likewise
-        return min(count * self._get_plan(args["groups"][0])[3], PLACED_CHARGE)
+        return min(count * self._get_plan(args["groups"][0])[3], self._placed_charge)
 
     @uses_context
     def get(self, args: dict[str, Any], tensors: list[Tensor], ctx: CallContext) -> Result:

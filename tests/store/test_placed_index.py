@@ -13,6 +13,7 @@ from torch_geometric.data import TensorAttr
 
 from pyg_dist.errors import RemoteError
 from pyg_dist.partitioning.writer import partition
+from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.rpc.shm.outputs import OutputPool
 from pyg_dist.server import PartitionServer
 from pyg_dist.server.node_features import PLACED_CHARGE
@@ -148,3 +149,32 @@ def test_a_placed_get_is_estimated_by_the_bytes_it_writes(data, tmp_path):
             "offset": 0, "count": 10**6}}}, []) == PLACED_CHARGE
         assert get_bytes({"groups": groups, "place": {**place, "index": {
             "offset": 0, "count": True}}}, []) == 0
+
+
+def test_a_small_reply_budget_bounds_the_placed_charge(data, tmp_path):
+    # A charge over the client's whole budget would refuse, as never
+    # fitting, a placement that holds no reply at all.
+    root = str(tmp_path / "parts")
+    partition(data, 1, root)
+    config = RpcConfig(client_reply_budget=256 << 10, max_reply_bytes=64 << 10)
+    with PartitionServer(root, 0, config=config) as server, \
+            RpcClient([server.endpoint], config) as client:
+        get_bytes = server.ops.estimators()["get"]
+        place = {"shm": {}, "offsets": [0], "rows": 10**6,
+                 "index": {"offset": 0, "count": 10**6}}
+        assert get_bytes({"groups": [{"group": None, "attrs": ["x"]}], "place": place},
+                         []) == 256 << 10
+        pool = OutputPool(64 << 20, [0])
+        try:
+            ids = torch.arange(data.num_nodes)
+            lease = pool.lease([(torch.float32, (ids.numel(), data.x.size(1)))],
+                               index_ids=ids.numel())
+            index = lease.index_share(ids, ids)  # 15 MB of rows: over the budget
+            reply = client.call(0, "get", {"groups": [{"group": None, "attrs": ["x"]}],
+                                           "place": {**lease.arg(0), "index": index}}, [])
+            assert reply.result["placed"] is True
+            assert torch.equal(lease.tensors[0], data.x)
+        finally:
+            lease = None
+            for part, keys in pool.close().items():
+                client.call(part, "release", {"segments": keys})
