@@ -42,6 +42,7 @@ from pyg_dist.protocol.schema import (
     MapOf,
     choice,
     ids_and,
+    ids_or_placed_index,
     integer,
     nil_or,
     seconds,
@@ -124,8 +125,8 @@ GET = _op("get", "feature rows of owned nodes of one or more node types (with "
           "``place``, of one, written into the caller's outputs at the given rows)",
           required={"groups": ListOf(MapOf({"group": NODE_TYPE, "attrs": _ATTRS},
                                            required=("attrs",)), 1, _TYPES, "groups")},
-          optional={"sizes": sizes(_TYPES), "place": PLACE}, tensors=(1, 2),
-          tensor_check=ids_and("place", "output rows"), reply=("groups",),
+          optional={"sizes": sizes(_TYPES), "place": PLACE}, tensors=(0, 2),
+          tensor_check=ids_or_placed_index("output rows"), reply=("groups",),
           reply_check=checks.get, reply_tensors=_get_reply_tensors)
 SIZES = _op("sizes", "the whole graph's size and dtype of every feature of a node type",
             optional={"group": NODE_TYPE}, reply=("sizes", "dtypes"))

@@ -196,3 +196,21 @@ def ids_and(second: Optional[str], what: str) -> TensorCheck:
                     f"per id")
         return None
     return check
+
+
+def ids_or_placed_index(what: str) -> TensorCheck:
+    """``get``'s tensors: as :func:`ids_and` ``("place", what)``, or none
+    at all when ``place`` names an ``index`` (the ids and ``what`` lie in
+    the client's segment, checked by the shared-memory service where they
+    are read)."""
+    with_tensors = ids_and("place", what)
+
+    def check(args: dict[str, Any], tensors: list[Tensor]) -> Optional[str]:
+        place = args.get("place")
+        if isinstance(place, dict) and "index" in place:
+            return None if not tensors else (
+                f"takes no tensors with 'place.index' (the ids and {what} lie in the "
+                f"segment), got {len(tensors)}")
+        return with_tensors(args, tensors)
+    return check
+

@@ -129,6 +129,33 @@ class CallContext:
         return [view(payload, o, dtype, shape)
                 for o, (dtype, _), shape in zip(offsets, specs, shapes)]
 
+    def placed_index(self, arg: Any) -> tuple[Tensor, Tensor]:
+        """The ids and output rows a ``place`` argument's ``index`` field
+        names in its segment (``{"offset": bytes into the payload, "count":
+        n}``: ``n`` int64 ids, then ``n`` int64 rows), copied out: the
+        client may write into its segment at any time, and what the
+        handler checks must be what it uses.
+
+        Raises:
+            ProtocolError: if the field is malformed.
+            SharedMemoryError: as :meth:`placed` (also: the region does not
+                lie inside the segment).
+        """
+        if self._segments is None:
+            raise SharedMemoryError("this server takes no shared memory")
+        index = arg.get("index") if isinstance(arg, dict) else None
+        offset = index.get("offset") if isinstance(index, dict) else None
+        count = index.get("count") if isinstance(index, dict) else None
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 \
+                or offset % 8 or not isinstance(count, int) or isinstance(count, bool) \
+                or not 0 <= count <= MAX_PLACED_ROWS or set(index) != {"offset", "count"}:
+            raise ProtocolError(f"'place.index' must be {{offset: a non-negative multiple of "
+                                f"8, count: an int in [0, {MAX_PLACED_ROWS}]}}, got "
+                                f"{describe(index)}")
+        payload = self._segments.payload(arg.get("shm"), offset + 16 * count)
+        both = view(payload, offset, torch.int64, (2 * count,)).clone()
+        return both[:count], both[count:]
+
     def reply_offsets(self, tensors: Sequence[Tensor]) -> Optional[list[int]]:
         """The offsets in the lent segment of a reply's ``tensors``, or
         ``None`` when they travel as frames (nothing was allocated there).

@@ -6,14 +6,14 @@ whose dtype and shape the header declares. Nothing is ever pickled.
 
 Request header::
 
-    {"version": 2, "id": <uint>, "op": <str>, "args": <map>,
+    {"version": 3, "id": <uint>, "op": <str>, "args": <map>,
      "tensors": [[<dtype>, [<dim>, ...]], ...], "shm": <map, optional>}
 
 Reply header::
 
-    {"version": 2, "id": <uint or nil>, "status": "ok", "result": <map>,
+    {"version": 3, "id": <uint or nil>, "status": "ok", "result": <map>,
      "tensors": [[<dtype>, [<dim>, ...]], ...], "shm": [<offset>, ...]}
-    {"version": 2, "id": <uint or nil>, "status": "error",
+    {"version": 3, "id": <uint or nil>, "status": "error",
      "error": {"type": <str>, "message": <str>}}
 
 ``shm`` (optional) names a segment of shared memory the client lends for the
@@ -43,7 +43,7 @@ from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc import wire_values
 from pyg_dist.rpc.wire_values import MAX_ID, describe
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 # The messages as the code sees them: a decoded request, a reply, an error

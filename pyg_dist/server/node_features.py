@@ -13,7 +13,10 @@ allocated the batch's outputs in shared memory it lent every server
 (:mod:`pyg_dist.rpc.shm.outputs`): its second tensor gives the row of the
 outputs each id's row goes to, and the rows are written there
 (:func:`~pyg_dist.kernels.place_rows.place_rows`); the reply carries no
-tensors, only ``placed: true``.
+tensors, only ``placed: true``. The trainer writes the ids and those rows
+into the segment too, after the outputs (``place.index``), so a placed
+``get`` sends no tensors either: a products-shaped batch's ~2 MB of them
+no longer cross the trainer's socket.
 """
 
 from __future__ import annotations
@@ -41,6 +44,13 @@ from pyg_dist.server.requests import (
 from pyg_dist.store.local import PartitionFeatureStore
 
 Result = tuple[dict[str, Any], list[Tensor]]
+
+PLACED_CHARGE = (1 << 20) + 1
+"""Most a placed ``get`` charges to its client's reply budget while it runs,
+by default: just over the default ``inline_reply_bytes``, so that a big
+placement goes to a worker without holding budget for bytes no reply
+carries (:meth:`NodeFeatureOps.bound_placed_charge` fits it to a server's
+configuration)."""
 
 
 class NodeFeatureOps:
@@ -73,6 +83,14 @@ class NodeFeatureOps:
         # the bytes the servers did not have to send).
         self._lock = threading.Lock()
         self._served = {"get_calls": 0, "get_rows": 0, "get_bytes": 0}
+        self._placed_charge = PLACED_CHARGE
+
+    def bound_placed_charge(self, inline_reply_bytes: int, *budgets: int) -> None:
+        """A placed ``get`` charges at most just over ``inline_reply_bytes``
+        (enough to be served by a worker) and never more than ``budgets``
+        (the client's and the server's reply budgets: a charge over them
+        would refuse a placement that holds no reply at all)."""
+        self._placed_charge = max(0, min(int(inline_reply_bytes) + 1, *map(int, budgets)))
 
     def handlers(self) -> dict[str, Any]:
         """Operation name -> handler."""
@@ -123,10 +141,27 @@ class NodeFeatureOps:
             StoreError: on features this part does not hold.
         """
         if "place" in args:
-            return 0  # written into the client's memory
+            return self._placed_bytes(args, tensors)
         answer = sum(ids.numel() * plan[3] for plan, ids in self._groups(args, tensors))
         self._check_reply(answer, "get", "ask for fewer ids per request")
         return answer
+
+    def _placed_bytes(self, args: dict[str, Any], tensors: list[Tensor]) -> int:
+        """A placed ``get``'s estimate: the bytes it writes into the
+        client's memory, at most :data:`PLACED_CHARGE` or what
+        :meth:`bound_placed_charge` set (its reply holds nothing).
+        Nonzero so that a placement of more than ``inline_reply_bytes`` is
+        served by a worker, as it was when its ids travelled as tensors (over
+        ``inline_bytes``): a batch's row copy on the I/O thread would hold
+        up every other client's request."""
+        index = args["place"].get("index") if isinstance(args["place"], dict) else None
+        count = index.get("count") if isinstance(index, dict) else \
+            tensors[0].numel() if tensors else 0
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            return 0  # malformed: the handler refuses it
+        if len(args["groups"]) != 1:
+            return 0  # likewise
+        return min(count * self._get_plan(args["groups"][0])[3], self._placed_charge)
 
     @uses_context
     def get(self, args: dict[str, Any], tensors: list[Tensor], ctx: CallContext) -> Result:
@@ -136,8 +171,15 @@ class NodeFeatureOps:
         has every id). The ids travel as one tensor, group after group; the
         answer is every group's attribute tensors in that order, written
         into the outputs the call context allocates (memory the client lent,
-        when it did). With ``place`` (one group), see the module."""
+        when it did). With ``place`` (one group), see the module; a
+        ``place`` with ``index`` carries no tensors: the ids and output rows
+        lie in the client's segment (:meth:`CallContext.placed_index
+        <pyg_dist.rpc.context.CallContext.placed_index>`)."""
         placed = "place" in args
+        if placed and isinstance(args["place"], dict) and "index" in args["place"]:
+            # The ids and their output rows lie in the segment (the op's
+            # declaration let no tensors through): copied out before use.
+            tensors = list(ctx.placed_index(args["place"]))
         planned = self._groups(args, tensors[:1])
         if placed:
             return self._place(planned, args, tensors, ctx)

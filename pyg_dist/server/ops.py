@@ -120,6 +120,13 @@ class PartitionOps:
         # it its peers (forward_with).
         self.forwarder = HopForwarder(self, None, RpcConfig(max_reply_bytes=max_reply_bytes))
 
+    def serve_with(self, config: RpcConfig) -> None:
+        """Fits what the handlers charge to ``config`` (a placed ``get``'s
+        charge, :meth:`NodeFeatureOps.bound_placed_charge
+        <pyg_dist.server.node_features.NodeFeatureOps.bound_placed_charge>`)."""
+        self._nodes.bound_placed_charge(config.inline_reply_bytes, config.client_reply_budget,
+                                        config.server_reply_budget)
+
     def forward_with(self, forwarder: HopForwarder) -> None:
         """Serves ``sample_tree`` with ``forwarder``."""
         self.forwarder = forwarder

@@ -94,6 +94,7 @@ class PartitionServer:
         gs = registry.graph_store(graph_store)(self.reader, part, **store_options)
         self.config = config or default_config()
         self.ops = PartitionOps(self.reader, part, fs, gs, self.config.max_reply_bytes)
+        self.ops.serve_with(self.config)
         self.forwarder = HopForwarder(self.ops, peers, self.config)
         self.ops.forward_with(self.forwarder)
         self.ops.embeddings.read_only = read_only

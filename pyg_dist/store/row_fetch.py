@@ -115,8 +115,10 @@ def row_request(op: str, args: dict[str, Any], names: Sequence[str],
             any(pool.places(part) for part, _, _ in shares):
         # Bound for a GPU (pin): the segment is page-locked, so the servers
         # write into memory the copy to the device reads as it is.
+        # A `get`'s shares go into the segment too (`place.index`): the
+        # same-host servers read their ids and output rows there.
         placement = pool.lease([(info.dtype, (num_ids, *info.shape)) for info in infos],
-                               page_locked=pin)
+                               page_locked=pin, index_ids=num_ids if op == "get" else 0)
     if placement is not None:
         outs = placement.tensors
     else:
@@ -220,7 +222,9 @@ def _call(group: list[tuple]) -> tuple[int, str, dict[str, Any], list[Tensor]]:
 def _placed_first(group: list[tuple]) -> FirstAttempt:
     """The first attempt of a one-piece ``get`` to a same-host server: it
     writes its rows into the outputs; re-sends are the plain ``get``,
-    whose rows are copied."""
+    whose rows are copied. A ``get``'s ids and output rows are written
+    into the segment (``place.index``) and no tensors travel; an
+    ``emb_read``'s travel as tensors."""
     part, positions, request, part_ids, _ = group[0]
     placement = request.placement
 
@@ -230,8 +234,11 @@ def _placed_first(group: list[tuple]) -> FirstAttempt:
         else:  # a late first attempt may still write into them: never reuse,
             placement.lost(part)  # and the server is told to unmap them
 
-    return FirstAttempt({**request.args, "place": placement.arg(part)},
-                        [part_ids, positions], given_up)
+    place = placement.arg(part)
+    index = placement.index_share(part_ids, positions) if request.op == "get" else None
+    if index is None:
+        return FirstAttempt({**request.args, "place": place}, [part_ids, positions], given_up)
+    return FirstAttempt({**request.args, "place": {**place, "index": index}}, [], given_up)
 
 
 def _fetch(router: Any, calls: list[tuple], sizes: list[Optional[int]],

@@ -61,7 +61,7 @@ def test_the_trainer_cannot_build_a_call_its_op_does_not_declare():
         SAMPLE.request(0, {"edge_types": [None], "num_neighbors": 5, "fanout": 3}, [ids])
     with pytest.raises(ProtocolError, match="lacks the required arguments \\['edge_types'\\]"):
         SAMPLE.request(0, {"num_neighbors": 1}, [ids])
-    with pytest.raises(ProtocolError, match="takes 1 to 2 tensors, got 3"):
+    with pytest.raises(ProtocolError, match="takes 0 to 2 tensors, got 3"):
         GET.request(0, {"groups": [{"attrs": ["x"]}]}, [ids, ids, ids])
     with pytest.raises(ProtocolError, match="no op 'drop' is declared"):
         declared(0, "drop")

@@ -50,7 +50,7 @@ BAD_REQUESTS = {
                 "ProtocolError", "1-D int64"),
     # Checked against the op table (pyg_dist.protocol.ops) before any handler runs.
     "no ids": ("get", {"groups": [{"attrs": ["x"]}]}, lambda p: [], "ProtocolError",
-               "'get' takes 1 to 2 tensors, got 0"),
+               "'get' takes 1 tensor(s) here (the ids"),
     "an argument the op does not take": (
         "get", {"groups": [{"attrs": ["x"]}], "rows": [1, 2]}, lambda p: [p.node_ids[:2]],
         "ProtocolError",

@@ -26,6 +26,12 @@ does anyway) and the trainer copies nothing.
   grows (within ``limit_bytes``) while the user holds many; beyond that the
   caller falls back to ordinary tensors.
 
+A lease may also hold, after its outputs, the requests' ids and the output
+row of each (:meth:`OutputLease.index_share`): a ``get`` then names them
+(``place.index``) instead of sending them, and the server reads them from
+the segment it maps anyway (:meth:`CallContext.placed_index
+<pyg_dist.rpc.context.CallContext.placed_index>`).
+
 A batch bound for a CUDA device asks for a page-locked lease: its segment
 is registered with CUDA once (:mod:`pyg_dist.rpc.shm.page_lock`) and stays
 registered while the pool keeps it, so the servers' rows are written straight
@@ -67,15 +73,22 @@ class OutputLease:
         pool: The pool the segment came from.
         segment: The segment.
         specs: ``(dtype, shape)`` of each output.
+        index_ids: Room after the outputs for this many ids and as many
+            output rows (int64 each): the servers' shares of the request,
+            which they read from the segment instead of the socket
+            (:meth:`index_share`).
     """
 
     def __init__(self, pool: OutputPool, segment: Segment,
-                 specs: Sequence[tuple[torch.dtype, Sequence[int]]]) -> None:
+                 specs: Sequence[tuple[torch.dtype, Sequence[int]]],
+                 index_ids: int = 0) -> None:
         self.pool = pool
         self.segment = segment
         self.rows = int(specs[0][1][0]) if specs else 0
-        offsets, _ = layout([math.prod(shape) * dtype.itemsize for dtype, shape in specs])
+        offsets, end = layout([math.prod(shape) * dtype.itemsize for dtype, shape in specs])
         self.offsets = offsets
+        self._index_offset = end
+        self._index_free = 2 * int(index_ids)  # int64 slots left for shares
         # Whether a server may still write into it; shared with the
         # finalizer, which must not reference the lease (its tensors would
         # keep the memory alive for ever).
@@ -88,6 +101,24 @@ class OutputLease:
         del memory
         self.tensors = [view(payload, offset, dtype, shape)
                         for offset, (dtype, shape) in zip(offsets, specs)]
+        # Not one of `tensors`: nobody holds it past the request, but it
+        # keeps the memory alive while the lease is (as `tensors` do).
+        self._index = view(payload, end, torch.int64, (self._index_free,))
+
+    def index_share(self, ids: Any, positions: Any) -> Optional[dict[str, int]]:
+        """Writes one server's share (``ids``, then the output row of each,
+        int64) into the room after the outputs and returns the ``index``
+        field of its ``place`` argument (``offset`` in bytes into the
+        payload, ``count``), or ``None`` when no room is left (the share
+        then travels as tensors)."""
+        count = int(ids.numel())
+        start = self._index.numel() - self._index_free
+        if 2 * count > self._index_free:
+            return None
+        self._index_free -= 2 * count
+        self._index[start:start + count].copy_(ids)
+        self._index[start + count:start + 2 * count].copy_(positions)
+        return {"offset": self._index_offset + 8 * start, "count": count}
 
     def arg(self, part: int) -> dict[str, Any]:
         """The ``place`` argument of a request to ``part``'s server."""
@@ -178,7 +209,7 @@ class OutputPool:
             return len(self._locked)
 
     def lease(self, specs: Sequence[tuple[torch.dtype, Sequence[int]]],
-              page_locked: bool = False) -> Optional[OutputLease]:
+              page_locked: bool = False, index_ids: int = 0) -> Optional[OutputLease]:
         """Outputs of ``(dtype, shape)`` (same first dimension) in one
         segment, or ``None`` (the pool is full, closed or failed, or
         ``page_locked`` was asked and CUDA cannot lock the segment: allocate
@@ -188,11 +219,14 @@ class OutputPool:
             specs: ``(dtype, shape)`` of each output.
             page_locked: The outputs go to a CUDA device: the segment is
                 registered with CUDA (once; it stays registered for reuse).
+            index_ids: Room for this many ids and their output rows after
+                the outputs (:meth:`OutputLease.index_share`).
         """
         if not self.parts or self._closed or os.getpid() != self._pid or \
                 (page_locked and self._lock_failed):
             return None
-        _, total = layout([math.prod(shape) * dtype.itemsize for dtype, shape in specs])
+        _, total = layout([math.prod(shape) * dtype.itemsize for dtype, shape in specs]
+                          + [16 * int(index_ids)])
         segment = self._acquire(max(total, 1))
         if segment is None:
             return None
@@ -201,7 +235,7 @@ class OutputPool:
                 self._free.append(segment)
             return None
         try:
-            return OutputLease(self, segment, specs)
+            return OutputLease(self, segment, specs, index_ids)
         except (SharedMemoryError, ValueError, BufferError) as exc:
             logger.debug("cannot lend output segment %s: %s", segment.name, exc)
             self._discard(segment)
