@@ -93,13 +93,15 @@ class EdgeShuffle:
         return self.spill_dir / f"part-{part}.edges"
 
     def spill(self, chunk_edges: int, bar: Any) -> None:
-        """The shuffle pass: every edge into its owner's spill file."""
+        """The shuffle pass: every edge into its owner's spill file (each
+        run of records written from the chunk itself: ``tobytes`` would copy
+        it first)."""
         outs = self.open_spills()
         try:
             for first, src, dst in self.edges.chunks(chunk_edges):
                 records, bounds = self.group(first, src, dst, self.dst_part[dst])
                 for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
-                    outs[k].write(records[bounds[k]:bounds[k + 1]].tobytes())
+                    outs[k].write(records[bounds[k]:bounds[k + 1]].view(np.uint8))
                 self.num_edges += bounds[1:] - bounds[:-1]
                 bar.update(src.size)
                 del records
@@ -251,7 +253,7 @@ class EdgeShuffle:
                 np.cumsum(np.bincount(bucket, minlength=len(paths)), out=bounds[1:])
                 grouped = records[order]
                 for b in np.flatnonzero(bounds[1:] > bounds[:-1]):
-                    outs[b].write(grouped[bounds[b]:bounds[b + 1]].tobytes())
+                    outs[b].write(grouped[bounds[b]:bounds[b + 1]].view(np.uint8))
                 del bucket, order, grouped, records
         finally:
             for f in outs:
