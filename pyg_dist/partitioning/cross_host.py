@@ -68,6 +68,7 @@ from pyg_dist.partitioning.file_parts import (
     halo_bitmaps,
     new_shuffles,
     recorder,
+    rows_of,
     write_books,
     write_part_csc,
 )
@@ -356,10 +357,11 @@ def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int, b
             _exchange_edges(shuffle, agree_min(chunk), mine, bar)
             release_freed_memory()
     halo = halo_bitmaps(graph)
+    rows = rows_of(books, num_parts)
     entries = []
     with tqdm(total=None, desc="csc", unit="edge", disable=not progress) as bar:
         for k in mine:
-            entries.append(write_part_csc(tmp, graph, books, shuffles, k,
+            entries.append(write_part_csc(tmp, graph, books, rows, shuffles, k,
                                           {key: t.get(k, 0) for key, t in train.items()},
                                           halo, budget, bar, record, by_edge_id=True))
     shutil.rmtree(spill_root)

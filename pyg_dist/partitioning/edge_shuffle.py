@@ -28,6 +28,7 @@ import numpy as np
 
 from pyg_dist.partitioning.file_arrays import EdgeSet
 from pyg_dist.partitioning.file_names import EDGE_IDS, INDICES, INDPTR, part_dir
+from pyg_dist.partitioning.radix_order import stable_order
 from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
 from pyg_dist.partitioning.stats import PartStats
 
@@ -92,13 +93,15 @@ class EdgeShuffle:
         return self.spill_dir / f"part-{part}.edges"
 
     def spill(self, chunk_edges: int, bar: Any) -> None:
-        """The shuffle pass: every edge into its owner's spill file."""
+        """The shuffle pass: every edge into its owner's spill file (each
+        run of records written from the chunk itself: ``tobytes`` would copy
+        it first)."""
         outs = self.open_spills()
         try:
             for first, src, dst in self.edges.chunks(chunk_edges):
                 records, bounds = self.group(first, src, dst, self.dst_part[dst])
                 for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
-                    outs[k].write(records[bounds[k]:bounds[k + 1]].tobytes())
+                    outs[k].write(records[bounds[k]:bounds[k + 1]].view(np.uint8))
                 self.num_edges += bounds[1:] - bounds[:-1]
                 bar.update(src.size)
                 del records
@@ -136,14 +139,18 @@ class EdgeShuffle:
                 count = min(chunk_edges, total - start)
                 yield np.fromfile(f, dtype=self.record, count=count)
 
-    def write_part(self, tmp: Path, part: int, owned: np.ndarray, halo: np.ndarray,
-                   budget_edges: int, bar: Any, by_edge_id: bool = False) -> PartStats:
+    def write_part(self, tmp: Path, part: int, rows: np.ndarray, num_owned: int,
+                   halo: np.ndarray, budget_edges: int, bar: Any,
+                   by_edge_id: bool = False) -> PartStats:
         """Writes the part's edge file of this type from its spill file.
 
         Args:
             tmp: The staging directory.
             part: K.
-            owned: The part's destination-type node ids, sorted.
+            rows: The row of every destination-type node in its part
+                (:func:`~pyg_dist.partitioning.node_slices.part_rows`): the
+                column of its edges in the part's CSC.
+            num_owned: The part's destination-type nodes.
             halo: A bool array over the source type's nodes: the sources
                 owned by other parts are set (the caller counts and clears).
             budget_edges: Edges that may be sorted at once.
@@ -159,73 +166,104 @@ class EdgeShuffle:
         spill = self._spill(part)
         num_edges = int(self.num_edges[part])
         chunk = max(1, budget_edges)
-        counts = np.zeros(owned.size, dtype=np.int64)
-        cut = 0
-        for records in self._chunks(spill, chunk):
-            counts += np.bincount(np.searchsorted(owned, records["dst"]), minlength=owned.size)
-            src = records["src"]
-            foreign = src[self.src_part[src] != part]
-            cut += foreign.size
-            halo[foreign] = True
-            del records, src, foreign
-        indptr = np.zeros(owned.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        del counts
-        specs = {INDPTR: (np.dtype(np.int64), (owned.size + 1,)),
+        specs = {INDPTR: (np.dtype(np.int64), (num_owned + 1,)),
                  INDICES: (np.dtype(np.int64), (num_edges,)),
                  EDGE_IDS: (np.dtype(np.int64), (num_edges,))}
         for name, array in self.edges.arrays.items():
             specs[name] = (array.dtype, (num_edges, *array.shape[1:]))
         with SafetensorsFile(tmp / self.file_name(part), specs) as out:
-            out.write_rows(INDPTR, 0, indptr)
-            for bucket_path, first_edge in self._buckets(spill, owned, indptr, chunk):
-                records = np.fromfile(bucket_path, dtype=self.record)
-                if bucket_path != spill:
-                    bucket_path.unlink()
-                local = np.searchsorted(owned, records["dst"])
-                order = np.lexsort((records["eid"], local)) if by_edge_id else \
-                    np.argsort(local, kind="stable")
-                del local
-                out.write_rows(INDICES, first_edge, records["src"][order])
-                out.write_rows(EDGE_IDS, first_edge, records["eid"][order])
-                for name in self.edges.arrays:
-                    out.write_rows(name, first_edge, records[ATTRIBUTE_FIELD + name][order])
-                bar.update(len(records))
-                del records, order
+            if num_edges <= chunk:  # one read: count, mark and sort at once
+                records = np.fromfile(spill, dtype=self.record)
+                local = rows[records["dst"]]
+                indptr = _indptr(np.bincount(local, minlength=num_owned))
+                cut = self._mark_halo(records["src"], part, halo)
+                out.write_rows(INDPTR, 0, indptr)
+                self._write_sorted(out, records, local, num_owned, 0, by_edge_id)
+                bar.update(num_edges)
+                del records, local
+            else:
+                indptr, cut = self._count(spill, part, rows, num_owned, halo, chunk)
+                out.write_rows(INDPTR, 0, indptr)
+                for path, first_edge in self._buckets(spill, rows, indptr, chunk):
+                    records = np.fromfile(path, dtype=self.record)
+                    path.unlink()
+                    self._write_sorted(out, records, rows[records["dst"]], num_owned,
+                                       first_edge, by_edge_id)
+                    bar.update(len(records))
+                    del records
         spill.unlink()
-        return PartStats(num_nodes=int(owned.size), num_edges=num_edges,
+        return PartStats(num_nodes=int(num_owned), num_edges=num_edges,
                          num_halo_nodes=0, num_cut_edges=cut)
 
-    def _buckets(self, spill: Path, owned: np.ndarray, indptr: np.ndarray,
+    def _mark_halo(self, src: np.ndarray, part: int, halo: np.ndarray) -> int:
+        """Sets the sources owned by other parts in ``halo``; their edges (cut)."""
+        foreign = src[self.src_part[src] != part]
+        halo[foreign] = True
+        return int(foreign.size)
+
+    def _count(self, spill: Path, part: int, rows: np.ndarray, num_owned: int,
+               halo: np.ndarray, chunk: int) -> tuple[np.ndarray, int]:
+        """A pass over a spill file too big to sort at once: its ``indptr``
+        and cut edges (the halo marked)."""
+        counts = np.zeros(num_owned, dtype=np.int64)
+        cut = 0
+        for records in self._chunks(spill, chunk):
+            counts += np.bincount(rows[records["dst"]], minlength=num_owned)
+            cut += self._mark_halo(records["src"], part, halo)
+            del records
+        return _indptr(counts), cut
+
+    def _write_sorted(self, out: SafetensorsFile, records: np.ndarray, local: np.ndarray,
+                      num_owned: int, first_edge: int, by_edge_id: bool) -> None:
+        """Writes ``records`` (whole destinations, from ``first_edge`` on) in
+        CSC order: by destination row ``local``, stably (or by edge id)."""
+        order = None
+        if by_edge_id:
+            order = stable_order(records["eid"], self.edges.num_edges)
+        order = stable_order(local, num_owned, order)
+        del local
+        # Gathering from a contiguous copy of a field is about 4x faster
+        # than from the strided field of the records.
+        out.write_rows(INDICES, first_edge, np.ascontiguousarray(records["src"])[order])
+        out.write_rows(EDGE_IDS, first_edge, np.ascontiguousarray(records["eid"])[order])
+        for name in self.edges.arrays:
+            out.write_rows(name, first_edge, records[ATTRIBUTE_FIELD + name][order])
+
+    def _buckets(self, spill: Path, rows: np.ndarray, indptr: np.ndarray,
                  chunk: int) -> Iterator[tuple[Path, int]]:
         """``(file, first edge)`` of destination-range buckets of at most
-        ``chunk`` edges each (one bucket: the spill file itself)."""
-        if int(indptr[-1]) <= chunk:
-            yield spill, 0
-            return
+        ``chunk`` edges each, split from the spill file (removed by the
+        caller as it reads them)."""
+        num_owned = indptr.size - 1
         # Bucket b holds local destinations [cuts[b], cuts[b + 1]); a single
         # destination with more than `chunk` edges gets a bucket of its own.
         cuts = [0]
-        while cuts[-1] < owned.size:
+        while cuts[-1] < num_owned:
             limit = indptr[cuts[-1]] + chunk
             nxt = int(np.searchsorted(indptr, limit, side="right")) - 1
-            cuts.append(min(owned.size, max(nxt, cuts[-1] + 1)))
+            cuts.append(min(num_owned, max(nxt, cuts[-1] + 1)))
         cuts_arr = np.asarray(cuts, dtype=np.int64)
         paths = [spill.with_suffix(f".b{b}") for b in range(len(cuts) - 1)]
         outs = [open(p, "wb") for p in paths]
         try:
             for records in self._chunks(spill, chunk):
-                local = np.searchsorted(owned, records["dst"])
-                bucket = np.searchsorted(cuts_arr, local, side="right") - 1
+                bucket = np.searchsorted(cuts_arr, rows[records["dst"]], side="right") - 1
                 order = np.argsort(bucket, kind="stable")
                 bounds = np.zeros(len(paths) + 1, dtype=np.int64)
                 np.cumsum(np.bincount(bucket, minlength=len(paths)), out=bounds[1:])
                 grouped = records[order]
                 for b in np.flatnonzero(bounds[1:] > bounds[:-1]):
-                    outs[b].write(grouped[bounds[b]:bounds[b + 1]].tobytes())
-                del local, bucket, order, grouped, records
+                    outs[b].write(grouped[bounds[b]:bounds[b + 1]].view(np.uint8))
+                del bucket, order, grouped, records
         finally:
             for f in outs:
                 f.close()
         for b, path in enumerate(paths):
             yield path, int(indptr[cuts[b]])
+
+
+def _indptr(counts: np.ndarray) -> np.ndarray:
+    """The CSC ``indptr`` of per-destination edge counts."""
+    indptr = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr

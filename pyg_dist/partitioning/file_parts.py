@@ -34,7 +34,7 @@ from pyg_dist.partitioning.file_names import (
 )
 from pyg_dist.partitioning.file_source import EdgeKey, FileGraph, NodeKey
 from pyg_dist.partitioning.memory_limit import MemoryBudget, release_freed_memory
-from pyg_dist.partitioning.node_slices import NODE_WINDOW_OVERHEAD, write_node_files
+from pyg_dist.partitioning.node_slices import NODE_WINDOW_OVERHEAD, part_rows, write_node_files
 from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
 from pyg_dist.partitioning.stats import PartStats, summarize
 
@@ -73,10 +73,11 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
     release_freed_memory()
     shuffles = _shuffle(tmp / ".spill", graph, books, num_parts, budget, progress)
     halo = halo_bitmaps(graph)
+    rows = rows_of(books, num_parts)
     entries = []
     with tqdm(total=graph.num_edges, desc="csc", unit="edge", disable=not progress) as bar:
         for k in range(num_parts):
-            entries.append(write_part_csc(tmp, graph, books, shuffles, k,
+            entries.append(write_part_csc(tmp, graph, books, rows, shuffles, k,
                                           {key: t[k] for key, t in train.items()}, halo,
                                           budget, bar, record))
     shutil.rmtree(tmp / ".spill")
@@ -120,6 +121,13 @@ def halo_bitmaps(graph: FileGraph) -> dict[NodeKey, np.ndarray]:
     return {key: np.zeros(n.num_nodes, dtype=np.bool_) for key, n in graph.nodes.items()}
 
 
+def rows_of(books: dict[NodeKey, np.ndarray], num_parts: int) -> dict[NodeKey, np.ndarray]:
+    """Every node's row in its part, per node type (4 bytes a node; the
+    assignment's 8 bytes a node, budgeted for the assign pass, are free by
+    then)."""
+    return {key: part_rows(book, num_parts) for key, book in books.items()}
+
+
 def _shuffle(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
              num_parts: int, budget: MemoryBudget, progress: bool) -> dict[EdgeKey, EdgeShuffle]:
     from tqdm.auto import tqdm
@@ -149,21 +157,23 @@ def new_shuffles(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.nda
 
 
 def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
-                   shuffles: dict[EdgeKey, EdgeShuffle], k: int, train: dict[NodeKey, int],
+                   rows: dict[NodeKey, np.ndarray], shuffles: dict[EdgeKey, EdgeShuffle],
+                   k: int, train: dict[NodeKey, int],
                    halo: dict[NodeKey, np.ndarray], budget: MemoryBudget, bar: Any,
                    record: Callable[[str], str], by_edge_id: bool = False) -> dict[str, Any]:
     """Writes part ``k``'s edge file of every edge type from the spill files
     and checksums its node files; returns its ``meta.json`` entry with every
-    per-type count (:func:`build_meta` keeps those of its version)."""
+    per-type count (:func:`build_meta` keeps those of its version). ``rows``:
+    every node's row in its part (:func:`rows_of`)."""
     edge_entries = []
     for key, shuffle in shuffles.items():
         release_freed_memory()
         dst = None if key is None else key[2]
-        owned = np.flatnonzero(books[dst] == k)
+        num_owned = int(np.count_nonzero(books[dst] == k))
         sort_edges = sort_bytes_per_edge(graph.edges[key].attribute_row_bytes)
-        part_stats = shuffle.write_part(tmp, k, owned, halo[None if key is None else key[0]],
+        part_stats = shuffle.write_part(tmp, k, rows[dst], num_owned,
+                                        halo[None if key is None else key[0]],
                                         budget.chunk_rows(sort_edges), bar, by_edge_id)
-        del owned
         edge_entries.append({"type": None if key is None else list(key),
                              "file": record(edge_file(k, key)),
                              "num_edges": part_stats.num_edges,

@@ -78,3 +78,32 @@ def write_node_files(tmp: Path, nodes: NodeSet, node_part: np.ndarray, num_parts
         for f in files:
             f.close()
     return [int(t) for t in train]
+
+
+def part_rows(node_part: np.ndarray, num_parts: int, window: int = 1 << 20) -> np.ndarray:
+    """The row of every node in its part's node file (its rank among the
+    part's nodes, which are in id order): the CSC pass's destination
+    columns, one lookup an edge instead of a binary search.
+
+    Args:
+        node_part: Owner of every node (of one type).
+        num_parts: K.
+        window: Nodes per step (the temporaries are 24 bytes a node of it).
+
+    Returns:
+        int32 rows (int64 if a part holds 2**31 nodes or more).
+    """
+    counts = np.bincount(node_part, minlength=num_parts)
+    dtype = np.int32 if node_part.size == 0 or counts.max() < (1 << 31) else np.int64
+    rows = np.empty(node_part.size, dtype=dtype)
+    cursor = np.zeros(num_parts, dtype=np.int64)
+    for start in range(0, node_part.size, window):
+        owner = node_part[start:start + window]
+        order = np.argsort(owner, kind="stable")
+        sizes = np.bincount(owner, minlength=num_parts)
+        first = np.cumsum(sizes) - sizes  # where each part's run begins in `order`
+        sorted_owner = owner[order]
+        rows[start + order] = (np.arange(order.size) - first[sorted_owner]
+                               + cursor[sorted_owner])
+        cursor += sizes
+    return rows

@@ -160,8 +160,9 @@ def working_budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
                    max_part_nodes: int, cap: Optional[int]) -> MemoryBudget:
     """The working memory once the process and the per-node state are counted:
     the book (1-2 bytes a node), the halo bitmap (1), the assignment while a
-    plugin returns it (8), per part its owned ids, counts and indptr, and what
-    pyarrow holds to decode one row group (:data:`ROW_GROUP_BYTES_PER_ROW`)."""
+    plugin returns it and later every node's row in its part (8, then 4),
+    per part its counts, indptr and their temporaries, and what pyarrow holds
+    to decode one row group (:data:`ROW_GROUP_BYTES_PER_ROW`)."""
     per_node = book_dtype(num_parts).itemsize + 1 + 8
     row_group = graph.max_row_group * ROW_GROUP_BYTES_PER_ROW
     state = graph.num_nodes * per_node + 24 * (max_part_nodes + 1) + row_group
