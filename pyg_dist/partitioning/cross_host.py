@@ -258,9 +258,10 @@ def _shared_staging(root: Path, overwrite: bool,
     except FileExistsError:
         leader = False
     tmp = staging_dir(root, name)
+    # The probe is named by this run's token: any rank may remove it once the
+    # run failed (the leader may be the rank that vanished).
     guard.on_abort(lambda: shutil.rmtree(tmp, ignore_errors=True))
-    if leader:
-        guard.on_abort(lambda: probe.unlink(missing_ok=True))
+    guard.on_abort(lambda: probe.unlink(missing_ok=True))
     try:
         if leader:
             check_root(root, overwrite)
@@ -283,6 +284,7 @@ def _shared_staging(root: Path, overwrite: bool,
         guard.report(exc)
         if not leader:
             shutil.rmtree(tmp, ignore_errors=True)
+        probe.unlink(missing_ok=True)  # also when the leader was killed
         raise
     finally:
         if leader:
