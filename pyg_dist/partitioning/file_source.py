@@ -100,11 +100,6 @@ class FileGraph:
         """Rows of the largest parquet row group (read whole by pyarrow)."""
         return max((e.max_row_group for e in self.edges.values()), default=0)
 
-    @property
-    def node_arrays(self) -> dict[str, RowArray]:
-        """The node attributes of a homogeneous graph."""
-        return self.nodes[None].arrays if None in self.nodes else {}
-
     def offsets(self) -> dict[NodeKey, int]:
         """Node type -> the view id of its first node."""
         out, start = {}, 0

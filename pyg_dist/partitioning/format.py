@@ -82,13 +82,9 @@ MAX_TENSOR_NDIM = 8
 
 
 
-def type_to_json(type_: Union[NodeTypeKey, EdgeTypeKey]) -> Any:
-    """A node/edge type as stored in ``meta.json`` (``None`` -> ``null``)."""
-    return list(type_) if isinstance(type_, tuple) else type_
-
-
 def type_from_json(value: Any) -> Union[NodeTypeKey, EdgeTypeKey]:
-    """Inverse of :func:`type_to_json`."""
+    """A node/edge type as ``meta.json`` stores it (a list, or a string or
+    ``null``) as pyg-dist keys it (a tuple, or the string or ``None``)."""
     return tuple(value) if isinstance(value, list) else value
 
 
@@ -299,7 +295,3 @@ def _numel(shape: list[int]) -> int:
     return n
 
 
-def tensor_specs(path: Path) -> dict[str, dict[str, Any]]:
-    """``{name: {"dtype", "shape"}}`` of a safetensors file, read from its header only."""
-    header, _ = read_header(path)
-    return {k: {"dtype": v["dtype"], "shape": v["shape"]} for k, v in header.items()}

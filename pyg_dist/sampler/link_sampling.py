@@ -26,7 +26,6 @@ hands the sampler both endpoint types' seeds at once.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Literal, Optional, Union
 
@@ -176,16 +175,6 @@ def sample_from_edges(
     out = edge_sample(index, node_path, num_nodes, disjoint, None, neg)
     out.metadata = SamplerMetadata(out.metadata)
     return out
-
-
-def num_negatives(num_pos: int, neg_sampling: Optional[NegativeSampling]) -> int:
-    """How many negatives PyG draws for ``num_pos`` positives (per endpoint).
-
-    Args:
-        num_pos: Number of positive seed links.
-        neg_sampling: The configuration, or ``None`` (then ``0``).
-    """
-    return 0 if neg_sampling is None else math.ceil(num_pos * neg_sampling.amount)
 
 
 def _check_seed_links(index: EdgeSamplerInput, num_src: int, num_dst: int) -> None:
