@@ -27,7 +27,7 @@ from pyg_dist.partitioning.file_export import write_data_files
 # Each rank writes what it raised (or "ok") to REPORTS/rank-R. The group's
 # timeout is far above the test's: a rank left waiting would fail the test.
 _RANK = textwrap.dedent("""
-    import datetime, sys
+    import datetime, signal, sys
     from importlib.metadata import EntryPoint
     from pathlib import Path
     import torch.distributed as dist
@@ -36,6 +36,9 @@ _RANK = textwrap.dedent("""
 
     rank, world, port, source, root, reports, case = (int(sys.argv[1]), int(sys.argv[2]),
                                                        *sys.argv[3:])
+    # Ctrl-C raises KeyboardInterrupt, as in a terminal, even if the test runs
+    # under a shell that started it in the background (SIGINT ignored, inherited).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=600))
     partitioner, registry, options = "hash", None, {}
