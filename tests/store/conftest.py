@@ -7,6 +7,7 @@ from support.servers import serve_parts
 
 from pyg_dist.datasets import cora
 from pyg_dist.partitioning.writer import partition
+from pyg_dist.store.connect import connect
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +21,13 @@ def endpoints(data, tmp_path_factory):
     partition(data, 3, root)
     with serve_parts(root) as cluster:
         yield cluster.endpoints
+
+
+@pytest.fixture
+def store(endpoints):
+    """A feature store connected to the Cora servers, closed afterwards."""
+    fs, _ = connect(endpoints)
+    try:
+        yield fs
+    finally:
+        fs.close()

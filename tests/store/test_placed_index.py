@@ -17,7 +17,6 @@ from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.rpc.shm.outputs import OutputPool
 from pyg_dist.server import PartitionServer
 from pyg_dist.server.node_features import PLACED_CHARGE
-from pyg_dist.store.connect import connect
 from pyg_dist.store.row_fetch import _placed_first, row_request
 
 pytestmark = needs_shm
@@ -28,15 +27,6 @@ class _Info(NamedTuple):
 
     dtype: torch.dtype
     shape: tuple
-
-
-@pytest.fixture
-def store(endpoints):
-    fs, _ = connect(endpoints)
-    try:
-        yield fs
-    finally:
-        fs.close()
 
 
 @pytest.fixture

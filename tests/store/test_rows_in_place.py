@@ -19,15 +19,6 @@ from pyg_dist.store.connect import connect
 pytestmark = needs_shm
 
 
-@pytest.fixture
-def store(endpoints):
-    fs, _ = connect(endpoints)
-    try:
-        yield fs
-    finally:
-        fs.close()
-
-
 def _fetch(fs, ids):
     return fs.multi_get_tensor([TensorAttr(None, "x", ids), TensorAttr(None, "y", ids)])
 
