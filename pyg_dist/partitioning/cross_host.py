@@ -141,11 +141,15 @@ def partition_files_across_ranks(
     handler is restored after.
 
     Raises:
-        InvalidPartitionArgumentError: no process group, or as
+        InvalidPartitionArgumentError: no process group, ``peer_timeout`` not
+            a positive number of seconds, or as
             :func:`~pyg_dist.partitioning.out_of_core.partition_files`.
         PartitionMemoryError, PluginNotFoundError, PartitionError: as
             :func:`~pyg_dist.partitioning.out_of_core.partition_files`.
     """
+    if not peer_timeout > 0:
+        raise InvalidPartitionArgumentError(
+            f"peer_timeout must be a number of seconds > 0, got {peer_timeout!r}")
     if not dist.is_available() or not dist.is_initialized():
         raise InvalidPartitionArgumentError(
             "partitioning across ranks needs an initialized torch.distributed process group "

@@ -64,8 +64,6 @@ class PeerWatch:
 
     def __init__(self, store: Any, prefix: str, rank: int, world: int, timeout: float,
                  on_abort: Callable[[str], None]) -> None:
-        if not timeout > 0:
-            raise ValueError(f"the peer timeout must be > 0 seconds, got {timeout}")
         self.store, self.prefix, self.rank, self.world = store, prefix, rank, world
         self.timeout = float(timeout)
         self.on_abort = on_abort

@@ -247,3 +247,15 @@ def test_with_three_ranks_every_other_rank_names_the_one_that_failed(tmp_path):
         assert "part-00002.parquet" in told, told
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "a-file", "files", "rank.py", "reports", "signalled_partitioner.py"]
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan")])
+def test_a_peer_timeout_that_is_not_a_positive_number_is_refused_before_anything_runs(
+        tmp_path, timeout):
+    from pyg_dist.errors import InvalidPartitionArgumentError
+    from pyg_dist.partitioning.cross_host import partition_files_across_ranks
+
+    with pytest.raises(InvalidPartitionArgumentError, match="peer_timeout must be"):
+        partition_files_across_ranks(tmp_path / "files", 2, tmp_path / "out",
+                                     peer_timeout=timeout)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
