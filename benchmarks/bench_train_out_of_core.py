@@ -62,7 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--prefetch", type=int, default=4)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--dir", help="work directory (default: a temporary one, removed)")
+    p.add_argument("--dir", help="work directory, kept: a later run with the same --dir reuses "
+                   "its input and its parts when their shape matches (default: a temporary "
+                   "directory, removed)")
     p.add_argument("--seed", type=int, default=0)
     # Internal: the trainer, run inside its simulated host.
     p.add_argument("--trainer", metavar="SOURCE", help=argparse.SUPPRESS)
@@ -227,20 +229,30 @@ def main() -> None:
     reason = missing_requirements()
     if reason or not MEMORY_CGROUP.is_dir():
         sys.exit(f"bench_train_out_of_core: {reason or 'no cgroup-v1 memory controller'}")
-    with tempfile.TemporaryDirectory(prefix="pyg-dist-ooc-", dir=args.dir) as tmp:
-        source, root = Path(tmp) / "input", Path(tmp) / "parts"
+    with ExitStack() as stack:
+        work = (Path(args.dir) if args.dir else
+                Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pyg-dist-ooc-"))))
+        source, root = work / "input", work / "parts"
         nodes = int(files.PAPERS_NODES * args.scale)
         edges = int(files.PAPERS_EDGES * args.scale)
         start = time.perf_counter()
-        input_bytes = files.generate(source, nodes, edges, files.FEATURES, args.seed)
+        input_bytes = files.reuse_or_generate(source, nodes, edges)
         print(json.dumps({"row": "generate", "nodes": nodes, "edges": edges,
                           "input_mb": round(input_bytes / 2**20, 1),
                           "seconds": round(time.perf_counter() - start, 1)}), flush=True)
-        made = files.run_one(source, root, args.partitioner, args.parts,
-                             args.partition_memory)
-        print(json.dumps({"row": "partition", **made}), flush=True)
-        if "error" in made:
-            sys.exit(1)
+        # The parts are reused when the same partitioning of the same input
+        # made them (the marker is written last, so a partial run is redone).
+        marker = work / "parts.json"
+        made_by = {"nodes": nodes, "edges": edges, "partitioner": args.partitioner,
+                   "parts": args.parts}
+        if not (marker.exists() and json.loads(marker.read_text()) == made_by):
+            marker.unlink(missing_ok=True)
+            made = files.run_one(source, root, args.partitioner, args.parts,
+                                 args.partition_memory)
+            print(json.dumps({"row": "partition", **made}), flush=True)
+            if "error" in made:
+                sys.exit(1)
+            marker.write_text(json.dumps(made_by))
         serve_and_train(args, source, root)
     print(json.dumps({"row": "load", "load_avg": os.getloadavg()[0]}), flush=True)
 

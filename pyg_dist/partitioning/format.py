@@ -265,6 +265,14 @@ def _mmap_tensors(path: Path, header: dict[str, Any], start: int,
         # ACCESS_COPY: writable for torch.frombuffer, but writes never reach
         # the file and pages stay shared until written.
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
+    if mapped is not None:
+        # The stores read rows and neighbour lists at random. By default a
+        # page fault reads the device's whole read-ahead window around it
+        # (read_ahead_kb: 128 KiB to 8 MiB), so on a part bigger than memory
+        # every row read fetched megabytes and evicted the rows other
+        # requests were about to use: a server stalled for minutes on one
+        # batch. MADV_RANDOM reads just the page that faulted.
+        mapped.madvise(mmap.MADV_RANDOM)
     out = {}
     for name in names:
         info = header[name]  # checked by read_header
