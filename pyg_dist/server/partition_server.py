@@ -21,7 +21,7 @@ from pyg_dist.errors import (
 )
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.plugins import PluginRegistry, default_registry
-from pyg_dist.protocol.ops import PARTITION_OPS, SAMPLE_TREE
+from pyg_dist.protocol.ops import DEGREE, GET, GET_EDGES, PARTITION_OPS, SAMPLE, SAMPLE_TREE
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.server import RpcServer
 from pyg_dist.rpc.wire_values import error_text
@@ -30,6 +30,10 @@ from pyg_dist.server.forwarding import HopForwarder, Peers
 from pyg_dist.server.ops import PartitionOps
 
 logger = logging.getLogger(__name__)
+
+
+_READ_OPS = tuple(op.name for op in (SAMPLE, GET, GET_EDGES, DEGREE))
+"""The ops that read a part's stores (``sample_tree`` always runs on a worker)."""
 
 
 class PartitionServer:
@@ -104,10 +108,14 @@ class PartitionServer:
                                                   checkpoint_every)
             self.checkpoint.load()  # before serving: a restart resumes from it
             self.ops.embeddings.checkpointer = self.checkpoint.save
+        # A small read is answered on the I/O thread, unless it may wait on
+        # a disk: a page fault there would hold every client's requests.
+        blocking = any(getattr(store, "reads_may_block", False) for store in (fs, gs))
         self._rpc = RpcServer(self.ops.handlers(), bind, self.config, name=f"part-{part}",
                               estimators={**self.ops.estimators(),
                                           SAMPLE_TREE.name: self.forwarder.estimate},
-                              ops=PARTITION_OPS)
+                              ops=PARTITION_OPS,
+                              worker_ops=_READ_OPS if blocking else ())
         logger.info("loaded part %d of %s (%s feature store, %s graph store)", part, root,
                     feature_store, graph_store)
 

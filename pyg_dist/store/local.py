@@ -55,6 +55,11 @@ class PartitionFeatureStore(FeatureStore):
         tensors: Initial ``{(group_name, attr_name): tensor}``; rows are local rows.
     """
 
+    reads_may_block = False
+    """Whether a read may wait on a disk (tensors mapped from files): the
+    partition server then serves every read on a worker thread, never on its
+    I/O thread (docs/plugins.md, "A store")."""
+
     def __init__(self, tensors: Optional[dict[Key, Tensor]] = None) -> None:
         super().__init__()
         self._tensors: dict[Key, Tensor] = dict(tensors or {})
@@ -126,6 +131,10 @@ class PartitionGraphStore(GraphStore):
         num_nodes: Global number of nodes per node type, used as the source
             dimension of each edge type's size (``{None: n}`` when homogeneous).
     """
+
+    reads_may_block = False
+    """Whether a read may wait on a disk: see
+    :attr:`PartitionFeatureStore.reads_may_block`."""
 
     def __init__(self, num_nodes: Optional[dict[Optional[str], int]] = None) -> None:
         super().__init__()

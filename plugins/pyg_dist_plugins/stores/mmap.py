@@ -39,7 +39,9 @@ def mmap_feature_store(reader: PartitionReader, part: int,
     """
     check_no_options("mmap feature", options)
     check_only_owner_writes(reader, part)
-    return PartitionFeatureStore.from_part(reader.load_part(part, mmap=True, topology=False))
+    store = PartitionFeatureStore.from_part(reader.load_part(part, mmap=True, topology=False))
+    store.reads_may_block = True  # a row not in the page cache is a disk read
+    return store
 
 
 def mmap_graph_store(reader: PartitionReader, part: int,
@@ -55,7 +57,9 @@ def mmap_graph_store(reader: PartitionReader, part: int,
     check_only_owner_writes(reader, part)
     data = reader.load_part(part, mmap=True, features=False)
     sizes = {t: reader.num_nodes_of(t) for t in reader.node_types}
-    return PartitionGraphStore.from_part(data, sizes)
+    store = PartitionGraphStore.from_part(data, sizes)
+    store.reads_may_block = True
+    return store
 
 
 def check_only_owner_writes(reader: PartitionReader, part: int) -> None:
