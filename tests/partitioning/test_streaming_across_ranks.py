@@ -18,7 +18,7 @@ import pytest
 
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph
 from pyg_dist_plugins.partitioners.hash import HashPartitioner
-from pyg_dist_plugins.partitioners.streaming import StreamingPartitioner
+from pyg_dist_plugins.partitioners.streaming import StreamingPartitioner, _grouped
 
 NUM_NODES, BLOCK = 4000, 50
 
@@ -155,3 +155,19 @@ def test_a_malformed_round_is_refused(tmp_path):
     stream = EdgeStream(graph, 2000, 0, 2, lying)
     with pytest.raises(InvalidPartitionArgumentError, match="malformed round"):
         StreamingPartitioner().assign_stream(stream, 4)
+
+
+@pytest.mark.parametrize("num_nodes", [1_000, 1 << 40])  # packed ids; too wide to pack
+def test_a_chunk_is_grouped_by_node_with_every_neighbour_once(num_nodes):
+    # streaming counts a node's neighbours' parts, so their order within
+    # the node's segment is free; the multiset must be exact.
+    rng = np.random.default_rng(5)
+    src = rng.integers(0, min(num_nodes, 1_000), 5_000)
+    dst = rng.integers(0, min(num_nodes, 1_000), 5_000)
+    if num_nodes > 1_000:
+        src[::7] = num_nodes - 1 - src[::7]  # ids near the top of the range
+    u, v = _grouped(np.concatenate([src, dst]), np.concatenate([dst, src]), num_nodes)
+    assert np.all(u[1:] >= u[:-1])
+    got = sorted(zip(u.tolist(), v.tolist()))
+    assert got == sorted(zip(np.concatenate([src, dst]).tolist(),
+                             np.concatenate([dst, src]).tolist()))

@@ -145,11 +145,8 @@ class StreamingPartitioner:
         # Both directions, grouped by node (segments of the sorted sources
         # give every node's neighbours without a search); about 64 bytes an
         # edge at the peak. Self loops are dropped per batch, in place().
-        u = np.concatenate([src, dst])
-        order = np.argsort(u)
-        u = u[order]
-        v = np.concatenate([dst, src])[order]
-        del order
+        u, v = _grouped(np.concatenate([src, dst]), np.concatenate([dst, src]),
+                        state.part.size)
         lo = np.flatnonzero(np.concatenate([[True], u[1:] != u[:-1]])) if u.size else u
         hi = np.append(lo[1:], u.size)
         nodes = u[lo]
@@ -159,8 +156,10 @@ class StreamingPartitioner:
             nodes, lo, hi = nodes[keep], lo[keep], hi[keep]
         if not nodes.size:
             return
-        # The seed orders the batches: a splitmix of the id.
-        order = np.argsort(_mix(nodes, self.seed), kind="stable")
+        # The seed orders the batches: a splitmix of the id. It is a
+        # bijection, so the nodes' keys are distinct and any sort gives the
+        # same order (the default one is twice as fast as a stable one).
+        order = np.argsort(_mix(nodes, self.seed))
         nodes, lo, hi = nodes[order], lo[order], hi[order]
         # Nodes of one batch decide together, blind to each other's moves:
         # a batch must stay a small share of the graph.
@@ -175,6 +174,25 @@ class StreamingPartitioner:
                 state.place(batch, b_lo, b_hi, v, move=not first_pass)
             if rounds is not None:
                 rounds.visited(state, batch.size)
+
+
+def _grouped(u: np.ndarray, v: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(u, v)`` pairs sorted by ``u``. A node's neighbours may come in any
+    order (place() only counts their parts), so both ids are packed into
+    one int64 and sorted by value: numpy sorts values about 3x as fast as
+    it computes an argsort, and no gather of ``v`` follows."""
+    shift = max(1, int(num_nodes - 1).bit_length())
+    if 2 * shift > 63:  # ids too wide to share an int64
+        order = np.argsort(u)
+        return u[order], v[order]
+    key = u.astype(np.int64, copy=False) << shift
+    del u
+    key |= v
+    del v
+    key.sort()
+    u = key >> shift
+    key &= (1 << shift) - 1
+    return u, key
 
 
 def _mix(ids: np.ndarray, seed: int) -> np.ndarray:
