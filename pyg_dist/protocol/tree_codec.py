@@ -24,6 +24,8 @@ All 1-D, int64 but ``row`` and ``col``. A homogeneous graph's reply is thus
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
 import torch
@@ -210,17 +212,46 @@ def tree_bytes(nodes: int, edges: int, hops: int, disjoint: bool) -> int:
     return 8 * ((2 if disjoint else 1) * nodes + 2 * hops + 1) + 16 * edges
 
 
-def tree_answer_bytes(seeds: int, fanouts: list[int], disjoint: bool) -> Optional[int]:
-    """Most bytes a homogeneous ``sample_tree`` answer takes (``k`` new
-    nodes and edges per node and hop at most, :func:`tree_bytes`); ``None``
-    when a fan-out is -1 (unbounded)."""
-    if any(k < 0 for k in fanouts):
-        return None
+def tree_answer_bytes(seeds: int, fanouts: Sequence[int], disjoint: bool, *,
+                      graph: Optional[tuple[int, int]] = None, replace: bool = False,
+                      induced: bool = False) -> Optional[int]:
+    """Most bytes a ``sample_tree`` answer takes (:func:`tree_bytes`): per
+    hop, every frontier node takes at most ``k`` new nodes and edges. The
+    trainer bounds the memory it lends with it, a coordinator the reply
+    budget it charges a tree.
+
+    Args:
+        seeds: The batch's seeds.
+        fanouts: Per hop, the neighbours a node may take (``k``; over
+            every edge type of a heterogeneous graph; ``-1``: all).
+        disjoint: Whether every seed has its own tree (a batch entry per
+            node; the graph may repeat once per seed).
+        graph: The graph's ``(num_nodes, num_edges)``: a hop takes at most
+            every edge without replacement, all of them at ``-1``, and
+            reaches at most every node (per seed, when disjoint).
+        replace: Whether neighbours are drawn with replacement.
+        induced: Whether the answer is every edge among the sampled nodes.
+
+    Returns:
+        The bound, or ``None`` without ``graph`` where it is unbounded (a
+        fan-out of ``-1``, or an induced subgraph).
+    """
+    if graph is None:
+        if induced or any(k < 0 for k in fanouts):
+            return None
+        graph = (sys.maxsize, sys.maxsize)
+    num_nodes, num_edges = graph
+    copies = seeds if disjoint else 1
     frontier = nodes = seeds
     edges = 0
     for k in fanouts:
-        frontier *= k
-        nodes, edges = nodes + frontier, edges + frontier
+        hop = copies * num_edges if k < 0 else frontier * k
+        if not replace:
+            hop = min(hop, copies * num_edges)
+        frontier = min(hop, copies * num_nodes)
+        nodes, edges = nodes + frontier, edges + hop
+    if induced:
+        edges = min(nodes * nodes, num_edges)
     return tree_bytes(nodes, edges, len(fanouts), disjoint)
 
 
