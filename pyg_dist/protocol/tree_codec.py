@@ -215,26 +215,16 @@ def tree_bytes(nodes: int, edges: int, hops: int, disjoint: bool) -> int:
 def tree_answer_bytes(seeds: int, fanouts: Sequence[int], disjoint: bool, *,
                       graph: Optional[tuple[int, int]] = None, replace: bool = False,
                       induced: bool = False) -> Optional[int]:
-    """Most bytes a ``sample_tree`` answer takes (:func:`tree_bytes`): per
-    hop, every frontier node takes at most ``k`` new nodes and edges. The
-    trainer bounds the memory it lends with it, a coordinator the reply
-    budget it charges a tree.
+    """Most bytes a ``sample_tree`` answer takes (:func:`tree_bytes`), the
+    bound a trainer lends memory for and a coordinator charges a tree: per
+    hop, every frontier node takes at most ``k`` new nodes and edges
+    (``fanouts``: each hop's ``k`` over every edge type, ``-1``: all).
 
-    Args:
-        seeds: The batch's seeds.
-        fanouts: Per hop, the neighbours a node may take (``k``; over
-            every edge type of a heterogeneous graph; ``-1``: all).
-        disjoint: Whether every seed has its own tree (a batch entry per
-            node; the graph may repeat once per seed).
-        graph: The graph's ``(num_nodes, num_edges)``: a hop takes at most
-            every edge without replacement, all of them at ``-1``, and
-            reaches at most every node (per seed, when disjoint).
-        replace: Whether neighbours are drawn with replacement.
-        induced: Whether the answer is every edge among the sampled nodes.
-
-    Returns:
-        The bound, or ``None`` without ``graph`` where it is unbounded (a
-        fan-out of ``-1``, or an induced subgraph).
+    Without ``graph`` (its ``(num_nodes, num_edges)``) the bound is
+    ``None`` where it is unbounded (``-1``, or ``induced``: every edge among
+    the sampled nodes). With it, a hop takes at most every edge (unless
+    ``replace``d) and reaches at most every node, once per seed when
+    ``disjoint`` (then the answer also holds a batch entry per node).
     """
     if graph is None:
         if induced or any(k < 0 for k in fanouts):

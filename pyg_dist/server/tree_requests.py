@@ -22,18 +22,11 @@ from pyg_dist.rpc.wire_values import describe
 
 
 class TreeRequest(NamedTuple):
-    """A checked tree request.
-
-    Args:
-        settings: How its hops are sampled (no deadline: the coordinator
-            shares ``deadline`` among them).
-        fanouts: Per edge type, in the request's order, its fan-out per hop
-            (``None``: the homogeneous graph's one).
-        seed: The batch's random seed.
-        deadline: The trainer's deadline in seconds, or ``None``.
-        seeds: The seeds per node type (``None``: the homogeneous graph's).
-        seed_time: With ``time_attr``, one time per seed (likewise).
-    """
+    """A checked tree request: its sampling settings (no deadline: the
+    coordinator shares the trainer's, ``deadline`` in seconds, among the
+    hops), per edge type in the request's order its fan-out per hop, the
+    batch's random seed, and the seeds (and with ``time_attr`` their times)
+    per node type; a homogeneous graph's types are ``None``."""
 
     settings: HopSettings
     fanouts: dict[Optional[EdgeType], list[int]]
@@ -96,22 +89,7 @@ def parse_tree(args: dict[str, Any], tensors: list[Tensor]) -> TreeRequest:
     if sum(sizes) != tensors[0].numel():
         raise ProtocolError(f"'sizes' add up to {sum(sizes)} seeds, the tensor holds "
                             f"{tensors[0].numel()}")
-    time_attr = args.get("time_attr")
-    deadline = args.get("timeout")
-    return TreeRequest(
-        _settings(args), {t: list(k) for t, k in zip(keys, fanouts)},
-        args["seed"], None if deadline is None else float(deadline),
-        dict(zip(types, tensors[0].split(sizes))),
-        None if time_attr is None else dict(zip(types, tensors[1].split(sizes))))
-
-
-def _settings(args: dict[str, Any]) -> HopSettings:
-    """The request's sampling settings, checked as the trainer's are.
-
-    Raises:
-        ProtocolError: naming the setting refused.
-    """
-    time_attr = args.get("time_attr")
+    time_attr, deadline = args.get("time_attr"), args.get("timeout")
     try:
         settings = HopSettings(
             replace=args.get("replace", False),
@@ -119,7 +97,10 @@ def _settings(args: dict[str, Any]) -> HopSettings:
             subgraph_type=SubgraphType(args.get("subgraph", "directional")),
             weight_attr=args.get("weight_attr"), time_attr=time_attr,
             temporal_strategy=args.get("temporal_strategy") or "uniform")
-        settings.check()
+        settings.check()  # as the trainer's are
     except PygDistError as exc:
         raise ProtocolError(f"tree settings refused: {exc}") from exc
-    return settings
+    return TreeRequest(settings, {t: list(k) for t, k in zip(keys, fanouts)}, args["seed"],
+                       None if deadline is None else float(deadline),
+                       dict(zip(types, tensors[0].split(sizes))),
+                       None if time_attr is None else dict(zip(types, tensors[1].split(sizes))))
