@@ -36,6 +36,7 @@ from pyg_dist.partitioning.format import (
     NODE_IDS,
     SAFETENSORS_DTYPES,
     TORCH_DTYPES,
+    edge_ends,
     read_header,
     type_from_json,
 )
@@ -74,8 +75,7 @@ def expected_edge_file(meta: dict[str, Any], part: int, edge_type: Any) -> Expec
     """Tensor name -> (dtype, shape) of a part's edge file of ``edge_type``."""
     entry = meta["parts"][part]
     edges = _part_counts(entry, "edge_types", "num_edges")[edge_type]
-    dst = _part_counts(entry, "node_types", "num_nodes")[
-        None if edge_type is None else edge_type[2]]
+    dst = _part_counts(entry, "node_types", "num_nodes")[edge_ends(edge_type)[1]]
     return _with_features({INDPTR: (torch.int64, [dst + 1]), INDICES: (torch.int64, [edges]),
                            EDGE_IDS: (torch.int64, [edges])},
                           _types(meta, "edge_types")[edge_type]["features"], edges)

@@ -61,13 +61,12 @@ from pyg_dist.partitioning.dataset_dir import (
     staging_dir,
 )
 from pyg_dist.partitioning.edge_shuffle import EdgeShuffle, shuffle_bytes_per_edge
-from pyg_dist.partitioning.file_names import META_FILE, NODE_IDS, node_file, part_dir
+from pyg_dist.partitioning.file_names import META_FILE, NODE_IDS, node_file, part_dir, recorder
 from pyg_dist.partitioning.file_parts import (
     books_of,
     build_meta,
     halo_bitmaps,
     new_shuffles,
-    recorder,
     rows_of,
     write_books,
     write_part_csc,

@@ -27,10 +27,11 @@ from pyg_dist.partitioning.file_names import (
     FORMAT_VERSION,
     HETERO_FORMAT_VERSION,
     book_file,
+    edge_ends,
     edge_file,
     node_file,
     part_dir,
-    sha256_file,
+    recorder,
 )
 from pyg_dist.partitioning.file_source import EdgeKey, FileGraph, NodeKey
 from pyg_dist.partitioning.memory_limit import MemoryBudget, release_freed_memory
@@ -82,16 +83,6 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
                                           budget, bar, record))
     shutil.rmtree(tmp / ".spill")
     return build_meta(graph, books, book_entries, entries, files)
-
-
-def recorder(tmp: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], str]:
-    """A function that checksums a written file (name relative to ``tmp``)
-    into ``files`` and returns its name."""
-    def record(name: str) -> str:
-        path = tmp / name
-        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        return name
-    return record
 
 
 def books_of(graph: FileGraph, node_part: np.ndarray) -> dict[NodeKey, np.ndarray]:
@@ -149,7 +140,7 @@ def new_shuffles(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.nda
     for i, (key, edges) in enumerate(graph.edges.items()):
         spill_dir = spill_root / str(i)
         spill_dir.mkdir(parents=True)
-        src, dst = (None, None) if key is None else (key[0], key[2])
+        src, dst = edge_ends(key)
         shuffles[key] = EdgeShuffle(spill_dir, edges, books[dst], num_parts,
                                     src_part=books[src],
                                     file_name=lambda k, key=key: edge_file(k, key))
@@ -168,11 +159,11 @@ def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray]
     edge_entries = []
     for key, shuffle in shuffles.items():
         release_freed_memory()
-        dst = None if key is None else key[2]
+        src, dst = edge_ends(key)
         num_owned = int(np.count_nonzero(books[dst] == k))
         sort_edges = sort_bytes_per_edge(graph.edges[key].attribute_row_bytes)
         part_stats = shuffle.write_part(tmp, k, rows[dst], num_owned,
-                                        halo[None if key is None else key[0]],
+                                        halo[src],
                                         budget.chunk_rows(sort_edges), bar, by_edge_id)
         edge_entries.append({"type": None if key is None else list(key),
                              "file": record(edge_file(k, key)),
@@ -216,8 +207,8 @@ def build_meta(graph: FileGraph, books: dict[NodeKey, np.ndarray], book_entries:
                 np.bincount(books[key], minlength=num_parts).tolist())
         node_types.append(entry)
     for i, (key, edges) in enumerate(graph.edges.items()):
-        entry = {"type": None if key is None else list(key),
-                 "src": None if key is None else key[0], "dst": None if key is None else key[2],
+        src, dst = edge_ends(key)
+        entry = {"type": None if key is None else list(key), "src": src, "dst": dst,
                  "num_edges": edges.num_edges, "features": _specs(edges.arrays)}
         if graph.is_hetero:
             entry["edge_cut"] = sum(p["edge_types"][i]["num_cut_edges"] for p in parts)

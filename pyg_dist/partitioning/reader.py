@@ -33,8 +33,8 @@ from pyg_dist.partitioning.format import (
     EdgeTypeKey,
     NodeTypeKey,
     checked_file,
+    edge_ends,
     load_tensors,
-    read_header,
     safe_path,
     sha256_file,
     type_from_json,
@@ -317,8 +317,7 @@ class PartitionReader:
         tensors = load_tensors(path, names, mmap_=mmap)
         consistency.check_loaded(
             path, tensors, consistency.expected_edge_file(self.meta, part, edge_type))
-        src = None if edge_type is None else edge_type[0]
-        consistency.check_edge_part(path, tensors, self.num_nodes_of(src),
+        consistency.check_edge_part(path, tensors, self.num_nodes_of(edge_ends(edge_type)[0]),
                                     self.num_edges_of(edge_type))
         return EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES), tensors.pop(EDGE_IDS),
                         tensors)
@@ -346,8 +345,4 @@ class PartitionReader:
                  for t in (self.edge_types if topology else [])}
         return PartData(part, self.num_parts, nodes, edges)
 
-    def tensor_names(self, part: int) -> list[str]:
-        """Names of the tensors in a part's (first) node file (header only)."""
-        header, _ = read_header(self._file(self.meta["parts"][part]["node_types"][0]["file"]))
-        return sorted(header)
 

@@ -36,8 +36,8 @@ from pyg_dist.partitioning.format import (
     META_FILE,
     dtype_name,
     part_dir,
+    recorder,
     save_tensors,
-    sha256_file,
 )
 from pyg_dist.partitioning.graph import PartitionInput
 from pyg_dist.partitioning.hetero_book import HeteroPartitionBook
@@ -132,7 +132,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
                 book = _assign_hetero(plugin, graph, num_parts)
                 bar.update(1)
                 files: dict[str, dict[str, Any]] = {}
-                meta = write_hetero(tmp, graph, book, _recorder(tmp, files), bar)
+                meta = write_hetero(tmp, graph, book, recorder(tmp, files), bar)
                 meta["files"] = files
             else:
                 book = _assign(plugin, graph, num_parts)
@@ -183,12 +183,7 @@ def _run_plugin(plugin: Any, view: PartitionInput, num_parts: int) -> PartitionB
 
 def _write_all(tmp: Path, graph: GraphParts, book: PartitionBook, bar: Any) -> dict[str, Any]:
     files: dict[str, dict[str, Any]] = {}
-
-    def record(name: str) -> str:
-        path = tmp / name
-        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        return name
-
+    record = recorder(tmp, files)
     save_tensors(tmp / BOOK_FILE, {BOOK_KEY: book.to_tensor()})
     record(BOOK_FILE)
     splitter = GraphSplitter(book.to_tensor(), book.num_parts, graph.edge_index)
@@ -229,15 +224,6 @@ def _write_all(tmp: Path, graph: GraphParts, book: PartitionBook, bar: Any) -> d
         "stats": summarize(stats, graph.num_nodes, graph.num_edges),
         "files": files,
     }
-
-
-def _recorder(tmp: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], str]:
-    """A function that checksums a written file into ``files`` and returns its name."""
-    def record(name: str) -> str:
-        path = tmp / name
-        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        return name
-    return record
 
 
 def _specs(features: dict[str, Tensor]) -> dict[str, dict[str, Any]]:
