@@ -55,6 +55,7 @@ import torch.distributed as dist
 from pyg_dist.errors import InvalidPartitionArgumentError, PartitionError
 from pyg_dist.partitioning.dataset_dir import (
     build_partitioner,
+    check_num_parts,
     check_root,
     partitioner_record,
     staged,
@@ -83,7 +84,6 @@ from pyg_dist.partitioning.out_of_core import (
     ASSIGN_BYTES_PER_EDGE,
     assign_parts,
     book_dtype,
-    check_num_parts,
     working_budget,
 )
 from pyg_dist.partitioning.peer_watch import DEFAULT_TIMEOUT_S

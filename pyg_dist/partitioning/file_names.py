@@ -44,6 +44,14 @@ def edge_ends(edge_type: Optional[tuple[str, str, str]]
     return (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
 
 
+def feature_specs(arrays: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``meta.json``'s record of feature arrays (torch tensors or numpy
+    arrays): per name its dtype's short name (``float32``) and its shape
+    without the row dimension."""
+    return {name: {"dtype": str(a.dtype).removeprefix("torch."), "shape": list(a.shape[1:])}
+            for name, a in arrays.items()}
+
+
 def part_dir(part: int) -> str:
     """The directory of part ``part`` relative to ROOT."""
     return f"part-{part}"

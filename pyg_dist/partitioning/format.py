@@ -56,6 +56,7 @@ from pyg_dist.partitioning.file_names import (  # noqa: F401  (re-exported)
     book_file,
     edge_ends,
     edge_file,
+    feature_specs,
     node_file,
     part_dir,
     recorder,
