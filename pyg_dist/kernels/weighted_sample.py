@@ -217,7 +217,7 @@ def draw_by_rate(positions: Tensor, rates: Tensor, k: int, replace: bool,
     Args:
         positions: ``[seeds, width]`` CSC position of every cell.
         rates: ``[seeds, width]`` float weight of every cell; 0 where the
-            cell must not be drawn (padding, a weight of 0, the future).
+            cell must not be drawn (padding, a weight of 0).
         k: Fan-out (at least 0).
         replace: Draw with replacement.
         generator: Random generator on the tensors' device.
