@@ -16,8 +16,8 @@ The first dimension of the node arrays is the node count.
 
 :class:`FileGraph` serves both, keyed by type as the partition format is
 (``None`` for a homogeneous graph), and gives partitioner plugins the same
-homogeneous view :meth:`HeteroGraphParts.partition_input
-<pyg_dist.partitioning.hetero_inputs.HeteroGraphParts.partition_input>` gives
+homogeneous view :meth:`GraphParts.partition_input
+<pyg_dist.partitioning.inputs.GraphParts.partition_input>` gives
 them in memory: node types concatenated in the graph's order, every edge type
 shifted alike, edge types in order.
 """

@@ -47,12 +47,12 @@ from pyg_dist.partitioning.format import (
 )
 from pyg_dist.partitioning.graph import PartitionInput
 from pyg_dist.partitioning.hetero_book import HeteroPartitionBook
-from pyg_dist.partitioning.hetero_inputs import (
-    HeteroGraphParts,
+from pyg_dist.partitioning.inputs import (
+    GraphParts,
     is_hetero_data,
+    split_attributes,
     split_hetero_attributes,
 )
-from pyg_dist.partitioning.inputs import GraphParts, split_attributes
 from pyg_dist.partitioning.layout import GraphSplitter, edge_tensors, node_tensors
 from pyg_dist.partitioning.reader import PartitionReader
 from pyg_dist.partitioning.splits import with_splits
@@ -80,7 +80,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
             node-level tensor (``x``, ``y``, masks, ...) and edge-level
             tensor (``edge_attr``, ...) is partitioned with it. The
             partitioner sees a heterogeneous graph as one homogeneous graph
-            (:meth:`~pyg_dist.partitioning.hetero_inputs.HeteroGraphParts.partition_input`).
+            (:meth:`~pyg_dist.partitioning.inputs.GraphParts.partition_input`).
         num_parts: Number of parts, ``1 <= num_parts <= num_nodes`` (all
             types together).
         root: The dataset directory to create. It must not exist or be empty
@@ -118,9 +118,8 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
     root = Path(root)
     dtype = feature_dtype_of(feature_dtype)
     data = with_feature_dtype(with_splits(data, splits, transform), dtype)
-    hetero = is_hetero_data(data)
-    graph = split_hetero_attributes(data) if hetero else split_attributes(data)
-    total_nodes = graph.total_nodes if hetero else graph.num_nodes
+    graph = split_hetero_attributes(data) if is_hetero_data(data) else split_attributes(data)
+    total_nodes = graph.total_nodes
     check_num_parts(num_parts, total_nodes)
     check_root(root, overwrite)
     registry = registry or default_registry
@@ -134,13 +133,7 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
               disable=not progress) as bar:
         with staged(root) as tmp:
             bar.set_postfix_str(f"{partitioner}: assigning {total_nodes} nodes")
-            if hetero:
-                books: Mapping[Any, PartitionBook] = _assign_hetero(plugin, graph, num_parts)
-            else:  # the one-type case: node and edge type None
-                books = {None: _assign(plugin, graph, num_parts)}
-                graph = HeteroGraphParts({None: graph.num_nodes}, {None: graph.edge_index},
-                                         {None: graph.node_features},
-                                         {None: graph.edge_features})
+            books = _assign(plugin, graph, num_parts)
             bar.update(1)
             files: dict[str, dict[str, Any]] = {}
             meta = _write_parts(tmp, graph, books, recorder(tmp, files), bar)
@@ -153,15 +146,12 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
     return PartitionReader(root, verify=False)
 
 
-def _assign(plugin: Any, graph: GraphParts, num_parts: int) -> PartitionBook:
-    view = PartitionInput(graph.num_nodes, graph.edge_index,
-                          train_mask=graph.node_features.get("train_mask"))
-    return _run_plugin(plugin, view, num_parts)
-
-
-def _assign_hetero(plugin: Any, graph: HeteroGraphParts,
-                   num_parts: int) -> HeteroPartitionBook:
+def _assign(plugin: Any, graph: GraphParts, num_parts: int) -> Mapping[Any, PartitionBook]:
+    """The plugin's parts of the graph's homogeneous view, as a book per
+    node type (``None``: a homogeneous graph's one)."""
     whole = _run_plugin(plugin, graph.partition_input(), num_parts)
+    if graph.node_types == [None]:
+        return {None: whole}
     return HeteroPartitionBook.from_assignment(whole.to_tensor(), graph.num_nodes, num_parts)
 
 
@@ -179,7 +169,7 @@ def _run_plugin(plugin: Any, view: PartitionInput, num_parts: int) -> PartitionB
         raise InvalidPartitionArgumentError(f"the partitioner's output is invalid: {exc}") from exc
 
 
-def _write_parts(tmp: Path, graph: HeteroGraphParts, books: Mapping[Any, PartitionBook],
+def _write_parts(tmp: Path, graph: GraphParts, books: Mapping[Any, PartitionBook],
                  record: Callable[[str], str], bar: Any) -> dict[str, Any]:
     """Writes the books and every part into ``tmp``, one part at a time; a
     homogeneous graph as the one-type case (node and edge type ``None``:
@@ -244,7 +234,7 @@ def _write_parts(tmp: Path, graph: HeteroGraphParts, books: Mapping[Any, Partiti
     return meta
 
 
-def _write_part(tmp: Path, graph: HeteroGraphParts, books: Mapping[Any, PartitionBook],
+def _write_part(tmp: Path, graph: GraphParts, books: Mapping[Any, PartitionBook],
                 splitters: dict[Any, GraphSplitter], k: int, record: Callable[[str], str],
                 bar: Any) -> dict[str, Any]:
     """Writes part ``k``'s edge and node files; returns its ``meta.json`` entry."""
