@@ -17,7 +17,9 @@ temporal at most 2x uniform), the median of ``--repeats`` calls, the
 kernels' calls interleaved (one call of each in turn) and ``x uniform`` the
 median of the ratios within a round, so that the ratios hold on a loaded
 machine. The
-``sorted`` rows are the way a server samples temporally: its CSC sorted by
+``sorted`` rows are the way a server samples temporally (the unsorted
+temporal kernel, which narrowed every segment to its past on every call,
+was removed with its rows after issue 26: no server used it): its CSC sorted by
 time within every destination once (:func:`sort_by_time`), every seed's
 past a prefix found by binary search (``temporal weighted`` draws by weight
 among the past). Likewise ``weighted, replace`` is the server's way: alias
@@ -40,7 +42,6 @@ from pyg_dist.kernels import (
     AliasTable,
     build_alias_table,
     sample_segments,
-    sample_temporal_segments,
     sample_time_sorted,
     sample_weighted_segments,
     sort_by_time,
@@ -78,7 +79,7 @@ def _time_all(fns: dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]], r
 
 
 def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tensor,
-             entry_time: torch.Tensor, seed_time: torch.Tensor,
+             seed_time: torch.Tensor,
              gen: torch.Generator, by_time: tuple[torch.Tensor, torch.Tensor],
              alias: AliasTable) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
     """One call of every kernel over the same segments, by row name.
@@ -91,19 +92,13 @@ def _kernels(start: torch.Tensor, deg: torch.Tensor, k: int, weight: torch.Tenso
     def weighted(replace: bool, table: AliasTable = None) -> tuple[torch.Tensor, torch.Tensor]:
         return sample_weighted_segments(start, deg, weight, k, replace, gen, alias=table)
 
-    def temporal(strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample_temporal_segments(start, deg, entry_time, seed_time, k, strategy,
-                                        generator=gen)
-
     return {
         "uniform": lambda: sample_segments(start, deg, k, False, gen),
         "uniform, replace": lambda: sample_segments(start, deg, k, True, gen),
         "weighted": lambda: weighted(False),
         "weighted, replace": lambda: weighted(True, alias),
         "weighted, replace, per call": lambda: weighted(True),
-        "temporal uniform": lambda: temporal("uniform"),
-        "temporal last": lambda: temporal("last"),
-        # The server's way: segments sorted by time once, pasts are prefixes.
+        # Segments sorted by time once, pasts are prefixes (the server's way).
         "temporal uniform, sorted": lambda: sample_time_sorted(
             start, deg, sorted_time, perm, seed_time, k, "uniform", generator=gen),
         "temporal weighted, sorted": lambda: sample_time_sorted(
@@ -154,7 +149,7 @@ def main() -> None:
         start = colptr[seeds]
         deg = colptr[seeds + 1] - start
         seed_time = torch.full((seeds.numel(),), 500_000, dtype=torch.long)
-        rows = _kernels(start, deg, k, weight, entry_time, seed_time, gen, by_time, alias)
+        rows = _kernels(start, deg, k, weight, seed_time, gen, by_time, alias)
         timed = _time_all(rows, args.repeats)
         for name, (seconds, edges) in timed.items():
             # x uniform: the median over rounds of this kernel's time per

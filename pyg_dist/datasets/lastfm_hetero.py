@@ -14,7 +14,6 @@ from pyg_dist.datasets.resources import node_positions, resource_dir
 
 LASTFM_NUM_NODES = {"user": 1892, "artist": 18022}
 LASTFM_NUM_LISTENS = 92834
-LASTFM_NUM_FRIENDSHIPS = 12717
 LASTFM_RANDOM_FEATURES = 32  # width of the fixed random part of ``x``
 LISTENS = ("user", "listens", "artist")
 REV_LISTENS = ("artist", "rev_listens", "user")

@@ -42,6 +42,7 @@ from pyg_dist.errors import ForwardingError
 from pyg_dist.hops.one_hop import Frontier
 from pyg_dist.hops.relabel import node_index
 from pyg_dist.hops.settings import HopSettings
+from pyg_dist.partitioning.file_names import edge_ends
 
 SampleHop = Callable[[Sequence[Frontier], Union[int, Sequence[int]], int, HopSettings],
                      list[tuple[Tensor, Tensor, Tensor]]]
@@ -113,7 +114,7 @@ def sample_hops(sample_hop: SampleHop, settings: HopSettings,
     for hop in range(num_hops):
         asked = []
         for edge_type, per_hop in fanouts.items():
-            dst = _dst(edge_type)
+            _, dst = edge_ends(edge_type)
             if per_hop[hop] == 0 or frontier_keys[dst].numel() == 0:
                 num_sampled_edges[edge_type].append(0)
                 continue
@@ -127,7 +128,7 @@ def sample_hops(sample_hop: SampleHop, settings: HopSettings,
         before = {t: index[t].num_nodes for t in sizes}
         new_keys: dict[NodeType, list[Tensor]] = {t: [] for t in sizes}
         for (edge_type, *_), (counts, nbrs, eids) in zip(asked, answers):
-            src, dst = _src(edge_type), _dst(edge_type)
+            src, dst = edge_ends(edge_type)
             counts = counts.to(torch.long)
             total = int(counts.sum())
             if disjoint:
@@ -171,14 +172,6 @@ def sample_hops(sample_hop: SampleHop, settings: HopSettings,
                                num_sampled_edges=num_sampled_edges)
 
 
-def _src(edge_type: Optional[EdgeType]) -> Optional[NodeType]:
-    return None if edge_type is None else edge_type[0]
-
-
-def _dst(edge_type: Optional[EdgeType]) -> Optional[NodeType]:
-    return None if edge_type is None else edge_type[-1]
-
-
 def _induced_edges(sample_hop: SampleHop, settings: HopSettings,
                    edge_types: list[Optional[EdgeType]],
                    node: dict[Optional[NodeType], Tensor], index: dict[Optional[NodeType], Any],
@@ -186,19 +179,19 @@ def _induced_edges(sample_hop: SampleHop, settings: HopSettings,
     """Every edge of every edge type whose two endpoints were sampled: one
     more round trip asks for the whole in-neighbourhood of every sampled
     node (per edge type, its destinations) and keeps the sampled sources."""
-    asked = [t for t in edge_types if node[_dst(t)].numel()]
+    asked = [t for t in edge_types if node[edge_ends(t)[1]].numel()]
     # Whole neighbourhoods: no replacement, weights or times.
-    answers = sample_hop([(t, node[_dst(t)], None) for t in asked], -1, seed,
+    answers = sample_hop([(t, node[edge_ends(t)[1]], None) for t in asked], -1, seed,
                          HopSettings(timeout=settings.timeout))
     empty = torch.empty(0, dtype=torch.long)
     row = {t: empty for t in edge_types}
     col = {t: empty for t in edge_types}
     edge = {t: empty for t in edge_types}
     for edge_type, (counts, nbrs, eids) in zip(asked, answers):
-        counts = counts.to(torch.long)
-        dst_local = torch.arange(node[_dst(edge_type)].numel()).repeat_interleave(
+        counts, (src, dst) = counts.to(torch.long), edge_ends(edge_type)
+        dst_local = torch.arange(node[dst].numel()).repeat_interleave(
             counts, output_size=nbrs.numel())
-        src_local, found = index[_src(edge_type)].lookup(nbrs.to(torch.long))
+        src_local, found = index[src].lookup(nbrs.to(torch.long))
         row[edge_type], col[edge_type] = src_local[found], dst_local[found]
         edge[edge_type] = eids.to(torch.long)[found]
     return row, col, edge

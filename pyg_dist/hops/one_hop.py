@@ -23,6 +23,7 @@ from torch_geometric.typing import EdgeType
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.hops.settings import HopSettings
 from pyg_dist.kernels.seeds import mix_seed
+from pyg_dist.partitioning.file_names import edge_ends
 from pyg_dist.protocol.ops import SAMPLE, PartRequest, sample_answer_bytes, wire_edge_type
 from pyg_dist.routing.id_router import Router, reassemble
 
@@ -67,8 +68,7 @@ def sample_hop(router: Router, frontiers: Sequence[Frontier],
         if not ids.numel():
             continue
         times = None if time_attr is None else seed_time.to(torch.long).view(-1)
-        for part, positions, part_ids in router.split(
-                ids, None if edge_type is None else edge_type[-1]):
+        for part, positions, part_ids in router.split(ids, edge_ends(edge_type)[1]):
             owned.setdefault(part, []).append(
                 (index, positions, part_ids,
                  None if times is None else times.index_select(0, positions)))
@@ -144,8 +144,8 @@ def _check_neighbours(router: Router, part: int, edge_type: Optional[EdgeType],
     whoever reads them (a coordinator)."""
     if not nbrs.numel():
         return
-    checks = [("neighbour", nbrs, router.num_nodes_of(None if edge_type is None
-                                                      else edge_type[0]), "nodes of its type")]
+    checks = [("neighbour", nbrs, router.num_nodes_of(edge_ends(edge_type)[0]),
+               "nodes of its type")]
     if edge_type in num_edges:
         checks.append(("edge", eids, num_edges[edge_type], "edges of its edge type"))
     for what, ids, limit, of in checks:

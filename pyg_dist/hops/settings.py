@@ -16,7 +16,7 @@ from typing import Any, Optional
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_dist.errors import SamplerError
-from pyg_dist.kernels.temporal_sample import TEMPORAL_STRATEGIES
+from pyg_dist.kernels.time_sorted import TEMPORAL_STRATEGIES
 
 SEED_BOUND = 1 << 62
 """Seeds (a batch's, a hop's) lie in ``[0, SEED_BOUND)``."""

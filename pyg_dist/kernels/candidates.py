@@ -1,12 +1,11 @@
 """Restricting every seed's CSC segment to the entries it may draw from.
 
-Weighted sampling never draws an entry of weight 0 and temporal sampling
-never one from a seed's future; both first narrow each segment to its
-eligible entries and then sample within what is left. :func:`eligible`
-does the narrowing once, over all seeds, and returns the survivors as new
-contiguous segments, so the samplers (uniform, weighted, most recent) work
-on plain ``(start, deg)`` segments again and their results map back to CSC
-positions with one gather.
+Weighted sampling never draws an entry of weight 0: where a padded matrix
+costs too much it first narrows each segment to its eligible entries and
+then samples within what is left. :func:`eligible` does the narrowing once,
+over all seeds, and returns the survivors as new contiguous segments, so
+the samplers work on plain ``(start, deg)`` segments again and their
+results map back to CSC positions with one gather.
 """
 
 from __future__ import annotations
@@ -80,13 +79,6 @@ def gather(values: Tensor, positions: Tensor) -> Tensor:
     flat positions, several times faster on the CPU than advanced indexing
     by a 2-D tensor."""
     return values.index_select(0, positions.reshape(-1)).view(positions.shape)
-
-
-def narrow_dense(positions: Tensor, keep: Tensor) -> Candidates:
-    """The cells ``keep`` marks of a padded matrix, as :class:`Candidates`
-    (row after row, in CSC order within a row)."""
-    deg = keep.sum(1)
-    return Candidates(positions[keep], torch.cumsum(deg, 0) - deg, deg)
 
 
 def dense_fits(deg: Tensor, width: int) -> bool:

@@ -1,21 +1,26 @@
-"""Temporal sampling over segments sorted by time once: the server's fast way.
+"""Exact, vectorised one-hop temporal sampling: no neighbour from a seed's future.
 
-:func:`~pyg_dist.kernels.sample_temporal_segments` narrows every seed's
-segment to its past on every call, which touches every entry of the
-frontier's segments. A server that keeps, per time attribute, its CSC
-entries sorted by time within each destination (:func:`sort_by_time`, once,
-as PyG asks of a graph for temporal sampling) finds every seed's past as a
-*prefix* of its segment by a binary search per seed; then
+Semantics (PyG's ``time_attr`` with disjoint sampling): every seed carries a
+time (the input time of the root it was sampled for), and only entries whose
+time is at most that seed's time may be drawn. The entry's time is the time
+of the neighbour node (``time_attr`` on nodes) or of the edge (on edges).
+Among the eligible entries:
 
-* ``"uniform"``: the uniform kernel (:func:`sample_segments`) or the
-  weighted one over the prefixes, as if the future did not exist;
-* ``"last"``: the last ``k`` entries of each prefix, no draw at all.
+* ``"uniform"``: a uniform ``min(k, eligible)``-subset (or ``k`` draws with
+  replacement), or by weight when weights are given (:mod:`.weighted_sample`);
+* ``"last"``: the ``k`` most recent; among entries of equal time the later
+  CSC position counts as more recent, which is what taking the tail of a
+  neighbourhood sorted by time (PyG's way) gives.
 
-Stable sorting keeps CSC order among equal times, so the tail of a prefix
-holds the later CSC position of two equal times, the tie rule of
-:mod:`.temporal_sample`. Results are the same laws and, for ``"last"``,
-the same sets as :func:`sample_temporal_segments`; positions come back in
-CSC terms.
+The server keeps, per time attribute, its CSC entries sorted by time within
+each destination (:func:`sort_by_time`, once, as PyG asks of a graph for
+temporal sampling), so every seed's past is a *prefix* of its segment,
+found by a binary search per seed (:func:`past_counts`); then "uniform" is
+the uniform kernel (:func:`sample_segments`) or the weighted one over the
+prefixes, as if the future did not exist, and "last" the last ``k`` entries
+of each prefix, no draw at all. Stable sorting keeps CSC order among equal
+times, so the tail of a prefix holds the later CSC position of two equal
+times. Positions come back in CSC terms.
 """
 
 from __future__ import annotations
@@ -25,9 +30,29 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.kernels.neighbor_sample import sample_segments, segment_positions
-from pyg_dist.kernels.temporal_sample import check_temporal
+from pyg_dist.kernels.neighbor_sample import check_fanout, sample_segments, segment_positions
 from pyg_dist.kernels.weighted_sample import sample_weighted_segments
+
+TEMPORAL_STRATEGIES = ("uniform", "last")
+
+
+def check_temporal(strategy: str, num_neighbors: int, replace: bool, weighted: bool,
+                   seed_time: Tensor, time_dtype: torch.dtype, num_seeds: int) -> None:
+    """``ValueError`` for an unknown strategy, ``"last"`` with replacement
+    or weights, ``num_neighbors < -1``, times of different dtypes, or not
+    one seed time per seed."""
+    if strategy not in TEMPORAL_STRATEGIES:
+        raise ValueError(f"temporal strategy must be one of {TEMPORAL_STRATEGIES}, "
+                         f"got {strategy!r}")
+    check_fanout(num_neighbors)
+    if strategy == "last" and (replace or weighted):
+        raise ValueError("temporal strategy 'last' takes the most recent neighbours: "
+                         "it cannot draw with replacement or by weight")
+    if seed_time.dtype != time_dtype:
+        raise ValueError(f"seed times ({seed_time.dtype}) and entry times "
+                         f"({time_dtype}) must have the same dtype")
+    if seed_time.numel() != num_seeds:
+        raise ValueError(f"got {seed_time.numel()} seed times for {num_seeds} seeds")
 
 
 def sort_by_time(deg: Tensor, entry_time: Tensor) -> tuple[Tensor, Tensor]:
@@ -76,7 +101,8 @@ def sample_time_sorted(start: Tensor, deg: Tensor, sorted_time: Tensor, perm: Te
                        seed_time: Tensor, num_neighbors: int, strategy: str = "uniform",
                        replace: bool = False, sorted_weight: Optional[Tensor] = None,
                        generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
-    """Temporal sampling over time-sorted segments (see the module docstring).
+    """Samples up to ``num_neighbors`` of every seed's entries from its past,
+    over time-sorted segments (see the module docstring).
 
     Args:
         start: int64 start of every seed's segment (CSC and sorted layouts
@@ -96,7 +122,7 @@ def sample_time_sorted(start: Tensor, deg: Tensor, sorted_time: Tensor, perm: Te
         ``(counts, positions)``: CSC positions, seed after seed.
 
     Raises:
-        ValueError: as :func:`~pyg_dist.kernels.sample_temporal_segments`.
+        ValueError: as :func:`check_temporal` says.
     """
     check_temporal(strategy, num_neighbors, replace, sorted_weight is not None, seed_time,
                    sorted_time.dtype, deg.numel())

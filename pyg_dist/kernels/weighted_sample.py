@@ -56,11 +56,9 @@ from pyg_dist.kernels.neighbor_sample import check_fanout
 _RACE32 = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def race_dtype(weight: Optional[Tensor], replace: bool) -> torch.dtype:
+def race_dtype(weight: Tensor, replace: bool) -> torch.dtype:
     """The float dtype a draw over these weights runs in."""
-    if replace or weight is None or weight.dtype not in _RACE32:
-        return torch.float64 if replace or weight is not None else torch.float32
-    return torch.float32
+    return torch.float32 if not replace and weight.dtype in _RACE32 else torch.float64
 
 
 def sample_weighted_segments(start: Tensor, deg: Tensor, weight: Tensor, num_neighbors: int,
@@ -219,7 +217,7 @@ def draw_by_rate(positions: Tensor, rates: Tensor, k: int, replace: bool,
     Args:
         positions: ``[seeds, width]`` CSC position of every cell.
         rates: ``[seeds, width]`` float weight of every cell; 0 where the
-            cell must not be drawn (padding, a weight of 0, the future).
+            cell must not be drawn (padding, a weight of 0).
         k: Fan-out (at least 0).
         replace: Draw with replacement.
         generator: Random generator on the tensors' device.

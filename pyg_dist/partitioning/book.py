@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import InvalidPartitionArgumentError
+from pyg_dist.partitioning.dataset_dir import MAX_PARTS
 
-MAX_PARTS = int(torch.iinfo(torch.int16).max) + 1
 # Up to this many parts, split() groups ids with one mask per part (numpy:
 # a compare and a flatnonzero, then one gather of the part's ids); beyond,
 # with one stable radix sort of their part ids (a counting pass and a

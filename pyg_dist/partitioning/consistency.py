@@ -36,6 +36,7 @@ from pyg_dist.partitioning.format import (
     NODE_IDS,
     SAFETENSORS_DTYPES,
     TORCH_DTYPES,
+    edge_ends,
     read_header,
     type_from_json,
 )
@@ -49,12 +50,14 @@ def _bad(path: Path, what: str) -> PartitionFormatError:
     return PartitionFormatError(f"{path}: {what}; {_FIX}")
 
 
-def _types(meta: dict[str, Any], kind: str) -> dict[Any, dict[str, Any]]:
-    return {type_from_json(t["type"]): t for t in meta[kind]}
+def by_type(entries: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """``meta.json`` entries (of node types, edge types, books; a part's) by
+    their type's key (``None``, a name or a ``(src, rel, dst)`` tuple)."""
+    return {type_from_json(t["type"]): t for t in entries}
 
 
 def _part_counts(entry: dict[str, Any], kind: str, count: str) -> dict[Any, int]:
-    return {type_from_json(t["type"]): t[count] for t in entry[kind]}
+    return {key: t[count] for key, t in by_type(entry[kind]).items()}
 
 
 def _with_features(expected: Expected, features: dict[str, Any], rows: int) -> Expected:
@@ -67,18 +70,17 @@ def expected_node_file(meta: dict[str, Any], part: int, node_type: Any) -> Expec
     """Tensor name -> (dtype, shape) of a part's node file of ``node_type``."""
     rows = _part_counts(meta["parts"][part], "node_types", "num_nodes")[node_type]
     return _with_features({NODE_IDS: (torch.int64, [rows])},
-                          _types(meta, "node_types")[node_type]["features"], rows)
+                          by_type(meta["node_types"])[node_type]["features"], rows)
 
 
 def expected_edge_file(meta: dict[str, Any], part: int, edge_type: Any) -> Expected:
     """Tensor name -> (dtype, shape) of a part's edge file of ``edge_type``."""
     entry = meta["parts"][part]
     edges = _part_counts(entry, "edge_types", "num_edges")[edge_type]
-    dst = _part_counts(entry, "node_types", "num_nodes")[
-        None if edge_type is None else edge_type[2]]
+    dst = _part_counts(entry, "node_types", "num_nodes")[edge_ends(edge_type)[1]]
     return _with_features({INDPTR: (torch.int64, [dst + 1]), INDICES: (torch.int64, [edges]),
                            EDGE_IDS: (torch.int64, [edges])},
-                          _types(meta, "edge_types")[edge_type]["features"], edges)
+                          by_type(meta["edge_types"])[edge_type]["features"], edges)
 
 
 def check_headers(meta: dict[str, Any], file: Callable[[str], Path],
@@ -94,7 +96,7 @@ def check_headers(meta: dict[str, Any], file: Callable[[str], Path],
     Raises:
         PartitionFormatError: naming the file and the tensor that differs.
     """
-    node_counts = {k: t["num_nodes"] for k, t in _types(meta, "node_types").items()}
+    node_counts = {k: t["num_nodes"] for k, t in by_type(meta["node_types"]).items()}
     dtype = book_dtype(meta["num_parts"])
     for book in meta["books"]:
         key = type_from_json(book["type"])

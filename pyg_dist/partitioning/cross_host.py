@@ -55,19 +55,19 @@ import torch.distributed as dist
 from pyg_dist.errors import InvalidPartitionArgumentError, PartitionError
 from pyg_dist.partitioning.dataset_dir import (
     build_partitioner,
+    check_num_parts,
     check_root,
     partitioner_record,
     staged,
     staging_dir,
 )
 from pyg_dist.partitioning.edge_shuffle import EdgeShuffle, shuffle_bytes_per_edge
-from pyg_dist.partitioning.file_names import META_FILE, NODE_IDS, node_file, part_dir
+from pyg_dist.partitioning.file_names import META_FILE, NODE_IDS, node_file, part_dir, recorder
 from pyg_dist.partitioning.file_parts import (
     books_of,
     build_meta,
     halo_bitmaps,
     new_shuffles,
-    recorder,
     rows_of,
     write_books,
     write_part_csc,
@@ -84,7 +84,6 @@ from pyg_dist.partitioning.out_of_core import (
     ASSIGN_BYTES_PER_EDGE,
     assign_parts,
     book_dtype,
-    check_num_parts,
     working_budget,
 )
 from pyg_dist.partitioning.peer_watch import DEFAULT_TIMEOUT_S

@@ -6,7 +6,8 @@ everything in a temporary directory beside ROOT and rename it onto ROOT only
 when every file and ``meta.json`` are complete (:func:`staged`); on any error
 the staging directory (and any parent it created) is removed. Both record
 the partitioner that made the parts the same way (:func:`partitioner_record`),
-and build it from the registry alike (:func:`build_partitioner`).
+and build it from the registry alike (:func:`build_partitioner`), after
+checking ``num_parts`` alike (:func:`check_num_parts`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,22 @@ from typing import Any, Optional
 
 from pyg_dist.errors import InvalidPartitionArgumentError, PartitionError
 from pyg_dist.plugins import PARTITIONERS, PluginRegistry
+
+MAX_PARTS = 1 << 15
+"""The most parts a dataset may have: a book's part ids are int16 at most."""
+
+
+def check_num_parts(num_parts: Any, num_nodes: int) -> None:
+    """Refuses a ``num_parts`` that is not an int in ``[1, min(num_nodes,
+    MAX_PARTS)]`` (:class:`~pyg_dist.errors.InvalidPartitionArgumentError`)."""
+    if isinstance(num_parts, bool) or not isinstance(num_parts, int):
+        raise InvalidPartitionArgumentError(f"num_parts must be an int, got {num_parts!r}")
+    if num_parts < 1 or num_parts > num_nodes:
+        raise InvalidPartitionArgumentError(
+            f"num_parts must lie in [1, {num_nodes}] (the number of nodes); got {num_parts}")
+    if num_parts > MAX_PARTS:
+        raise InvalidPartitionArgumentError(
+            f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
 
 
 def check_root(root: Path, overwrite: bool) -> None:

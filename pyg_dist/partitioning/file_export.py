@@ -60,8 +60,8 @@ def write_data_files(data: Any, out: Union[str, os.PathLike]) -> Path:
 
     graph = split_attributes(data)
     out = _fresh_dir(out)
-    _save_arrays(out / "nodes", graph.node_features, "node")
-    _write_edge_type(out, "", graph.edge_index.numpy(), graph.edge_features)
+    _save_arrays(out / "nodes", graph.node_features[None], "node")
+    _write_edge_type(out, "", graph.edge_index[None].numpy(), graph.edge_features[None])
     return out
 
 
@@ -74,11 +74,11 @@ def write_hetero_data_files(data: Any, out: Union[str, os.PathLike]) -> Path:
 
     Raises:
         InvalidPartitionArgumentError: ``data`` is not a valid
-            ``HeteroData`` (as :func:`~pyg_dist.partitioning.hetero_inputs.split_hetero_attributes`
+            ``HeteroData`` (as :func:`~pyg_dist.partitioning.inputs.split_hetero_attributes`
             checks it), an attribute has a dtype numpy lacks, or ``out`` is
             not empty.
     """
-    from pyg_dist.partitioning.hetero_inputs import split_hetero_attributes
+    from pyg_dist.partitioning.inputs import split_hetero_attributes
 
     graph = split_hetero_attributes(data)
     out = _fresh_dir(out)

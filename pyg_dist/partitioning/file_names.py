@@ -11,6 +11,7 @@ costs a few hundred MB of RSS under a memory limit.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -36,6 +37,21 @@ MAX_TYPE_NAME_BYTES = 64
 prefixes make an edge file name, which must stay under 255 bytes."""
 
 
+def edge_ends(edge_type: Optional[tuple[str, str, str]]
+              ) -> tuple[Optional[str], Optional[str]]:
+    """An edge type's source and destination node types (``None`` both for
+    a homogeneous graph's edge type ``None``)."""
+    return (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
+
+
+def feature_specs(arrays: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``meta.json``'s record of feature arrays (torch tensors or numpy
+    arrays): per name its dtype's short name (``float32``) and its shape
+    without the row dimension."""
+    return {name: {"dtype": str(a.dtype).removeprefix("torch."), "shape": list(a.shape[1:])}
+            for name, a in arrays.items()}
+
+
 def part_dir(part: int) -> str:
     """The directory of part ``part`` relative to ROOT."""
     return f"part-{part}"
@@ -48,6 +64,16 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def recorder(root: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], str]:
+    """A function that checksums a written file (its name relative to
+    ``root``) into ``files``, ``meta.json``'s record, and returns its name."""
+    def record(name: str) -> str:
+        path = root / name
+        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        return name
+    return record
 
 
 def type_name_problem(name: Any) -> Optional[str]:

@@ -2,9 +2,8 @@
 owner: the book(s), then per node type its node files (one pass over node
 windows), per edge type its shuffle into spill files, then per part the CSC
 of every edge type. A homogeneous graph gives format version 1, a graph by
-type version 2, and ``meta.json`` exactly as the in-memory writers
-(:mod:`~pyg_dist.partitioning.writer`, :mod:`~pyg_dist.partitioning.hetero_writer`)
-build it.
+type version 2, and ``meta.json`` exactly as the in-memory writer
+(:mod:`~pyg_dist.partitioning.writer`) builds it.
 """
 
 from __future__ import annotations
@@ -27,16 +26,18 @@ from pyg_dist.partitioning.file_names import (
     FORMAT_VERSION,
     HETERO_FORMAT_VERSION,
     book_file,
+    edge_ends,
     edge_file,
+    feature_specs,
     node_file,
     part_dir,
-    sha256_file,
+    recorder,
 )
 from pyg_dist.partitioning.file_source import EdgeKey, FileGraph, NodeKey
 from pyg_dist.partitioning.memory_limit import MemoryBudget, release_freed_memory
 from pyg_dist.partitioning.node_slices import NODE_WINDOW_OVERHEAD, part_rows, write_node_files
 from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
-from pyg_dist.partitioning.stats import PartStats, summarize
+from pyg_dist.partitioning.stats import PartStats, balance, one_type_parts, summarize
 
 
 def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
@@ -82,16 +83,6 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
                                           budget, bar, record))
     shutil.rmtree(tmp / ".spill")
     return build_meta(graph, books, book_entries, entries, files)
-
-
-def recorder(tmp: Path, files: dict[str, dict[str, Any]]) -> Callable[[str], str]:
-    """A function that checksums a written file (name relative to ``tmp``)
-    into ``files`` and returns its name."""
-    def record(name: str) -> str:
-        path = tmp / name
-        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        return name
-    return record
 
 
 def books_of(graph: FileGraph, node_part: np.ndarray) -> dict[NodeKey, np.ndarray]:
@@ -149,7 +140,7 @@ def new_shuffles(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.nda
     for i, (key, edges) in enumerate(graph.edges.items()):
         spill_dir = spill_root / str(i)
         spill_dir.mkdir(parents=True)
-        src, dst = (None, None) if key is None else (key[0], key[2])
+        src, dst = edge_ends(key)
         shuffles[key] = EdgeShuffle(spill_dir, edges, books[dst], num_parts,
                                     src_part=books[src],
                                     file_name=lambda k, key=key: edge_file(k, key))
@@ -168,11 +159,11 @@ def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray]
     edge_entries = []
     for key, shuffle in shuffles.items():
         release_freed_memory()
-        dst = None if key is None else key[2]
+        src, dst = edge_ends(key)
         num_owned = int(np.count_nonzero(books[dst] == k))
         sort_edges = sort_bytes_per_edge(graph.edges[key].attribute_row_bytes)
         part_stats = shuffle.write_part(tmp, k, rows[dst], num_owned,
-                                        halo[None if key is None else key[0]],
+                                        halo[src],
                                         budget.chunk_rows(sort_edges), bar, by_edge_id)
         edge_entries.append({"type": None if key is None else list(key),
                              "file": record(edge_file(k, key)),
@@ -190,18 +181,6 @@ def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray]
             "edge_types": edge_entries, "stats": part_stats.to_json()}
 
 
-def _balance(counts: list[int]) -> float:
-    """Largest part / mean part (1.0 when the type is empty), as the
-    in-memory writer computes it."""
-    total = sum(counts)
-    return max(counts) * len(counts) / total if total else 1.0
-
-
-def _specs(arrays: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: {"dtype": str(a.dtype), "shape": list(a.shape[1:])}
-            for name, a in arrays.items()}
-
-
 def build_meta(graph: FileGraph, books: dict[NodeKey, np.ndarray], book_entries: list,
                parts: list[dict[str, Any]], files: dict) -> dict[str, Any]:
     """``meta.json`` (without the partitioner and graph name) from the parts'
@@ -210,24 +189,21 @@ def build_meta(graph: FileGraph, books: dict[NodeKey, np.ndarray], book_entries:
     stats = [PartStats(**p["stats"]) for p in parts]
     node_types, edge_types = [], []
     for key, nodes in graph.nodes.items():
-        entry = {"type": key, "num_nodes": nodes.num_nodes, "features": _specs(nodes.arrays)}
+        entry = {"type": key, "num_nodes": nodes.num_nodes, "features": feature_specs(nodes.arrays)}
         if graph.is_hetero:
-            entry["balance"] = _balance(
+            entry["balance"] = balance(
                 np.bincount(books[key], minlength=num_parts).tolist())
         node_types.append(entry)
     for i, (key, edges) in enumerate(graph.edges.items()):
-        entry = {"type": None if key is None else list(key),
-                 "src": None if key is None else key[0], "dst": None if key is None else key[2],
-                 "num_edges": edges.num_edges, "features": _specs(edges.arrays)}
+        src, dst = edge_ends(key)
+        entry = {"type": None if key is None else list(key), "src": src, "dst": dst,
+                 "num_edges": edges.num_edges, "features": feature_specs(edges.arrays)}
         if graph.is_hetero:
             entry["edge_cut"] = sum(p["edge_types"][i]["num_cut_edges"] for p in parts)
-            entry["balance"] = _balance([p["edge_types"][i]["num_edges"] for p in parts])
+            entry["balance"] = balance([p["edge_types"][i]["num_edges"] for p in parts])
         edge_types.append(entry)
-    if not graph.is_hetero:  # version 1 keeps only the counts of its one type
-        parts = [{**p, "node_types": [{n: p["node_types"][0][n]
-                                       for n in ("type", "file", "num_nodes")}],
-                  "edge_types": [{n: p["edge_types"][0][n]
-                                  for n in ("type", "file", "num_edges")}]} for p in parts]
+    if not graph.is_hetero:
+        parts = one_type_parts(parts)
     return {
         "format": FORMAT_NAME,
         "format_version": HETERO_FORMAT_VERSION if graph.is_hetero else FORMAT_VERSION,

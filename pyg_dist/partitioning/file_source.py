@@ -16,8 +16,8 @@ The first dimension of the node arrays is the node count.
 
 :class:`FileGraph` serves both, keyed by type as the partition format is
 (``None`` for a homogeneous graph), and gives partitioner plugins the same
-homogeneous view :meth:`HeteroGraphParts.partition_input
-<pyg_dist.partitioning.hetero_inputs.HeteroGraphParts.partition_input>` gives
+homogeneous view :meth:`GraphParts.partition_input
+<pyg_dist.partitioning.inputs.GraphParts.partition_input>` gives
 them in memory: node types concatenated in the graph's order, every edge type
 shifted alike, edge types in order.
 """
@@ -45,6 +45,7 @@ from pyg_dist.partitioning.file_arrays import (
 from pyg_dist.partitioning.file_names import (
     RESERVED_EDGE_NAMES,
     RESERVED_NODE_NAMES,
+    edge_ends,
     type_name_problem,
 )
 
@@ -168,8 +169,7 @@ class FileGraph:
         held: list[tuple[np.ndarray, np.ndarray]] = []
         size = 0
         for key, edge_set, files in self._shared_files(share):
-            shift_src = offsets[None if key is None else key[0]]
-            shift_dst = offsets[None if key is None else key[2]]
+            shift_src, shift_dst = (offsets[t] for t in edge_ends(key))
             for _, src, dst in edge_set.chunks(chunk_edges, files):
                 # pyarrow's int64 columns come read-only: shift into copies.
                 src = src + shift_src if shift_src else src

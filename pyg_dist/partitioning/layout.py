@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from pyg_dist.partitioning.format import EDGE_IDS, INDICES, INDPTR, NODE_IDS
-from pyg_dist.partitioning.stats import PartStats, summarize  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -81,17 +80,6 @@ class GraphSplitter:
         owner = self.node_part if self.src_part is None else self.src_part
         return indices[owner[indices] != part]
 
-    def stats(self, part: int, owned: Tensor, indices: Tensor,
-              train_mask: Tensor | None) -> PartStats:
-        """Counts of a part from its owned ids and CSC sources."""
-        foreign = self.foreign(part, indices)
-        return PartStats(
-            num_nodes=int(owned.numel()),
-            num_edges=int(indices.numel()),
-            num_halo_nodes=int(torch.unique(foreign).numel()),
-            num_cut_edges=int(foreign.numel()),
-            num_train_nodes=int(train_mask[owned].sum()) if train_mask is not None else 0,
-        )
 
 
 def node_tensors(owned: Tensor, features: dict[str, Tensor]) -> dict[str, Tensor]:

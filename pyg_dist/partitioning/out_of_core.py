@@ -36,6 +36,7 @@ import numpy as np
 from pyg_dist.errors import InvalidPartitionArgumentError
 from pyg_dist.partitioning.dataset_dir import (
     build_partitioner,
+    check_num_parts,
     check_root,
     partitioner_record,
     staged,
@@ -66,7 +67,6 @@ ROW_GROUP_BYTES_PER_ROW = 128
 """What pyarrow holds per row of the row group it decodes (buffers, pages,
 allocator arenas; measured with pre_buffer off and one thread), whatever the
 batch size."""
-MAX_PARTS = 1 << 15
 
 
 def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
@@ -182,19 +182,6 @@ def working_budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
 def book_dtype(num_parts: int) -> np.dtype:
     """The dtype of a book of ``num_parts`` parts (as the in-memory writer's)."""
     return np.dtype(np.uint8) if num_parts <= 256 else np.dtype(np.int16)
-
-
-def check_num_parts(num_parts: Any, num_nodes: int) -> None:
-    """Refuses a ``num_parts`` that is not an int in ``[1, min(num_nodes,
-    MAX_PARTS)]`` (:class:`~pyg_dist.errors.InvalidPartitionArgumentError`)."""
-    if isinstance(num_parts, bool) or not isinstance(num_parts, int):
-        raise InvalidPartitionArgumentError(f"num_parts must be an int, got {num_parts!r}")
-    if num_parts < 1 or num_parts > num_nodes:
-        raise InvalidPartitionArgumentError(
-            f"num_parts must lie in [1, {num_nodes}] (the number of nodes); got {num_parts}")
-    if num_parts > MAX_PARTS:
-        raise InvalidPartitionArgumentError(
-            f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
 
 
 def assign_parts(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,

@@ -33,8 +33,8 @@ from pyg_dist.partitioning.format import (
     EdgeTypeKey,
     NodeTypeKey,
     checked_file,
+    edge_ends,
     load_tensors,
-    read_header,
     safe_path,
     sha256_file,
     type_from_json,
@@ -133,27 +133,23 @@ class PartitionReader:
     def num_nodes_of(self, node_type: Any) -> int:
         """Number of nodes of one node type."""
         key = self.node_type_key(node_type)
-        return next(int(t["num_nodes"]) for t in self.meta["node_types"]
-                    if type_from_json(t["type"]) == key)
+        return int(consistency.by_type(self.meta["node_types"])[key]["num_nodes"])
 
     def num_edges_of(self, edge_type: Any) -> int:
         """Number of edges of one edge type."""
         key = self.edge_type_key(edge_type)
-        return next(int(t["num_edges"]) for t in self.meta["edge_types"]
-                    if type_from_json(t["type"]) == key)
+        return int(consistency.by_type(self.meta["edge_types"])[key]["num_edges"])
 
     def node_feature_specs(self, node_type: NodeTypeKey = None) -> dict[str, dict[str, Any]]:
         """``{name: {"dtype": "float32", "shape": [...]}}`` of a node type's
         features; ``shape`` excludes the node dimension."""
         key = self.node_type_key(node_type)
-        return next(t["features"] for t in self.meta["node_types"]
-                    if type_from_json(t["type"]) == key)
+        return consistency.by_type(self.meta["node_types"])[key]["features"]
 
     def edge_feature_specs(self, edge_type: EdgeTypeKey = None) -> dict[str, dict[str, Any]]:
         """``{name: {"dtype", "shape"}}`` of an edge type's features."""
         key = self.edge_type_key(edge_type)
-        return next(t["features"] for t in self.meta["edge_types"]
-                    if type_from_json(t["type"]) == key)
+        return consistency.by_type(self.meta["edge_types"])[key]["features"]
 
     @property
     def book(self) -> PartitionBook:
@@ -193,12 +189,10 @@ class PartitionReader:
         node_type = self.node_type_key(node_type)
         book = self._books.get(node_type)
         if book is None:
-            entry = next(b for b in self.meta["books"]
-                         if type_from_json(b["type"]) == node_type)
+            entry = consistency.by_type(self.meta["books"])[node_type]
             path = self._checked(entry["file"])
             tensor = load_tensors(path, [entry["key"]])[entry["key"]]
-            counts = [next(t["num_nodes"] for t in part["node_types"]
-                           if type_from_json(t["type"]) == node_type)
+            counts = [consistency.by_type(part["node_types"])[node_type]["num_nodes"]
                       for part in self.meta["parts"]]
             book = consistency.check_book(path, tensor, self.num_parts, counts)
             self._books[node_type] = book
@@ -279,8 +273,7 @@ class PartitionReader:
         """
         part = self._loadable(part)
         node_type = self.node_type_key(node_type)
-        entry = next(t for t in self.meta["parts"][part]["node_types"]
-                     if type_from_json(t["type"]) == node_type)
+        entry = consistency.by_type(self.meta["parts"][part]["node_types"])[node_type]
         path = self._checked(entry["file"])
         tensors = load_tensors(path, None if features else [NODE_IDS], mmap_=mmap)
         consistency.check_loaded(
@@ -310,15 +303,13 @@ class PartitionReader:
         """
         part = self._loadable(part)
         edge_type = self.edge_type_key(edge_type)
-        entry = next(t for t in self.meta["parts"][part]["edge_types"]
-                     if type_from_json(t["type"]) == edge_type)
+        entry = consistency.by_type(self.meta["parts"][part]["edge_types"])[edge_type]
         path = self._checked(entry["file"])
         names = None if features else [INDPTR, INDICES, EDGE_IDS]
         tensors = load_tensors(path, names, mmap_=mmap)
         consistency.check_loaded(
             path, tensors, consistency.expected_edge_file(self.meta, part, edge_type))
-        src = None if edge_type is None else edge_type[0]
-        consistency.check_edge_part(path, tensors, self.num_nodes_of(src),
+        consistency.check_edge_part(path, tensors, self.num_nodes_of(edge_ends(edge_type)[0]),
                                     self.num_edges_of(edge_type))
         return EdgePart(tensors.pop(INDPTR), tensors.pop(INDICES), tensors.pop(EDGE_IDS),
                         tensors)
@@ -346,8 +337,4 @@ class PartitionReader:
                  for t in (self.edge_types if topology else [])}
         return PartData(part, self.num_parts, nodes, edges)
 
-    def tensor_names(self, part: int) -> list[str]:
-        """Names of the tensors in a part's (first) node file (header only)."""
-        header, _ = read_header(self._file(self.meta["parts"][part]["node_types"][0]["file"]))
-        return sorted(header)
 

@@ -31,6 +31,7 @@ from pyg_dist.partitioning.format import (
     RESERVED_NODE_NAMES,
     TORCH_DTYPES,
     dtype_name,
+    edge_ends,
     safe_path,
     type_name_problem,
 )
@@ -267,8 +268,7 @@ def _edge_types(c: _Checker, meta: dict[str, Any], node_types: dict[Any, int],
         key = _type_key(c, c.get(entry, "type", where), f"{where}.type", edge=True)
         if key in counts:
             raise fail(c.path, f"{where}.type", "repeats an edge type")
-        ends = (None, None) if key is None else (key[0], key[2])
-        for end, value in zip(("src", "dst"), ends):
+        for end, value in zip(("src", "dst"), edge_ends(key)):
             if c.get(entry, end, where) != value or value not in node_types:
                 raise fail(c.path, f"{where}.{end}", "must name the node type at that end "
                                                      "of the edge type (null if homogeneous)")

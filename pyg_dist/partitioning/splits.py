@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import InvalidPartitionArgumentError
-from pyg_dist.partitioning.hetero_inputs import is_hetero_data
+from pyg_dist.partitioning.inputs import is_hetero_data
 
 
 def with_splits(data: Any, splits: Optional[Mapping[str, Any]],

@@ -47,16 +47,28 @@ class PartStats:
                    num_train_nodes=sum(e["num_train_nodes"] for e in node_entries))
 
 
+def balance(counts: list[int]) -> float:
+    """Largest part / mean part of per-part counts (1.0 when they are all 0)."""
+    total = sum(counts)
+    return max(counts) * len(counts) / total if total else 1.0
+
+
 def summarize(stats: list[PartStats], num_nodes: int, num_edges: int) -> dict[str, float]:
     """Whole-graph statistics: edge cut and balance (max part / mean part)."""
-    num_parts = len(stats)
     cut = sum(s.num_cut_edges for s in stats)
-    max_nodes = max(s.num_nodes for s in stats)
-    max_edges = max(s.num_edges for s in stats)
     return {
         "edge_cut": cut,
         "edge_cut_fraction": cut / num_edges if num_edges else 0.0,
-        "node_balance": max_nodes * num_parts / num_nodes if num_nodes else 1.0,
-        "edge_balance": max_edges * num_parts / num_edges if num_edges else 1.0,
+        "node_balance": balance([s.num_nodes for s in stats]),
+        "edge_balance": balance([s.num_edges for s in stats]),
         "total_halo_nodes": sum(s.num_halo_nodes for s in stats),
     }
+
+
+def one_type_parts(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The parts' ``meta.json`` entries as format version 1 (a homogeneous
+    graph) keeps them: of its one node and edge type, the file and count
+    only (the part's ``stats`` hold the rest)."""
+    return [{**p, "node_types": [{n: p["node_types"][0][n] for n in ("type", "file", "num_nodes")}],
+             "edge_types": [{n: p["edge_types"][0][n] for n in ("type", "file", "num_edges")}]}
+            for p in parts]

@@ -24,6 +24,8 @@ All 1-D, int64 but ``row`` and ``col``. A homogeneous graph's reply is thus
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
 import torch
@@ -210,17 +212,36 @@ def tree_bytes(nodes: int, edges: int, hops: int, disjoint: bool) -> int:
     return 8 * ((2 if disjoint else 1) * nodes + 2 * hops + 1) + 16 * edges
 
 
-def tree_answer_bytes(seeds: int, fanouts: list[int], disjoint: bool) -> Optional[int]:
-    """Most bytes a homogeneous ``sample_tree`` answer takes (``k`` new
-    nodes and edges per node and hop at most, :func:`tree_bytes`); ``None``
-    when a fan-out is -1 (unbounded)."""
-    if any(k < 0 for k in fanouts):
-        return None
+def tree_answer_bytes(seeds: int, fanouts: Sequence[int], disjoint: bool, *,
+                      graph: Optional[tuple[int, int]] = None, replace: bool = False,
+                      induced: bool = False) -> Optional[int]:
+    """Most bytes a ``sample_tree`` answer takes (:func:`tree_bytes`), the
+    bound a trainer lends memory for and a coordinator charges a tree: per
+    hop, every frontier node takes at most ``k`` new nodes and edges
+    (``fanouts``: each hop's ``k`` over every edge type, ``-1``: all).
+
+    Without ``graph`` (its ``(num_nodes, num_edges)``) the bound is
+    ``None`` where it is unbounded (``-1``, or ``induced``: every edge among
+    the sampled nodes). With it, a hop takes at most every edge (unless
+    ``replace``d) and reaches at most every node, once per seed when
+    ``disjoint`` (then the answer also holds a batch entry per node).
+    """
+    if graph is None:
+        if induced or any(k < 0 for k in fanouts):
+            return None
+        graph = (sys.maxsize, sys.maxsize)
+    num_nodes, num_edges = graph
+    copies = seeds if disjoint else 1
     frontier = nodes = seeds
     edges = 0
     for k in fanouts:
-        frontier *= k
-        nodes, edges = nodes + frontier, edges + frontier
+        hop = copies * num_edges if k < 0 else frontier * k
+        if not replace:
+            hop = min(hop, copies * num_edges)
+        frontier = min(hop, copies * num_nodes)
+        nodes, edges = nodes + frontier, edges + hop
+    if induced:
+        edges = min(nodes * nodes, num_edges)
     return tree_bytes(nodes, edges, len(fanouts), disjoint)
 
 

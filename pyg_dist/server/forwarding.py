@@ -38,12 +38,12 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, NamedTuple, Optional, Union
 
 from torch import Tensor
 from torch_geometric.sampler import HeteroSamplerOutput
-from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_dist.errors import (
@@ -168,9 +168,7 @@ class HopForwarder:
         """
         request = parse_tree(args, tensors)
         out = self._run(request)
-        edge_types: list = [None] if request.homogeneous else \
-            [t for t, _ in request.settings[0]]
-        result, answer = tree_codec.encode(out, edge_types)
+        result, answer = tree_codec.encode(out, list(request.fanouts))
         return result, self._reply(answer, ctx)
 
     def _run(self, request: TreeRequest) -> HeteroSamplerOutput:
@@ -257,29 +255,14 @@ class HopForwarder:
             ProtocolError: on a malformed request (the handler refuses it).
         """
         request = parse_tree(args, tensors)
-        fanouts, replace, disjoint, subgraph = request.settings[:4]
-        # Per hop, every edge type's fan-out may apply to every frontier node.
-        per_hop = list(fanouts) if request.homogeneous else \
-            [-1 if any(k[h] < 0 for _, k in fanouts) else sum(k[h] for _, k in fanouts)
-             for h in range(len(fanouts[0][1]))]
-        seeds = tensors[0].numel() if tensors else 0
-        num_nodes, num_edges = self._graph_size
-        copies = seeds if disjoint else 1  # a disjoint tree may repeat the graph per seed
-        frontier = nodes = seeds
-        edges = 0
-        for k in per_hop:
-            hop = copies * num_edges if k < 0 else frontier * k
-            if not replace:
-                hop = min(hop, copies * num_edges)
-            frontier = min(hop, copies * num_nodes)
-            nodes, edges = nodes + frontier, edges + hop
-        if subgraph == "induced":
-            edges = min(nodes * nodes, num_edges)
+        settings = request.settings
+        answer = tree_codec.tree_answer_bytes(
+            tensors[0].numel(), request.per_hop, settings.disjoint, graph=self._graph_size,
+            replace=settings.replace, induced=settings.induced)
         # The answer, and the peers' answers, reassembly and relabelling
         # while it is built (the same factor as a `sample`); a tree whose
         # edges outgrow one reply is stopped at that hop, so no more.
-        answer = min(tree_codec.tree_bytes(nodes, edges, len(per_hop), disjoint),
-                     self._max_answer)
+        answer = min(answer, self._max_answer)
         return _WORK_FACTOR * answer
 
     def close(self, release_wait: float = 0.0) -> None:
@@ -396,22 +379,17 @@ def _hop_settings(request: TreeRequest, cluster: _Cluster
     Raises:
         ProtocolError: naming the setting the graph refuses.
     """
-    fanouts, replace, disjoint, subgraph, weight_attr, time_attr, strategy = request.settings
-    hops = len(fanouts) if request.homogeneous else len(fanouts[0][1])
+    hops = len(request.per_hop)
     # The coordinator's calls share the trainer's deadline among the hops.
     timeout = None if request.deadline is None else \
         max(0.01, _DEADLINE_SHARE * request.deadline / (hops + 1))
     try:
-        checked = check_num_neighbors(list(fanouts) if request.homogeneous else dict(fanouts),
-                                      list(cluster.edge_counts))
-        settings = HopSettings(replace=replace, disjoint=disjoint or time_attr is not None,
-                               subgraph_type=SubgraphType(subgraph), weight_attr=weight_attr,
-                               time_attr=time_attr, temporal_strategy=strategy,
-                               timeout=timeout)
-        settings.check()
+        checked = check_num_neighbors(request.fanouts[None] if request.homogeneous
+                                      else request.fanouts, list(cluster.edge_counts))
     except PygDistError as exc:
         raise ProtocolError(f"tree settings refused: {exc}") from exc
-    return settings, checked if isinstance(checked, dict) else {None: checked}
+    return replace(request.settings, timeout=timeout), \
+        checked if isinstance(checked, dict) else {None: checked}
 
 
 class _Attempt:

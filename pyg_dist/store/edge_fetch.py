@@ -40,6 +40,7 @@ from torch import Tensor
 
 from pyg_dist.errors import StoreError
 from pyg_dist.protocol.ops import EDGE_IDS, GET_EDGES, wire_edge_type
+from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 
@@ -47,14 +48,6 @@ if TYPE_CHECKING:
     from pyg_dist.routing.id_router import Router
 
 EdgeType = Optional[tuple[str, str, str]]
-
-# Wire dtype names (pyg_dist.rpc.protocol's whitelist) -> torch dtypes; kept
-# here so the trainer side needs no import of the RPC layer to read a meta.
-_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8,
-           "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
-           "float16": torch.float16, "bfloat16": torch.bfloat16,
-           "float32": torch.float32, "float64": torch.float64}
-
 
 @dataclass(frozen=True)
 class EdgeFeatureInfo:
@@ -88,10 +81,10 @@ def _infos(features: Mapping[str, Any]) -> dict[str, EdgeFeatureInfo]:
     """``{name: {dtype, shape, ...}}`` as a ``meta`` reports it -> infos."""
     out = {}
     for name, spec in features.items():
-        dtype = _DTYPES.get(spec.get("dtype")) if isinstance(spec, Mapping) else None
+        dtype = DTYPES.get(spec.get("dtype")) if isinstance(spec, Mapping) else None
         if dtype is None:
             raise StoreError(f"a server's meta reports edge attribute {name!r} with an "
-                             f"unknown dtype; expected one of {sorted(_DTYPES)}")
+                             f"unknown dtype; expected one of {sorted(DTYPES)}")
         out[name] = EdgeFeatureInfo(dtype, tuple(int(s) for s in spec["shape"]))
     return out
 

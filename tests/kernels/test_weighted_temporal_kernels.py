@@ -15,7 +15,12 @@ import math
 import pytest
 import torch
 
-from pyg_dist.kernels import sample_temporal_segments, sample_weighted_segments, weighted_sample
+from pyg_dist.kernels import (
+    sample_time_sorted,
+    sample_weighted_segments,
+    sort_by_time,
+    weighted_sample,
+)
 
 # chi-square critical values at p = 0.001, by degrees of freedom.
 CRITICAL_001 = {2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 9: 27.88, 14: 36.12, 19: 43.82}
@@ -35,10 +40,9 @@ def _segments(counts: torch.Tensor, positions: torch.Tensor) -> list[list[int]]:
     return out
 
 
-# Both ways to the same law: the padded matrix and the narrowed segments.
-WAYS = pytest.mark.parametrize("dense", [True, False], ids=["dense", "sparse"])
-# The weighted kernel has a third: seeds in groups of similar degree (what
-# big frontiers take without replacement), forced here on small ones.
+# Three ways to the same law: the padded matrix, the narrowed segments, and
+# seeds in groups of similar degree (what big frontiers take without
+# replacement), forced here on small ones.
 WEIGHTED_WAYS = pytest.mark.parametrize("dense", [True, False, None],
                                         ids=["dense", "sparse", "grouped"])
 
@@ -57,9 +61,13 @@ def _weighted(start, deg, weight, k, replace, dense, seed=0):
 
 
 def _temporal(start, deg, entry_time, seed_time, k, strategy="uniform", replace=False,
-              weight=None, dense=None, seed=1):
-    return sample_temporal_segments(start, deg, entry_time, seed_time, k, strategy, replace,
-                                    weight, torch.Generator().manual_seed(seed), dense=dense)
+              weight=None, seed=1, tiling=None):
+    """The server's temporal kernel over the entries sorted by time within
+    the segments of ``tiling`` (default: ``deg``'s, which tile them)."""
+    perm, sorted_time = sort_by_time(deg if tiling is None else tiling, entry_time)
+    return sample_time_sorted(start, deg, sorted_time, perm, seed_time, k, strategy, replace,
+                              None if weight is None else weight[perm],
+                              torch.Generator().manual_seed(seed))
 
 
 def _random_graph(num_seeds: int, max_degree: int, seed: int):
@@ -195,9 +203,10 @@ def test_grouped_way_over_a_hub_among_leaves(k):
             assert set(picked) <= positive
 
 
-# Temporal ###################################################################
+# Temporal: segments sorted by time once (the server's way) #################
 
 def _temporal_case(seed: int):
+    """Every seed's segment, the whole CSC tiled by them."""
     start, deg, _, gen = _random_graph(200, 12, seed)
     total = int(deg.sum())
     entry_time = torch.randint(0, 50, (total,), generator=gen)
@@ -210,59 +219,48 @@ def _past(start, deg, entry_time, seed_time, i):
     return [p for p in range(lo, hi) if entry_time[p] <= seed_time[i]]
 
 
-@WAYS
-@pytest.mark.parametrize("k", [-1, 0, 2, 5])
-@pytest.mark.parametrize("replace", [False, True])
-def test_uniform_temporal_sampling_never_reaches_the_future(k, replace, dense):
-    start, deg, entry_time, seed_time = _temporal_case(seed=k + 10)
-    counts, positions = _temporal(start, deg, entry_time, seed_time, k, replace=replace,
-                                  dense=dense)
+@pytest.mark.parametrize("k", [-1, 1, 3, 6])
+def test_last_takes_exactly_the_most_recent_neighbours(k):
+    start, deg, entry_time, seed_time = _temporal_case(seed=k + 30)
+    perm, sorted_time = sort_by_time(deg, entry_time)
+    assert bool((sorted_time == entry_time[perm]).all())
+    counts, positions = _temporal(start, deg, entry_time, seed_time, k, "last")
     for i, picked in enumerate(_segments(counts, positions)):
         past = _past(start, deg, entry_time, seed_time, i)
+        # Most recent first; equal times: the later CSC position first.
+        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)
+        assert sorted(picked) == sorted(newest if k == -1 else newest[:k])
+
+
+@pytest.mark.parametrize("k", [-1, 0, 2, 5])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_uniform_and_weighted_temporal_sampling_never_reach_the_future(k, replace, weighted):
+    start, deg, entry_time, seed_time = _temporal_case(seed=k + 50)
+    weight = torch.rand(entry_time.numel(), generator=torch.Generator().manual_seed(k + 3))
+    weight[::4] = 0
+    counts, positions = _temporal(start, deg, entry_time, seed_time, k, "uniform", replace,
+                                  weight if weighted else None)
+    for i, picked in enumerate(_segments(counts, positions)):
+        past = [p for p in _past(start, deg, entry_time, seed_time, i)
+                if not weighted or weight[p] > 0]
         assert all(p in past for p in picked)
         if k == -1:
-            assert picked == past
+            assert sorted(picked) == past
         elif replace:
             assert len(picked) == (k if past else 0)
         else:
             assert len(picked) == min(k, len(past)) == len(set(picked))
 
 
-@WAYS
-@pytest.mark.parametrize("k", [-1, 1, 3, 6])
-def test_last_takes_exactly_the_most_recent_neighbours(k, dense):
-    start, deg, entry_time, seed_time = _temporal_case(seed=k + 20)
-    counts, positions = _temporal(start, deg, entry_time, seed_time, k, "last", dense=dense)
-    for i, picked in enumerate(_segments(counts, positions)):
-        past = _past(start, deg, entry_time, seed_time, i)
-        # Most recent first; equal times: the later CSC position first.
-        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)
-        newest = newest if k == -1 else newest[:k]
-        assert sorted(picked) == sorted(newest)
-
-
-@WAYS
-def test_last_over_times_too_far_apart_to_pack_with_the_column(dense):
-    # Times spanning most of int64: the dense way cannot pack (time, column)
-    # into one int64 key and falls back to its sorts; same answer.
-    start, deg, entry_time, seed_time = _temporal_case(seed=40)
-    spread = 1 << 56  # 49 * 2**56 - 2**62 stays inside int64
-    entry_time, seed_time = entry_time * spread - (1 << 62), seed_time * spread - (1 << 62)
-    counts, positions = _temporal(start, deg, entry_time, seed_time, 3, "last", dense=dense)
-    for i, picked in enumerate(_segments(counts, positions)):
-        past = _past(start, deg, entry_time, seed_time, i)
-        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)[:3]
-        assert sorted(picked) == sorted(newest)
-
-
-@WAYS
-def test_uniform_temporal_subsets_are_uniform_over_the_past(dense):
+def test_uniform_temporal_subsets_are_uniform_over_the_past():
     # 7 entries, times 0..6; the seed at time 5 may draw from 6 of them.
     draws = 20_000
     start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 7)
     entry_time = torch.tensor([3, 0, 6, 5, 1, 4, 2])
     seed_time = torch.full((draws,), 5)
-    counts, positions = _temporal(start, deg, entry_time, seed_time, 2, dense=dense, seed=4)
+    counts, positions = _temporal(start, deg, entry_time, seed_time, 2, seed=4,
+                                  tiling=torch.tensor([7]))
     assert torch.all(counts == 2) and not torch.any(positions == 2)
     pairs = positions.view(-1, 2).sort(dim=1).values
     past = [0, 1, 3, 4, 5, 6]
@@ -276,14 +274,13 @@ def test_uniform_temporal_subsets_are_uniform_over_the_past(dense):
     assert _chi_square(observed, older / older.sum() * draws) > 10 * CRITICAL_001[14]
 
 
-@WAYS
-def test_temporal_sampling_by_weight_skips_the_future_and_zero_weights(dense):
+def test_temporal_sampling_by_weight_skips_the_future_and_zero_weights():
     weight = torch.tensor([1.0, 0.0, 3.0, 2.0, 4.0])
     entry_time = torch.tensor([1, 1, 9, 2, 3])  # entry 2 lies in the future
     draws = 6000
     start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 5)
     _, positions = _temporal(start, deg, entry_time, torch.full((draws,), 5), 1,
-                             weight=weight, dense=dense, seed=2)
+                             weight=weight, seed=2, tiling=torch.tensor([5]))
     observed = torch.bincount(positions, minlength=5)
     assert observed[1] == 0 and observed[2] == 0
     keep = torch.tensor([0, 3, 4])
@@ -303,71 +300,9 @@ def test_temporal_bad_input_is_refused():
         _temporal(start, deg, times, seed_time, 1, "oldest")
     with pytest.raises(ValueError, match="with replacement"):
         _temporal(start, deg, times, seed_time, 1, "last", replace=True)
+    with pytest.raises(ValueError, match="by weight"):
+        _temporal(start, deg, times, seed_time, 1, "last", weight=times.double())
     with pytest.raises(ValueError, match=">= 0"):
         _temporal(start, deg, times, seed_time, -2)
     with pytest.raises(ValueError, match=">= 0"):
         sample_weighted_segments(start, deg, times.double(), -2)
-
-
-# Time-sorted segments (the server's way) ####################################
-
-def _sorted_case(seed: int):
-    """Every seed's segment, the whole CSC tiled by them, sorted by time."""
-    from pyg_dist.kernels import sort_by_time
-
-    start, deg, entry_time, seed_time = _temporal_case(seed)
-    perm, sorted_time = sort_by_time(deg, entry_time)
-    return start, deg, entry_time, seed_time, perm, sorted_time
-
-
-@pytest.mark.parametrize("k", [-1, 1, 3, 6])
-def test_time_sorted_last_equals_the_brute_force(k):
-    from pyg_dist.kernels import sample_time_sorted
-
-    start, deg, entry_time, seed_time, perm, sorted_time = _sorted_case(seed=k + 30)
-    assert bool((sorted_time == entry_time[perm]).all())
-    counts, positions = sample_time_sorted(start, deg, sorted_time, perm, seed_time, k, "last")
-    for i, picked in enumerate(_segments(counts, positions)):
-        past = _past(start, deg, entry_time, seed_time, i)
-        newest = sorted(past, key=lambda p: (int(entry_time[p]), p), reverse=True)
-        assert sorted(picked) == sorted(newest if k == -1 else newest[:k])
-
-
-@pytest.mark.parametrize("k", [-1, 0, 2, 5])
-@pytest.mark.parametrize("replace", [False, True])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_time_sorted_uniform_and_weighted_stay_in_the_past(k, replace, weighted):
-    from pyg_dist.kernels import sample_time_sorted
-
-    start, deg, entry_time, seed_time, perm, sorted_time = _sorted_case(seed=k + 50)
-    weight = torch.rand(entry_time.numel(), generator=torch.Generator().manual_seed(k + 3))
-    weight[::4] = 0
-    counts, positions = sample_time_sorted(
-        start, deg, sorted_time, perm, seed_time, k, "uniform", replace,
-        weight[perm] if weighted else None, torch.Generator().manual_seed(1))
-    for i, picked in enumerate(_segments(counts, positions)):
-        past = [p for p in _past(start, deg, entry_time, seed_time, i)
-                if not weighted or weight[p] > 0]
-        assert all(p in past for p in picked)
-        if k == -1:
-            assert sorted(picked) == past
-        elif replace:
-            assert len(picked) == (k if past else 0)
-        else:
-            assert len(picked) == min(k, len(past)) == len(set(picked))
-
-
-def test_time_sorted_uniform_is_uniform_over_the_past():
-    from pyg_dist.kernels import sample_time_sorted, sort_by_time
-
-    draws = 20_000
-    entry_time = torch.tensor([3, 0, 6, 5, 1, 4, 2])
-    perm, sorted_time = sort_by_time(torch.tensor([7]), entry_time)
-    start, deg = torch.zeros(draws, dtype=torch.long), torch.full((draws,), 7)
-    seed_time = torch.full((draws,), 5)
-    counts, positions = sample_time_sorted(start, deg, sorted_time, perm, seed_time, 2,
-                                           generator=torch.Generator().manual_seed(4))
-    observed = torch.bincount(positions, minlength=7)
-    assert observed[2] == 0  # time 6: the future
-    keep = torch.tensor([0, 1, 3, 4, 5, 6])
-    assert _chi_square(observed[keep], torch.full((6,), 2 * draws / 6)) < CRITICAL_001[5]

@@ -94,3 +94,23 @@ def test_the_homogeneous_answer_bound_counts_k_per_node_and_hop():
     assert tree_codec.tree_answer_bytes(2, [3, 2], True) == \
         8 * (2 * nodes + 2 * 2 + 1) + 16 * edges
     assert tree_codec.tree_answer_bytes(2, [3, -1], False) is None
+    assert tree_codec.tree_answer_bytes(2, [3], False, induced=True) is None
+
+
+def test_the_coordinators_bound_is_capped_by_the_graph():
+    # A graph of 10 nodes and 7 edges: without replacement a hop takes at
+    # most every edge, -1 takes them all, and a hop reaches at most every node.
+    graph = (10, 7)
+    assert tree_codec.tree_answer_bytes(2, [3, -1], False, graph=graph) == \
+        tree_codec.tree_bytes(2 + 6 + 7, 6 + 7, 2, False)
+    assert tree_codec.tree_answer_bytes(2, [3, 4], False, graph=graph, replace=True) == \
+        tree_codec.tree_bytes(2 + 6 + 10, 6 + 24, 2, False)
+    # A disjoint tree may repeat the graph once per seed.
+    assert tree_codec.tree_answer_bytes(2, [-1], True, graph=graph) == \
+        tree_codec.tree_bytes(2 + 14, 14, 1, True)
+    # Induced: every edge among the sampled nodes, at most the graph's.
+    assert tree_codec.tree_answer_bytes(2, [1], False, graph=graph, induced=True) == \
+        tree_codec.tree_bytes(2 + 2, 7, 1, False)
+    # Without the graph the bound is the fan-outs' alone.
+    assert tree_codec.tree_answer_bytes(2, [3, 4], False, replace=True) == \
+        tree_codec.tree_bytes(2 + 6 + 24, 6 + 24, 2, False)

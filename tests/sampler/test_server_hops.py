@@ -329,6 +329,8 @@ _BAD_TYPED = [
     (_typed_args(num_neighbors=[[2], [3]]), "one fan-out list per edge type"),
     (_typed_args(edge_types=[["v0", "e0", "v1"], ["v1", "e0", "v2"]],
                  num_neighbors=[[2], [2, 2]]), "same number of hops"),
+    (_typed_args(edge_types=[["v0", "e0", "v1"]] * 2, num_neighbors=[[2]] * 2),
+     "distinct edge types"),
     (_typed_args(sizes=[5]), "add up to 5 seeds"),  # lying size
     (_typed_args(sizes=[-1]), "'sizes'"),
     (_typed_args(seed_types=["v1", "v1"], sizes=[2, 2]), "'seed_types'"),
