@@ -45,6 +45,7 @@ from pyg_dist.loader.arguments import (
 )
 from pyg_dist.loader.batches import data_batch, hetero_batch
 from pyg_dist.loader.ddp import ddp_layout, per_rank_batch_size, rank_sampler
+from pyg_dist.loader.index_batches import index_batches
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.link_sampling import check_negative_sampling
@@ -239,13 +240,16 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
 
     # Iteration (the seam is pyg_dist.loader.iteration) #######################
 
-    def _work_items(self) -> Iterator[tuple[list[int], Optional[int]]]:
-        """The epoch's batches of seed-link positions, each with its seed."""
+    def _work_items(self) -> Iterator[tuple[Union[list[int], Tensor], Optional[int]]]:
+        """The epoch's batches of seed-link positions, each with its seed
+        (an int64 tensor of positions under torch's own batch sampler:
+        :func:`~pyg_dist.loader.index_batches.index_batches`)."""
         sampler = self.link_sampler
-        for index in self.batch_sampler:
+        batches = index_batches(self.batch_sampler) or self.batch_sampler
+        for index in batches:
             yield index, (sampler.draw_seed() if self._seeded else None)
 
-    def _produce(self, item: tuple[list[int], Optional[int]]) -> Data:
+    def _produce(self, item: tuple[Union[list[int], Tensor], Optional[int]]) -> Data:
         """Samples and fetches one batch (thread-safe)."""
         index, seed = item
         inputs = self.input_data[index]

@@ -45,6 +45,7 @@ from pyg_dist.loader.arguments import (
 )
 from pyg_dist.loader.batches import data_batch, hetero_batch
 from pyg_dist.loader.ddp import ddp_layout, per_rank_batch_size, rank_sampler
+from pyg_dist.loader.index_batches import index_batches
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.protocol import SeededSampler
@@ -248,18 +249,21 @@ class DistNeighborLoader(DistIteration, NodeLoader):
 
     # Iteration (the seam is pyg_dist.loader.iteration.DistIteration) ######
 
-    def _work_items(self) -> Iterator[tuple[list[int], Optional[int]]]:
+    def _work_items(self) -> Iterator[tuple[Union[list[int], Tensor], Optional[int]]]:
         """The epoch's batches of input positions, each with its random seed.
 
         Drawn lazily, in order, on the consumer's thread; a sampler that is
         not a :class:`~pyg_dist.sampler.SeededSampler` gets ``None`` and
-        draws its own randomness.
+        draws its own randomness. The positions are an int64 tensor under
+        torch's own batch sampler (:func:`~pyg_dist.loader.index_batches.index_batches`),
+        else the batch sampler's list.
         """
         sampler = self.node_sampler
-        for index in self.batch_sampler:
+        batches = index_batches(self.batch_sampler) or self.batch_sampler
+        for index in batches:
             yield index, (sampler.draw_seed() if self._seeded else None)
 
-    def _produce(self, item: tuple[list[int], Optional[int]]) -> Data:
+    def _produce(self, item: tuple[Union[list[int], Tensor], Optional[int]]) -> Data:
         """Samples and fetches one batch (thread-safe)."""
         index, seed = item
         inputs = self.input_data[index]

@@ -3,9 +3,10 @@
 Each op is an :class:`~pyg_dist.rpc.op_spec.OpSpec`: its arguments with
 their types (:mod:`pyg_dist.protocol.schema`), its tensors, its reply (result
 keys; tensors checked by :mod:`pyg_dist.protocol.reply_checks`, a tree's by
-:mod:`pyg_dist.protocol.tree_codec`), how many reply tensors a request may
-be answered with, and whether a call may be sent again after a timeout or a
-lost connection. The transport (:mod:`pyg_dist.rpc`) knows none of them: a
+:mod:`pyg_dist.protocol.tree_codec` and :mod:`pyg_dist.protocol.tree_owners`),
+how many reply tensors a request may be answered with, and whether a call
+may be sent again after a timeout or a lost connection. The transport
+(:mod:`pyg_dist.rpc`) knows none of them: a
 :class:`~pyg_dist.server.PartitionServer` gives :data:`PARTITION_OPS` to its
 :class:`~pyg_dist.rpc.server.RpcServer`, which refuses a request that does
 not fit before its handler runs; the trainer builds its calls with
@@ -26,7 +27,7 @@ from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
 from pyg_dist.kernels import TEMPORAL_STRATEGIES
-from pyg_dist.protocol import reply_checks as checks, tree_codec
+from pyg_dist.protocol import reply_checks as checks, tree_owners
 from pyg_dist.protocol.schema import (
     BOOL,
     COUNT,
@@ -63,10 +64,10 @@ def _sample_reply_tensors(args: dict[str, Any]) -> int:
 
 def _tree_reply_tensors(args: dict[str, Any]) -> int:
     """``sample_tree``: 3 per edge type, 2 per node type (at most 2 per edge
-    type plus the seed types), the per-hop counts."""
+    type plus the seed types), the per-hop counts (and the owner order)."""
     edge_types = _length(args.get("edge_types"))
     node_types = 2 * edge_types + _length(args.get("seed_types"))
-    return 3 * edge_types + 2 * node_types + 2 + MAX_TENSORS
+    return 3 * edge_types + 2 * node_types + 3 + MAX_TENSORS
 
 
 def _get_reply_tensors(args: dict[str, Any]) -> int:
@@ -118,9 +119,9 @@ SAMPLE_TREE = _op(
     optional={"sizes": nil_or(sizes(_TYPES)), "disjoint": BOOL,
               "subgraph": choice(("directional", "induced")),
               "timeout": nil_or(seconds(86400)), **_DRAW,
-              "temporal_strategy": nil_or(choice(TEMPORAL_STRATEGIES))},
+              "temporal_strategy": nil_or(choice(TEMPORAL_STRATEGIES)), "owners": BOOL},
     tensors=(1, 2), tensor_check=ids_and("time_attr", "seed times"), reply=("node_types",),
-    reply_check=tree_codec.check, worker=True, reply_tensors=_tree_reply_tensors)
+    reply_check=tree_owners.check, worker=True, reply_tensors=_tree_reply_tensors)
 GET = _op("get", "feature rows of owned nodes of one or more node types (with "
           "``place``, of one, written into the caller's outputs at the given rows)",
           required={"groups": ListOf(MapOf({"group": NODE_TYPE, "attrs": _ATTRS},

@@ -7,6 +7,10 @@ The servers take turns coordinating a sampler's batches; which one answers
 does not change the batch, which is bit for bit what
 :meth:`~pyg_dist.sampler.DistNeighborSampler.hop_by_hop` draws with the same
 seed.
+
+A homogeneous tree comes with its nodes grouped by owning part
+(:mod:`pyg_dist.protocol.tree_owners`), remembered for the batch's feature
+fetch (:mod:`pyg_dist.store.known_owners`).
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_dist.errors import ProtocolError
 from pyg_dist.hops.settings import HopSettings
-from pyg_dist.protocol import tree_codec
+from pyg_dist.protocol import tree_codec, tree_owners
 from pyg_dist.protocol.ops import SAMPLE_TREE, wire_edge_type
 from pyg_dist.routing.id_router import Router
+from pyg_dist.store import known_owners
 
 
 def sample_tree(router: Router, part: int, settings: HopSettings,
@@ -59,6 +64,8 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
         "num_neighbors": [list(k) for k in fanouts.values()],
         "seed_types": types, "sizes": [seeds[t].numel() for t in types],
         "seed": int(base_seed), "timeout": deadline, **_flags(settings)}
+    if not typed:  # its nodes grouped by owner: the feature fetch needs no lookup
+        args["owners"] = True
     tensors = [torch.cat([seeds[t] for t in types])]
     if seed_time is not None:
         tensors.append(torch.cat([seed_time[t] for t in types]))
@@ -84,7 +91,13 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
                for t in reply.tensors]
     finally:
         reply.release()
-    return tree_codec.decode(args, reply.result, out)
+    if not tree_owners.asked(args):
+        return tree_codec.decode(args, reply.result, out)
+    sample = tree_codec.decode(args, reply.result, out[:-1])
+    node = sample.node[None]
+    known_owners.remember(node, tree_owners.shares_of(node, reply.result["owner_counts"],
+                                                      out[-1]))
+    return sample
 
 
 def _flags(settings: HopSettings) -> dict[str, Any]:

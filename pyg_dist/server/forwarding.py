@@ -59,7 +59,7 @@ from pyg_dist.hops.fan_outs import check_num_neighbors
 from pyg_dist.hops.loop import sample_hops
 from pyg_dist.hops.one_hop import sample_hop
 from pyg_dist.hops.settings import HopSettings
-from pyg_dist.protocol import tree_codec
+from pyg_dist.protocol import tree_codec, tree_owners
 from pyg_dist.routing.id_router import Router
 from pyg_dist.routing.servers import connect_router
 from pyg_dist.rpc.config import RpcConfig
@@ -151,8 +151,10 @@ class HopForwarder:
         and optionally ``replace``, ``disjoint``, ``subgraph``
         (``"directional"`` or ``"induced"``), ``timeout`` (the trainer's
         deadline in seconds), ``weight_attr``, ``time_attr`` (a second tensor
-        then holds one int64 time per seed) and ``temporal_strategy``
-        (:mod:`pyg_dist.server.tree_requests`).
+        then holds one int64 time per seed), ``temporal_strategy``
+        (:mod:`pyg_dist.server.tree_requests`) and ``owners`` (a homogeneous
+        tree's nodes grouped by owning part after it:
+        :mod:`pyg_dist.protocol.tree_owners`).
 
         Returns:
             Result ``node_types`` (every node type, in the graph's order;
@@ -167,8 +169,18 @@ class HopForwarder:
             ProtocolError: on a malformed request.
         """
         request = parse_tree(args, tensors)
+        if tree_owners.asked(args) and not request.homogeneous:
+            raise ProtocolError("argument 'owners' is for a homogeneous graph's tree "
+                                "(edge_types [nil]); leave it out for typed edge types")
         out = self._run(request)
         result, answer = tree_codec.encode(out, list(request.fanouts))
+        if tree_owners.asked(args):
+            # The book's split, as the trainer's own would be: its nodes'
+            # rows are then asked for without a lookup there.
+            book = self._connected().router.book
+            counts, order = tree_owners.encode(book.split(out.node[None]), book.num_parts)
+            result["owner_counts"] = counts
+            answer.append(order)
         return result, self._reply(answer, ctx)
 
     def _run(self, request: TreeRequest) -> HeteroSamplerOutput:

@@ -37,6 +37,7 @@ from pyg_dist.errors import StoreError
 from pyg_dist.protocol.ops import GET
 from pyg_dist.routing.id_router import Router
 from pyg_dist.routing.servers import FeatureInfo
+from pyg_dist.store import known_owners
 from pyg_dist.store.row_fetch import copy_rows, fetch_rows, row_request
 
 __all__ = ["FeatureInfo", "RemoteFeatureStore", "copy_rows", "edge_group_type",
@@ -225,7 +226,9 @@ class RemoteFeatureStore(FeatureStore):
             else:
                 self._check_node_attr(attr)
                 if key not in prepared:
-                    # A tensor's range is checked by the split below (one pass).
+                    # A tensor's range is checked by the split below (one
+                    # pass); ids a tree coordinator grouped by owner
+                    # (known_owners) are checked by the servers they go to.
                     prepared[key] = self._to_ids(attr.index, attr.group_name, in_range=False)
             # Attributes sharing one index object travel in one request.
             plan.setdefault(key, []).append(i)
@@ -243,8 +246,9 @@ class RemoteFeatureStore(FeatureStore):
                     edge_group_type(group), ids, names, pin=pin))
             else:
                 infos = [self.features[(group, name)] for name in names]
-                shares = self.router.split_checked(ids, "TensorAttr.index", group) \
-                    if ids.numel() else []
+                shares = (group is None and known_owners.take(ids)) or \
+                    (self.router.split_checked(ids, "TensorAttr.index", group)
+                     if ids.numel() else [])
                 args = {"groups": [{"group": group, "attrs": names}]}
                 requests.append(row_request(GET.name, args, names, infos, ids.numel(), shares,
                                             self._reply_limits, pin, pool))
