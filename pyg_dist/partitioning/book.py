@@ -137,11 +137,7 @@ class PartitionBook:
         counts = torch.bincount(parts, minlength=self._num_parts).tolist() \
             if parts.dtype == torch.uint8 else \
             torch.bincount(parts.to(torch.int64), minlength=self._num_parts).tolist()
-        order = _stable_order(parts)
-        grouped = ids.index_select(0, order)
-        return [(part, positions, part_ids) for part, (positions, part_ids)
-                in enumerate(zip(order.split(counts), grouped.split(counts)))
-                if positions.numel()]
+        return shares_by_part(ids, _stable_order(parts), counts)
 
     def counts(self) -> Tensor:
         """Number of nodes owned by every part (int64, ``[num_parts]``)."""
@@ -170,6 +166,18 @@ class PartitionBook:
 
     def __repr__(self) -> str:
         return f"PartitionBook(num_nodes={self.num_nodes}, num_parts={self.num_parts})"
+
+
+def shares_by_part(ids: Tensor, order: Tensor, counts: list[int]
+                   ) -> list[tuple[int, Tensor, Tensor]]:
+    """:meth:`PartitionBook.split`'s answer from an order that groups the
+    positions of ``ids`` by part (parts ascending) and each part's count:
+    ``(part, positions, ids[positions])`` for every part with ids. Whoever
+    grouped them (a book, the edge book, a coordinator's reply) shares it."""
+    grouped = ids.index_select(0, order)
+    return [(part, positions, part_ids) for part, (positions, part_ids)
+            in enumerate(zip(order.split(counts), grouped.split(counts)))
+            if positions.numel()]
 
 
 def _split_by_masks(ids: Tensor, parts: Tensor, num_parts: int

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_dist.partitioning.book import shares_by_part
 from pyg_dist.protocol import tree_codec
 from pyg_dist.protocol.reply_checks import bounds, shape_text
 from pyg_dist.rpc.wire_values import describe
@@ -91,11 +92,4 @@ def shares_of(node: Tensor, counts: list[int], order: Tensor
               ) -> list[tuple[int, Tensor, Tensor]]:
     """The checked order as ``PartitionBook.split`` of ``node`` gives it:
     ``(part, positions, node[positions])`` for every part with nodes."""
-    out = []
-    start = 0
-    for part, count in enumerate(counts):
-        if count:
-            positions = order[start:start + count]
-            out.append((part, positions, node.index_select(0, positions)))
-            start += count
-    return out
+    return shares_by_part(node, order, counts)

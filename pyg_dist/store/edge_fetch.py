@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import StoreError
+from pyg_dist.partitioning.book import shares_by_part
 from pyg_dist.protocol.ops import EDGE_IDS, GET_EDGES, wire_edge_type
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
@@ -368,15 +369,8 @@ class EdgeFeatureFetcher:
         owners = self.book(key).index_select(0, ids).long()
         if self.num_parts == 1:
             return [(0, torch.arange(ids.numel()), ids)]
-        order = torch.argsort(owners, stable=True)
-        counts = torch.bincount(owners, minlength=self.num_parts).tolist()
-        shares, start = [], 0
-        for part, count in enumerate(counts):
-            if count:
-                positions = order[start:start + count]
-                shares.append((part, positions, ids.index_select(0, positions)))
-            start += count
-        return shares
+        return shares_by_part(ids, torch.argsort(owners, stable=True),
+                              torch.bincount(owners, minlength=self.num_parts).tolist())
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(edge_types={self.edge_types}, "
