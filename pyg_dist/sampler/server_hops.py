@@ -82,6 +82,13 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
             raise ProtocolError(f"server {router.endpoints[part]} answered node types "
                                 f"{node_types[:8]}, the graph has {expected[:8]}",
                                 address=router.endpoints[part], op=SAMPLE_TREE.name)
+        counts = reply.result.get("owner_counts")
+        if not typed and len(counts) != router.book.num_parts:
+            # Checked to add up, but a part past the book's would name a
+            # server that does not exist when the rows are fetched.
+            raise ProtocolError(f"server {router.endpoints[part]} counted nodes for "
+                                f"{len(counts)} parts, the graph has {router.book.num_parts}",
+                                address=router.endpoints[part], op=SAMPLE_TREE.name)
         # Checked against the request (pyg_dist.protocol.tree_codec.check):
         # indices into the nodes, the seeds first, per-hop counts that add
         # up. Copied out of lent memory, which goes back to the pool on

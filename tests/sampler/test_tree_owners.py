@@ -151,3 +151,28 @@ def test_a_remembered_grouping_is_only_for_those_very_ids():
     node[0] = 6  # changed in place since: its version moved on
     assert known_owners.take(node) is None
     known_owners.forget()
+
+
+def test_owner_counts_for_more_parts_than_the_graph_are_refused(cora2_root, monkeypatch):
+    """A coordinator that counts nodes for a part the graph does not have
+    (the counts still adding up) would send those rows' ids to a server that
+    does not exist: the sampler refuses the tree with a typed error."""
+    import pyg_dist.server.forwarding as forwarding
+
+    honest = forwarding.tree_owners.encode
+
+    def lying(shares, num_parts):  # part 1's nodes counted as a third part's
+        counts, order = honest(shares, num_parts)
+        return counts[:-1] + [0, counts[-1]], order
+
+    with _forwarding_servers(cora2_root) as endpoints:
+        monkeypatch.setattr(forwarding.tree_owners, "encode", lying)
+        fs, gs = connect(endpoints)
+        try:
+            loader = DistNeighborLoader((fs, gs), num_neighbors=[5], input_nodes=SEEDS,
+                                        batch_size=64, server_hops=True)
+            with pytest.raises(ProtocolError, match="counted nodes for 3 parts, the graph "
+                                                    "has 2"):
+                next(iter(loader))
+        finally:
+            fs.close()
