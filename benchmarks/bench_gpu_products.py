@@ -72,6 +72,14 @@ def parse_args() -> argparse.Namespace:
                         "for SECONDS under py-spy (trainer and every server; --py-spy names "
                         "the binary), then each process's top functions as JSON rows")
     p.add_argument("--py-spy", default="py-spy", help="the py-spy binary")
+    p.add_argument("--py-spy-gil", action="store_true",
+                   help="with --profile-loader: sample only the thread holding each "
+                        "process's interpreter lock (busy_threads near 1.0: that lock "
+                        "bounds the process)")
+    p.add_argument("--trainers", type=int, default=0, metavar="N",
+                   help="instead of the rows: the loader alone (server hops, uncached, "
+                        "first fan-out) in N trainer processes at once, each over its "
+                        "share of the seeds; does the rate grow with N?")
     p.add_argument("--profile-dir", default="/tmp/pyg-dist-bench-profile",
                    help="where py-spy's raw stacks go")
     p.add_argument("--cache", default="/tmp/pyg-dist-bench-products")
@@ -236,6 +244,9 @@ _IDLE = ("poll (zmq", "Poller.poll", "wait (threading", "_wait_for_tstate", "acq
          "select", "sleep", "recv (zmq", "GarbageCollectorThread.run")
 
 
+_RATE = 200  # py-spy samples a second
+
+
 def profile_loader(args: argparse.Namespace, stores: Any, fanout: list[int],
                    seeds: torch.Tensor, device: torch.device, pids: list[int]) -> None:
     """The loader alone for ``args.profile_loader`` seconds while py-spy
@@ -243,16 +254,13 @@ def profile_loader(args: argparse.Namespace, stores: Any, fanout: list[int],
     import subprocess
 
     os.makedirs(args.profile_dir, exist_ok=True)
-    def epochs() -> Iterator[Any]:
-        while True:  # a small graph's epoch may end before the profile does
-            yield from loader(stores, args, fanout, seeds, device, True, args.prefetch)
-
-    batches = epochs()
+    batches = _endless(lambda: loader(stores, args, fanout, seeds, device, True, args.prefetch))
     for _ in range(args.warmup):
         next(batches)
     names = ["trainer", *(f"server{k}" for k in range(len(pids) - 1))]
     spies = [subprocess.Popen([args.py_spy, "record", "-p", str(pid), "-d",
-                               str(int(args.profile_loader)), "-r", "200", "-f", "raw",
+                               str(int(args.profile_loader)), "-r", str(_RATE), "-f", "raw",
+                               *(["--gil"] if args.py_spy_gil else []),
                                "--nonblocking", "-o", f"{args.profile_dir}/{name}.raw"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for pid, name in zip(pids, names)]
@@ -267,8 +275,12 @@ def profile_loader(args: argparse.Namespace, stores: Any, fanout: list[int],
     print(json.dumps({"row": "profiled", "batches_per_s": round(count / seconds, 1)}),
           flush=True)
     for name in names:
-        print(json.dumps({"row": "profile", "process": name,
-                          **_top_functions(f"{args.profile_dir}/{name}.raw")}), flush=True)
+        top = _top_functions(f"{args.profile_dir}/{name}.raw")
+        # Busy samples over those a fully busy thread would give: the busy
+        # threads on average (with --gil, the interpreter lock's use).
+        top["busy_threads"] = round(top.get("busy_samples", 0) / (_RATE * args.profile_loader), 2)
+        print(json.dumps({"row": "profile", "process": name, "gil_only": args.py_spy_gil,
+                          **top}), flush=True)
 
 
 def _top_functions(path: str, top: int = 12) -> dict[str, Any]:
@@ -294,6 +306,86 @@ def _top_functions(path: str, top: int = 12) -> dict[str, Any]:
             inclusive[frame] += int(n)
     share = lambda c: [[round(v / max(busy, 1), 3), k[:110]] for k, v in c.most_common(top)]  # noqa: E731
     return {"busy_samples": busy, "leaf": share(leaf), "pyg_dist": share(inclusive)}
+
+
+def trainer_processes(args: argparse.Namespace, endpoints: list[str], fanout: list[int],
+                      seeds: torch.Tensor, pids: list[int]) -> None:
+    """``args.trainers`` processes each run the loader alone over their share
+    of the seeds, timed together after every one warmed up; one row with
+    their seeds/s added up (and the servers' cores meanwhile)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    count = args.trainers
+    barrier, results = ctx.Barrier(count + 1), ctx.Queue()
+    procs = [ctx.Process(target=_trainer_process, daemon=True,
+                         args=(args, endpoints, fanout, seeds[rank::count], barrier, results))
+             for rank in range(count)]
+    for proc in procs:
+        proc.start()
+    try:
+        try:
+            barrier.wait(timeout=600)
+        except Exception:  # a child aborted it: its error is on the queue
+            raise SystemExit(f"a trainer process failed: {results.get(timeout=60)}") from None
+        before, start = cpu_seconds(pids[1:]), time.perf_counter()
+        done = [results.get(timeout=600) for _ in procs]
+        failed = [d for d in done if isinstance(d, str)]
+        if failed:
+            raise SystemExit(f"a trainer process failed: {failed[0]}")
+        seconds = time.perf_counter() - start
+        servers = [round((b - a) / seconds, 2) for a, b in zip(before, cpu_seconds(pids[1:]))]
+    finally:
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+    longest = max(d[0] for d in done)
+    row("loader_processes", fanout, (longest, sum(d[1] for d in done), sum(d[2] for d in done)),
+        trainers=count, prefetch=args.prefetch, parts=args.parts,
+        each_seeds_per_s=[round(d[1] / d[0], 1) for d in done],
+        trainer_cores=[d[3] for d in done], server_cores=servers)
+
+
+def _trainer_process(args: argparse.Namespace, endpoints: list[str], fanout: list[int],
+                     seeds: torch.Tensor, barrier: Any, results: Any) -> None:
+    """One of :func:`trainer_processes`: puts ``(seconds, seeds, rows, cores)``,
+    or the error's text, on ``results``."""
+    from pyg_dist.store.connect import connect
+
+    try:
+        device = torch.device(args.device)
+        fs, gs = connect(endpoints)
+        try:
+            batches = _endless(lambda: loader((fs, gs), args, fanout, seeds, device, True,
+                                              args.prefetch))
+            for _ in range(warmup_batches(args)):
+                next(batches)
+            _sync(device)
+            barrier.wait(timeout=600)
+            (before,), start = cpu_seconds([os.getpid()]), time.perf_counter()
+            count = rows = 0
+            for _ in range(args.batches):
+                batch = next(batches)
+                count += int(batch.batch_size)
+                rows += int(batch.x.size(0))
+            _sync(device)
+            seconds = time.perf_counter() - start
+            (after,) = cpu_seconds([os.getpid()])
+            results.put((seconds, count, rows, round((after - before) / seconds, 2)))
+            del batches
+        finally:
+            fs.close()
+    except BaseException as exc:  # the parent reports it instead of waiting
+        barrier.abort()
+        results.put(f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _endless(make: Any) -> Iterator[Any]:
+    """Batches of loader after loader (a small graph's epoch may end first)."""
+    while True:
+        yield from make()
 
 
 def _every_node(context: Any, budget: int) -> torch.Tensor:
@@ -332,6 +424,10 @@ def main() -> None:
             gen = torch.Generator().manual_seed(args.seed)
             seeds = torch.randperm(fs.num_nodes, generator=gen)
             pids = [os.getpid(), *(proc.pid for proc in cluster.processes)]
+            if args.trainers > 0:
+                trainer_processes(args, cluster.endpoints, [int(k) for k in
+                                  args.fanouts[0].split(",")], seeds, pids)
+                return
             if args.profile_loader > 0:
                 profile_loader(args, stores["uncached"], [int(k) for k in
                                args.fanouts[0].split(",")], seeds, device, pids)
