@@ -38,6 +38,8 @@ from typing import Optional
 
 import pytest
 
+from pyg_dist.lifeline import exit_on_sigterm
+
 # Names must fit the kernel's 15 characters; the pid keeps parallel sessions
 # (and their bridges and subnets) apart.
 _TAG = f"{os.getpid() % 100000:05d}"
@@ -243,14 +245,18 @@ class SimNetwork:
 def sim_network(names: Sequence[str], rate: Optional[str] = None,
                 env: Optional[dict[str, str]] = None) -> Iterator[list[SimHost]]:
     """Hosts named ``names`` on one bridge (links capped at ``rate``);
-    everything is removed on exit."""
-    net = SimNetwork(env)
-    try:
-        for name in names:
-            net.add(name, rate)
-        yield net.hosts
-    finally:
-        net.close()
+    everything is removed on exit, also when the program is sent SIGTERM
+    (a benchmark stopped with ``kill`` or ``timeout``): the default action
+    would end it before any ``finally`` ran, leaving the namespaces and the
+    processes in them behind."""
+    with exit_on_sigterm():
+        net = SimNetwork(env)
+        try:
+            for name in names:
+                net.add(name, rate)
+            yield net.hosts
+        finally:
+            net.close()
 
 
 @pytest.fixture
