@@ -19,8 +19,10 @@ from typing import Any, Optional
 
 import torch
 from torch import Tensor
+from torch_geometric.sampler.base import SubgraphType
 
-from pyg_dist.errors import LoaderError
+from pyg_dist.errors import LoaderError, SamplerError
+from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +185,52 @@ def check_sampler_args(neighbor_sampler: Any, num_neighbors: Any, *, ddp: bool,
             raise LoaderError(f"{name}={value!r} configures the sampler the loader builds, "
                               f"but neighbor_sampler= was given; configure that sampler "
                               f"instead and drop {name}")
+
+
+def loader_sampler(data: tuple[Any, Any], neighbor_sampler: Any, num_neighbors: Any, *,
+                   ddp: bool, directed: bool, **settings: Any) -> Any:
+    """The sampler a loader runs: ``neighbor_sampler`` when given (the
+    loader's own sampler settings are then refused, see
+    :func:`check_sampler_args`), else a
+    :class:`~pyg_dist.sampler.DistNeighborSampler` over ``data`` built from
+    them.
+
+    Args:
+        data: The loader's ``(feature store, graph store)``.
+        neighbor_sampler: The loader's ``neighbor_sampler`` or ``None``.
+        num_neighbors: The loader's ``num_neighbors``.
+        ddp: Whether the loader splits its inputs across DDP ranks.
+        directed: PyG's ``directed``; ``False`` samples induced subgraphs.
+        **settings: ``replace``, ``subgraph_type``, ``disjoint``, ``seed``,
+            ``timeout``, ``weight_attr``, ``time_attr``,
+            ``temporal_strategy`` and ``server_hops`` as the loader got them.
+
+    Raises:
+        LoaderError: on settings that would not reach the sampler, or that
+            the sampler refuses.
+    """
+    defaults = {"replace": False, "subgraph_type": SubgraphType.directional,
+                "disjoint": False, "seed": None, "timeout": None, "weight_attr": None,
+                "time_attr": None, "temporal_strategy": "uniform", "server_hops": None}
+    checked = {name: (_subgraph_type(value) if name == "subgraph_type" else value,
+                      defaults[name]) for name, value in settings.items()}
+    check_sampler_args(neighbor_sampler, num_neighbors, ddp=ddp, directed=(directed, True),
+                       **checked)
+    if neighbor_sampler is not None:
+        return neighbor_sampler
+    if not directed:
+        settings["subgraph_type"] = SubgraphType.induced
+    try:
+        return DistNeighborSampler(data, num_neighbors=num_neighbors, **settings)
+    except SamplerError as exc:
+        raise LoaderError(str(exc)) from exc
+
+
+def _subgraph_type(value: Any) -> Any:
+    try:
+        return SubgraphType(value)
+    except ValueError:
+        return value  # the sampler names the valid values
 
 
 def _as_list(values: Any) -> Any:

@@ -20,7 +20,7 @@ and the argument checks of :class:`~pyg_dist.loader.DistNeighborLoader`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Optional, Union
 
 import torch
@@ -36,20 +36,11 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.typing import EdgeType
 
-from pyg_dist.errors import LoaderError, SamplerError
-from pyg_dist.loader.arguments import (
-    check_dataloader_kwargs,
-    check_sampler_args,
-    check_seed_times,
-    check_store_pair,
-)
+from pyg_dist.errors import LoaderError
+from pyg_dist.loader.arguments import check_seed_times, check_store_pair, loader_sampler
 from pyg_dist.loader.batches import data_batch, hetero_batch
-from pyg_dist.loader.ddp import ddp_layout, per_rank_batch_size, rank_sampler
-from pyg_dist.loader.index_batches import index_batches
 from pyg_dist.loader.iteration import DistIteration
-from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler.link_sampling import check_negative_sampling
-from pyg_dist.sampler.protocol import SeededSampler
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
@@ -178,22 +169,15 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
                               "time to sample by) and edge_label_time (one time per seed "
                               "link), as PyG's LinkNeighborLoader does; got only "
                               + ("edge_label_time" if time_attr is None else "time_attr"))
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        self.rank, self.world_size = ddp_layout(rank, world_size)
-        self.split = bool(split)
-        ddp = self.world_size > 1 and self.split
-        per_rank_batch_size(kwargs, global_batch_size, self.world_size if ddp else 1,
-                            training=bool(kwargs.get("shuffle")))
-        check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
-                                filter_per_worker=filter_per_worker)
-        check_sampler_args(
-            neighbor_sampler, num_neighbors, ddp=ddp,
-            temporal_strategy=(temporal_strategy, "uniform"), weight_attr=(weight_attr, None),
-            time_attr=(time_attr, None),
-            replace=(replace, False), disjoint=(disjoint, False), directed=(directed, True),
-            subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
-            seed=(seed, None), timeout=(timeout, None), server_hops=(server_hops, None))
+        ddp = self._set_up(kwargs, prefetch=prefetch, device=device, rank=rank,
+                           world_size=world_size, split=split,
+                           global_batch_size=global_batch_size,
+                           filter_per_worker=filter_per_worker)
+        neighbor_sampler = loader_sampler(
+            (fs, gs), neighbor_sampler, num_neighbors, ddp=ddp, directed=directed,
+            replace=replace, subgraph_type=subgraph_type, disjoint=disjoint, seed=seed,
+            timeout=timeout, weight_attr=weight_attr, time_attr=time_attr,
+            temporal_strategy=temporal_strategy, server_hops=server_hops)
         neg_sampling = _negative_sampling(neg_sampling, neg_sampling_ratio)
         if neg_sampling is not None and neg_sampling.is_triplet() and edge_label is not None:
             raise LoaderError("edge_label must be None with triplet negative sampling (PyG's "
@@ -206,25 +190,7 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
             check_negative_sampling(neg_sampling, gs.router.num_nodes_of(edge_type[0]),
                                     gs.router.num_nodes_of(edge_type[-1]))
         edge_label = _check_labels(edge_label, seeds.size(1))
-        if not directed:
-            subgraph_type = SubgraphType.induced
-        if neighbor_sampler is None:
-            try:
-                neighbor_sampler = DistNeighborSampler(
-                    (fs, gs), num_neighbors=num_neighbors, replace=replace,
-                    subgraph_type=subgraph_type, disjoint=disjoint, seed=seed,
-                    timeout=timeout, weight_attr=weight_attr, time_attr=time_attr,
-                    temporal_strategy=temporal_strategy, server_hops=server_hops)
-            except SamplerError as exc:
-                raise LoaderError(str(exc)) from exc
-        self.prefetch = prefetch
-        self.device = device
-        self._epoch = 0
-        self._rank_sampler = None
-        if ddp:
-            self._rank_sampler = rank_sampler(seeds.size(1), self.rank, self.world_size,
-                                              kwargs, seed=0 if seed is None else seed)
-            kwargs["sampler"] = self._rank_sampler
+        self._share_inputs(kwargs, seeds.size(1), neighbor_sampler, ddp=ddp, seed=seed)
         try:
             super().__init__(data=(fs, gs), link_sampler=neighbor_sampler,
                              edge_label_index=(edge_type, seeds), edge_label=edge_label,
@@ -236,18 +202,8 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
                              **kwargs)
         except ValueError as exc:
             raise LoaderError(f"invalid DataLoader arguments: {exc}") from exc
-        self._seeded = isinstance(neighbor_sampler, SeededSampler)
 
     # Iteration (the seam is pyg_dist.loader.iteration) #######################
-
-    def _work_items(self) -> Iterator[tuple[Union[list[int], Tensor], Optional[int]]]:
-        """The epoch's batches of seed-link positions, each with its seed
-        (an int64 tensor of positions under torch's own batch sampler:
-        :func:`~pyg_dist.loader.index_batches.index_batches`)."""
-        sampler = self.link_sampler
-        batches = index_batches(self.batch_sampler) or self.batch_sampler
-        for index in batches:
-            yield index, (sampler.draw_seed() if self._seeded else None)
 
     def _produce(self, item: tuple[Union[list[int], Tensor], Optional[int]]) -> Data:
         """Samples and fetches one batch (thread-safe)."""
@@ -307,13 +263,6 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         return (f"{self.__class__.__name__}(num_links={self.input_data.row.numel()}, "
                 f"batches={len(self)}, rank={self.rank}/{self.world_size}, "
                 f"split={self.split}, prefetch={self.prefetch})")
-
-
-def _subgraph_type(value: Union[SubgraphType, str]) -> Union[SubgraphType, str]:
-    try:
-        return SubgraphType(value)
-    except ValueError:
-        return value  # the sampler names the valid values
 
 
 def _negative_sampling(neg_sampling: Any, ratio: Any) -> Optional[NegativeSampling]:

@@ -26,7 +26,7 @@ decided in :mod:`pyg_dist.loader.arguments`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Optional, Union
 
 import torch
@@ -36,19 +36,10 @@ from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 
-from pyg_dist.errors import LoaderError, SamplerError
-from pyg_dist.loader.arguments import (
-    check_dataloader_kwargs,
-    check_sampler_args,
-    check_seed_times,
-    check_store_pair,
-)
+from pyg_dist.errors import LoaderError
+from pyg_dist.loader.arguments import check_seed_times, check_store_pair, loader_sampler
 from pyg_dist.loader.batches import data_batch, hetero_batch
-from pyg_dist.loader.ddp import ddp_layout, per_rank_batch_size, rank_sampler
-from pyg_dist.loader.index_batches import index_batches
 from pyg_dist.loader.iteration import DistIteration
-from pyg_dist.sampler.dist_neighbor_sampler import DistNeighborSampler
-from pyg_dist.sampler.protocol import SeededSampler
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
@@ -196,44 +187,18 @@ class DistNeighborLoader(DistIteration, NodeLoader):
             raise LoaderError("input_time is set while time_attr is not; name the node or "
                               "edge time to sample by with time_attr (as PyG's "
                               "NeighborLoader requires)")
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        self.rank, self.world_size = ddp_layout(rank, world_size)
-        self.split = bool(split)
-        ddp = self.world_size > 1 and self.split
-        per_rank_batch_size(kwargs, global_batch_size, self.world_size if ddp else 1,
-                            training=bool(kwargs.get("shuffle")))
-        check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
-                                filter_per_worker=filter_per_worker)
-        check_sampler_args(
-            neighbor_sampler, num_neighbors, ddp=ddp,
-            temporal_strategy=(temporal_strategy, "uniform"), time_attr=(time_attr, None),
-            weight_attr=(weight_attr, None), replace=(replace, False),
-            disjoint=(disjoint, False), directed=(directed, True),
-            subgraph_type=(_subgraph_type(subgraph_type), SubgraphType.directional),
-            seed=(seed, None), timeout=(timeout, None), server_hops=(server_hops, None))
-        if not directed:
-            subgraph_type = SubgraphType.induced
-        if neighbor_sampler is None:
-            try:
-                neighbor_sampler = DistNeighborSampler(
-                    (fs, gs), num_neighbors=num_neighbors, replace=replace,
-                    subgraph_type=subgraph_type, disjoint=disjoint, seed=seed,
-                    timeout=timeout, weight_attr=weight_attr, time_attr=time_attr,
-                    temporal_strategy=temporal_strategy, server_hops=server_hops)
-            except SamplerError as exc:
-                raise LoaderError(str(exc)) from exc
+        ddp = self._set_up(kwargs, prefetch=prefetch, device=device, rank=rank,
+                           world_size=world_size, split=split,
+                           global_batch_size=global_batch_size,
+                           filter_per_worker=filter_per_worker)
+        neighbor_sampler = loader_sampler(
+            (fs, gs), neighbor_sampler, num_neighbors, ddp=ddp, directed=directed,
+            replace=replace, subgraph_type=subgraph_type, disjoint=disjoint, seed=seed,
+            timeout=timeout, weight_attr=weight_attr, time_attr=time_attr,
+            temporal_strategy=temporal_strategy, server_hops=server_hops)
         input_type, nodes, input_id = _input_ids(input_nodes, gs)
         input_time = check_seed_times(input_time, nodes.numel(), time_attr, "input_time")
-        self.prefetch = prefetch
-        self.device = device
-        self._epoch = 0
-        self._rank_sampler = None
-        if ddp:
-            self._rank_sampler = rank_sampler(
-                nodes.numel(), self.rank, self.world_size, kwargs,
-                seed=0 if seed is None else seed)
-            kwargs["sampler"] = self._rank_sampler
+        self._share_inputs(kwargs, nodes.numel(), neighbor_sampler, ddp=ddp, seed=seed)
         try:
             super().__init__(data=(fs, gs), node_sampler=neighbor_sampler,
                              input_nodes=nodes if input_type is None else (input_type, nodes),
@@ -245,23 +210,8 @@ class DistNeighborLoader(DistIteration, NodeLoader):
             # torch's DataLoader checks combinations of its own arguments
             # (batch_sampler with batch_size, ...); same error type as ours.
             raise LoaderError(f"invalid DataLoader arguments: {exc}") from exc
-        self._seeded = isinstance(neighbor_sampler, SeededSampler)
 
     # Iteration (the seam is pyg_dist.loader.iteration.DistIteration) ######
-
-    def _work_items(self) -> Iterator[tuple[Union[list[int], Tensor], Optional[int]]]:
-        """The epoch's batches of input positions, each with its random seed.
-
-        Drawn lazily, in order, on the consumer's thread; a sampler that is
-        not a :class:`~pyg_dist.sampler.SeededSampler` gets ``None`` and
-        draws its own randomness. The positions are an int64 tensor under
-        torch's own batch sampler (:func:`~pyg_dist.loader.index_batches.index_batches`),
-        else the batch sampler's list.
-        """
-        sampler = self.node_sampler
-        batches = index_batches(self.batch_sampler) or self.batch_sampler
-        for index in batches:
-            yield index, (sampler.draw_seed() if self._seeded else None)
 
     def _produce(self, item: tuple[Union[list[int], Tensor], Optional[int]]) -> Data:
         """Samples and fetches one batch (thread-safe)."""
@@ -306,13 +256,6 @@ class DistNeighborLoader(DistIteration, NodeLoader):
         return (f"{self.__class__.__name__}(num_inputs={self.input_data.node.numel()}, "
                 f"batches={len(self)}, rank={self.rank}/{self.world_size}, "
                 f"split={self.split}, prefetch={self.prefetch})")
-
-
-def _subgraph_type(value: Union[SubgraphType, str]) -> Union[SubgraphType, str]:
-    try:
-        return SubgraphType(value)
-    except ValueError:
-        return value  # the sampler names the valid values
 
 
 def _input_ids(input_nodes: Any, gs: RemoteGraphStore

@@ -4,12 +4,12 @@ A loader that mixes in :class:`DistIteration` yields its batches on one of
 three paths: synchronously on the caller's thread (``prefetch=0``), on
 worker threads ``prefetch`` batches ahead
 (:class:`~pyg_dist.loader.prefetch.PrefetchPipeline`), or in the
-``DataLoader``'s own worker processes (``num_workers > 0``). It supplies two
-methods: ``_work_items()`` (the epoch's batches of input positions, each
-with its random seed, drawn in order on the caller's thread) and
-``_produce(item)`` (samples and joins one batch, thread-safe); everything
-else (epochs, the DDP reshuffle, pinning, the copy to ``device``) is here,
-and so are the two things a rank's share means for its user: ``len(loader)``
+``DataLoader``'s own worker processes (``num_workers > 0``). The loader
+supplies ``_produce(item)`` (samples and joins one batch, thread-safe, given
+an item of ``_work_items()``: a batch of input positions and its random
+seed, drawn in order on the caller's thread); everything else (its
+constructor's DDP set-up, epochs, the DDP reshuffle, pinning, the copy to
+``device``) is here, and so are the two things a rank's share means for its user: ``len(loader)``
 and ``len(loader.dataset)`` count this rank's batches and inputs (a tqdm bar
 over them reaches 100%), and :meth:`DistIteration.gather` puts every rank's
 outputs back together in input order (layer-wise inference).
@@ -18,27 +18,66 @@ outputs back together in input order (layer-wise inference).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
 
 from pyg_dist.errors import LoaderError
-from pyg_dist.loader.arguments import pins_memory
+from pyg_dist.loader.arguments import check_dataloader_kwargs, pins_memory
+from pyg_dist.loader.ddp import ddp_layout, per_rank_batch_size, rank_sampler
+from pyg_dist.loader.index_batches import index_batches
+from pyg_dist.sampler.protocol import SeededSampler
 
 
 class DistIteration:
     """Mixin placed before PyG's ``NodeLoader`` / ``LinkLoader`` in the bases.
 
-    The loader sets ``prefetch``, ``device``, ``_epoch`` (0) and
-    ``_rank_sampler`` (a ``DistributedSampler`` or ``None``) in its
-    constructor.
+    The loader's constructor calls :meth:`_set_up` before it reads its
+    inputs and :meth:`_share_inputs` once it knows how many there are, both
+    before PyG's constructor.
     """
 
     prefetch: int
     device: Any
     _epoch: int
     _rank_sampler: Any
+    _sampler: Any
+    _seeded: bool
+
+    def _set_up(self, kwargs: dict[str, Any], *, prefetch: int, device: Any,
+                rank: Optional[int], world_size: Optional[int], split: bool,
+                global_batch_size: Optional[int], filter_per_worker: Optional[bool]) -> bool:
+        """Checks ``prefetch`` and the ``DataLoader`` arguments in ``kwargs``
+        (:func:`~pyg_dist.loader.arguments.check_dataloader_kwargs`), sets the
+        DDP layout and this rank's ``batch_size`` in ``kwargs``.
+
+        Returns:
+            Whether the inputs are split across DDP ranks.
+        """
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise LoaderError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        self.rank, self.world_size = ddp_layout(rank, world_size)
+        self.split = bool(split)
+        ddp = self.world_size > 1 and self.split
+        per_rank_batch_size(kwargs, global_batch_size, self.world_size if ddp else 1,
+                            training=bool(kwargs.get("shuffle")))
+        check_dataloader_kwargs(kwargs, prefetch=prefetch, ddp=ddp,
+                                filter_per_worker=filter_per_worker)
+        self.prefetch, self.device, self._epoch, self._rank_sampler = prefetch, device, 0, None
+        return ddp
+
+    def _share_inputs(self, kwargs: dict[str, Any], num_inputs: int, sampler: Any, *,
+                      ddp: bool, seed: Optional[int]) -> None:
+        """This rank's share of ``num_inputs`` inputs under DDP (a
+        ``DistributedSampler`` put in ``kwargs``, shuffled with ``seed``), and
+        ``sampler``, whose seeds :meth:`_work_items` draws."""
+        if ddp:
+            self._rank_sampler = rank_sampler(num_inputs, self.rank, self.world_size, kwargs,
+                                              seed=0 if seed is None else seed)
+            kwargs["sampler"] = self._rank_sampler
+        self._sampler = sampler
+        self._seeded = isinstance(sampler, SeededSampler)
 
     # DataLoader's __init__ sets ``self.dataset`` (the positions of all the
     # inputs); reading it gives this rank's share of them.
@@ -151,8 +190,18 @@ class DistIteration:
             batch = batch.to(torch.device(self.device), non_blocking=pinned)
         return batch
 
-    def _work_items(self) -> Iterator[Any]:  # pragma: no cover - supplied by the loader
-        raise NotImplementedError
+    def _work_items(self) -> Iterator[tuple[Union[list[int], Tensor], Optional[int]]]:
+        """The epoch's batches of input positions, each with its random seed.
+
+        Drawn lazily, in order, on the consumer's thread; a sampler that is
+        not a :class:`~pyg_dist.sampler.SeededSampler` gets ``None`` and
+        draws its own randomness. The positions are an int64 tensor under
+        torch's own batch sampler (:func:`~pyg_dist.loader.index_batches.index_batches`),
+        else the batch sampler's list.
+        """
+        batches = index_batches(self.batch_sampler) or self.batch_sampler
+        for index in batches:
+            yield index, (self._sampler.draw_seed() if self._seeded else None)
 
     def _produce(self, item: Any) -> Any:  # pragma: no cover - supplied by the loader
         raise NotImplementedError
