@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from pyg_dist.errors import SharedMemoryError
@@ -42,6 +42,35 @@ def reuse_or_reserve(pool: Any, nbytes: int) -> tuple[Optional[Segment], int]:
     return None, size
 
 
+def acquire_segment(pool: Any, nbytes: int,
+                    failed: Callable[[SharedMemoryError], None]) -> Optional[Segment]:
+    """A segment of at least ``nbytes`` from ``pool``: an idle one, or a new
+    one it has room for (:func:`reuse_or_reserve`), counted in its ``_all``.
+    ``None`` when there is no room, when the pool was closed while the
+    segment was made, or when shared memory failed (``failed`` is told; the
+    reservation is given back first). Shared by both pools, as
+    :func:`reuse_or_reserve` is; they also keep ``_lock`` and ``_closed``.
+    """
+    with pool._lock:
+        segment, size = reuse_or_reserve(pool, nbytes)
+    if segment is not None or not size:
+        return segment
+    try:
+        segment = Segment(size)
+    except SharedMemoryError as exc:
+        with pool._lock:
+            pool._held -= size
+        failed(exc)
+        return None
+    with pool._lock:
+        if not pool._closed:
+            pool._all.add(segment)
+            return segment
+        pool._held -= size  # close() ran while it was made
+    segment.close()
+    return None
+
+
 class SegmentPool:
     """A client's segments for one server (thread-safe).
 
@@ -74,27 +103,7 @@ class SegmentPool:
         memory failed."""
         if nbytes < MIN_BYTES or self.disabled is not None:
             return None
-        with self._lock:
-            segment, size = reuse_or_reserve(self, nbytes)
-        if segment is not None or not size:
-            return segment
-        try:
-            segment = Segment(size)
-        except SharedMemoryError as exc:
-            with self._lock:
-                self._held -= size
-            self.disable(str(exc))
-            return None
-        with self._lock:
-            closed = self._closed  # close() ran while it was made
-            if not closed:
-                self._all.add(segment)
-            else:
-                self._held -= size
-        if closed:
-            segment.close()
-            return None
-        return segment
+        return acquire_segment(self, nbytes, lambda exc: self.disable(str(exc)))
 
     def release(self, segment: Segment) -> None:
         """Returns a segment whose request completed, for reuse."""

@@ -60,7 +60,7 @@ import torch
 
 from pyg_dist.errors import SharedMemoryError
 from pyg_dist.rpc.shm.files import HEADER_BYTES, Segment, layout, view
-from pyg_dist.rpc.shm.lending import reuse_or_reserve
+from pyg_dist.rpc.shm.lending import acquire_segment
 from pyg_dist.rpc.shm.page_lock import page_lock, page_unlock
 
 logger = logging.getLogger(__name__)
@@ -242,26 +242,16 @@ class OutputPool:
             return None
 
     def _acquire(self, nbytes: int) -> Optional[Segment]:
-        with self._lock:
-            segment, size = reuse_or_reserve(self, nbytes)
-        if segment is not None or not size:
-            return segment
-        try:
-            segment = Segment(size)
-        except SharedMemoryError as exc:
-            logger.info("no output segments in shared memory, rows are copied: %s", exc)
+        segment = acquire_segment(self, nbytes, self._failed)
+        if segment is not None:
             with self._lock:
-                self._held -= size
-                self.parts.clear()
-            return None
-        with self._lock:
-            if self._closed:
-                self._held -= size
-                segment.close()
-                return None
-            self._all.add(segment)
-            self._mapped[segment] = set()
+                self._mapped.setdefault(segment, set())  # a new one: mapped by none
         return segment
+
+    def _failed(self, exc: SharedMemoryError) -> None:
+        logger.info("no output segments in shared memory, rows are copied: %s", exc)
+        with self._lock:
+            self.parts.clear()
 
     def _page_lock(self, segment: Segment) -> bool:
         """Registers ``segment`` with CUDA unless it is already; after one
