@@ -62,7 +62,7 @@ from pyg_dist.partitioning.dataset_dir import (
     staging_dir,
 )
 from pyg_dist.partitioning.edge_shuffle import EdgeShuffle, shuffle_bytes_per_edge
-from pyg_dist.partitioning.file_names import META_FILE, NODE_IDS, node_file, part_dir, recorder
+from pyg_dist.partitioning.file_names import META_FILE, node_file, part_dir, recorder
 from pyg_dist.partitioning.file_parts import (
     books_of,
     build_meta,
@@ -79,7 +79,12 @@ from pyg_dist.partitioning.memory_limit import (
     default_limit,
     release_freed_memory,
 )
-from pyg_dist.partitioning.node_slices import NODE_WINDOW_OVERHEAD
+from pyg_dist.partitioning.node_slices import (
+    NODE_WINDOW_OVERHEAD,
+    open_node_file,
+    window_by_part,
+    write_node_rows,
+)
 from pyg_dist.partitioning.out_of_core import (
     ASSIGN_BYTES_PER_EDGE,
     assign_parts,
@@ -381,7 +386,6 @@ def _exchange_nodes(tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_p
     the training nodes of this rank's parts."""
     rank, world = dist.get_rank(), dist.get_world_size()
     counts = np.bincount(book, minlength=num_parts)
-    arrays = nodes.arrays
     lo, hi = nodes.num_nodes * rank // world, nodes.num_nodes * (rank + 1) // world
     cursor = np.zeros(num_parts, dtype=np.int64)  # rows of each part below `lo`
     for s in range(0, lo, 1 << 20):
@@ -390,31 +394,22 @@ def _exchange_nodes(tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_p
     train = {}
     try:
         for k in _my_parts(num_parts):
-            specs = {NODE_IDS: (np.dtype(np.int64), (int(counts[k]),))}
-            for name, array in arrays.items():
-                specs[name] = (array.dtype, (int(counts[k]), *array.shape[1:]))
-            files[k] = SafetensorsFile(tmp / node_file(k, key), specs)
+            files[k] = open_node_file(tmp / node_file(k, key), nodes, int(counts[k]))
             train[k] = 0
         start = lo
         while any_rank(start < hi):
             stop = min(start + window, hi)
             outgoing: list[list[Any]] = [[] for _ in range(world)]
             if start < stop:
-                owner = book[start:stop]
-                order = np.argsort(owner, kind="stable")
-                bounds = np.zeros(num_parts + 1, dtype=np.int64)
-                np.cumsum(np.bincount(owner, minlength=num_parts), out=bounds[1:])
-                rows = {name: a.read_rows(start, stop) for name, a in arrays.items()}
-                for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
-                    sel = order[bounds[k]:bounds[k + 1]]
+                for k, ids, rows in window_by_part(nodes, book, num_parts, start, stop):
                     piece = outgoing[k % world]
-                    piece.append(np.array([k, cursor[k], sel.size], dtype=np.int64))
-                    piece.append(sel.astype(np.int64) + start)
-                    piece += [np.ascontiguousarray(rows[name][sel]) for name in arrays]
-                    cursor[k] += sel.size
+                    piece.append(np.array([k, cursor[k], ids.size], dtype=np.int64))
+                    piece.append(ids)
+                    piece += [np.ascontiguousarray(rows[name]) for name in nodes.arrays]
+                    cursor[k] += ids.size
                 bar.update(stop - start)
             for blob in exchange(outgoing):
-                _write_node_rows(blob, files, arrays, counts, train)
+                _write_node_rows(blob, files, nodes.arrays, counts, train)
             start = max(stop, start)
     finally:
         for f in files.values():
@@ -431,15 +426,14 @@ def _write_node_rows(blob: memoryview, files: dict[int, SafetensorsFile],
         if k not in files or first < 0 or n < 0 or first + n > counts[k]:
             raise PartitionError(f"a rank sent node rows {first}+{n} of part {k}, which this "
                                  f"rank does not write or which do not fit it")
-        files[k].write_rows(NODE_IDS, first, np.frombuffer(blob, np.int64, n, at))
+        ids = np.frombuffer(blob, np.int64, n, at)
         at += 8 * n
+        rows = {}
         for name, array in arrays.items():
             size = n * array.row_bytes
-            rows = np.frombuffer(blob[at:at + size], array.dtype).reshape(n, *array.shape[1:])
-            files[k].write_rows(name, first, rows)
-            if name == "train_mask":
-                train[k] += int(np.count_nonzero(rows))
+            rows[name] = np.frombuffer(blob[at:at + size], array.dtype).reshape(n, *array.shape[1:])
             at += size
+        train[k] += write_node_rows(files[k], first, ids, rows)
 
 
 def _exchange_edges(shuffle: EdgeShuffle, chunk: int, mine: list[int], bar: Any) -> None:
