@@ -192,12 +192,23 @@ def assign_parts(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int
         assignment = plugin.assign_stream(stream or EdgeStream(graph, chunk_edges), num_parts)
     else:
         assignment = _assign_in_memory(plugin, graph, num_parts, chunk_edges, limit)
+    return checked_assignment(assignment, graph.num_nodes, num_parts)
+
+
+def checked_assignment(assignment: Any, num_nodes: int, num_parts: int) -> np.ndarray:
+    """A plugin's answer (an integer array or CPU tensor, one part id per
+    node) as a book, in the book's dtype.
+
+    Raises:
+        InvalidPartitionArgumentError: if it is not one integer per node in
+            ``[0, num_parts)``.
+    """
     assignment = np.asarray(assignment)
-    if assignment.ndim != 1 or assignment.shape[0] != graph.num_nodes or not (
+    if assignment.ndim != 1 or assignment.shape[0] != num_nodes or not (
             np.issubdtype(assignment.dtype, np.integer)):
         raise InvalidPartitionArgumentError(
             f"the partitioner returned {assignment.shape} {assignment.dtype} part ids for "
-            f"{graph.num_nodes} nodes; it must return one integer per node")
+            f"{num_nodes} nodes; it must return one per node, an integer")
     if assignment.size and (int(assignment.min()) < 0 or int(assignment.max()) >= num_parts):
         raise InvalidPartitionArgumentError(
             f"the partitioner's output is invalid: part ids must lie in [0, {num_parts})")

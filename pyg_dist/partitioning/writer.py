@@ -24,8 +24,6 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import InvalidPartitionArgumentError, PygDistError
-from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.partitioning.dataset_dir import (
     build_partitioner,
     check_num_parts,
@@ -38,10 +36,10 @@ from pyg_dist.partitioning.feature_dtype import feature_dtype_of, with_feature_d
 from pyg_dist.partitioning.file_names import META_FILE
 from pyg_dist.partitioning.file_parts import write_parts
 from pyg_dist.partitioning.file_source import FileGraph
-from pyg_dist.partitioning.graph import PartitionInput
 from pyg_dist.partitioning.inputs import is_hetero_data, split_attributes, split_hetero_attributes
 from pyg_dist.partitioning.memory_limit import MemoryBudget, default_limit
 from pyg_dist.partitioning.memory_source import graph_source
+from pyg_dist.partitioning.out_of_core import checked_assignment
 from pyg_dist.partitioning.reader import PartitionReader
 from pyg_dist.partitioning.splits import with_splits
 from pyg_dist.plugins import PluginRegistry, default_registry
@@ -119,7 +117,10 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
     # before the partitioner runs (minutes for METIS on a big graph).
     with staged(root) as tmp:
         logger.info("%s: assigning %d nodes to %d parts", partitioner, total_nodes, num_parts)
-        node_part = _run_plugin(plugin, graph.partition_input(), num_parts).to_tensor().numpy()
+        assignment = plugin.assign(graph.partition_input(), num_parts)
+        if isinstance(assignment, Tensor):
+            assignment = assignment.detach().cpu()
+        node_part = checked_assignment(assignment, total_nodes, num_parts)
         meta = write_parts(tmp, source, node_part, num_parts,
                            _budget(source, num_parts), progress)
         meta["graph_name"] = graph_name
@@ -127,20 +128,6 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
     logger.info("partitioned %d nodes into %d parts at %s", total_nodes, num_parts, root)
     return PartitionReader(root, verify=False)
-
-
-def _run_plugin(plugin: Any, view: PartitionInput, num_parts: int) -> PartitionBook:
-    assignment = plugin.assign(view, num_parts)
-    if not isinstance(assignment, Tensor):
-        assignment = torch.as_tensor(assignment)
-    if assignment.dim() != 1 or assignment.numel() != view.num_nodes:
-        raise InvalidPartitionArgumentError(
-            f"the partitioner returned {tuple(assignment.shape)} part ids for "
-            f"{view.num_nodes} nodes; it must return one per node")
-    try:
-        return PartitionBook(assignment, num_parts)
-    except PygDistError as exc:
-        raise InvalidPartitionArgumentError(f"the partitioner's output is invalid: {exc}") from exc
 
 
 def _budget(source: FileGraph, num_parts: int) -> MemoryBudget:
