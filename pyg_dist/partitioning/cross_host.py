@@ -61,17 +61,9 @@ from pyg_dist.partitioning.dataset_dir import (
     staged,
     staging_dir,
 )
-from pyg_dist.partitioning.edge_shuffle import EdgeShuffle, shuffle_bytes_per_edge
-from pyg_dist.partitioning.file_names import META_FILE, node_file, part_dir, recorder
-from pyg_dist.partitioning.file_parts import (
-    books_of,
-    build_meta,
-    halo_bitmaps,
-    new_shuffles,
-    rows_of,
-    write_books,
-    write_part_csc,
-)
+from pyg_dist.partitioning.edge_shuffle import EdgeShuffle
+from pyg_dist.partitioning.file_names import META_FILE, node_file
+from pyg_dist.partitioning.file_parts import OneHost, write_parts
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph, NodeSet
 from pyg_dist.partitioning.memory_limit import (
     bounded_allocation,
@@ -80,7 +72,6 @@ from pyg_dist.partitioning.memory_limit import (
     release_freed_memory,
 )
 from pyg_dist.partitioning.node_slices import (
-    NODE_WINDOW_OVERHEAD,
     open_node_file,
     window_by_part,
     write_node_rows,
@@ -174,8 +165,8 @@ def partition_files_across_ranks(
                                     cap=chunk_edges)
             node_part = _assign_book(plugin, graph, num_parts, budget, guard)
             with _shared_staging(root, overwrite, guard) as (tmp, leader):
-                meta = _write(tmp, graph, node_part, num_parts, budget, leader,
-                              progress and dist.get_rank() == 0)
+                meta = write_parts(tmp, graph, node_part, num_parts, budget,
+                                   progress and dist.get_rank() == 0, _Ranks(leader))
                 meta["graph_name"] = graph_name
                 meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
                 if leader:
@@ -338,45 +329,34 @@ def _my_parts(num_parts: int) -> list[int]:
     return list(range(dist.get_rank(), num_parts, dist.get_world_size()))
 
 
-def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int, budget: Any,
-           leader: bool, progress: bool) -> dict[str, Any]:
-    from tqdm.auto import tqdm
+class _Ranks(OneHost):
+    """The passes across the ranks: each rank reads its range of the input
+    and sends every row to the rank that writes its part (``k % world``);
+    windows and chunks are the smallest any rank can take."""
 
-    files: dict[str, dict[str, Any]] = {}
-    record = recorder(tmp, files)
-    books = books_of(graph, node_part)
-    book_entries = write_books(tmp, books, record, write=leader)
-    mine = _my_parts(num_parts)
-    for k in mine:
-        (tmp / part_dir(k)).mkdir()
-    train = {}
-    with tqdm(total=graph.num_nodes, desc="nodes", unit="node", disable=not progress) as bar:
-        for key, nodes in graph.nodes.items():
-            row_bytes = sum(2 * a.row_bytes for a in nodes.arrays.values())
-            window = agree_min(budget.chunk_rows(row_bytes + NODE_WINDOW_OVERHEAD,
-                                                  _round_share()))
-            train[key] = _exchange_nodes(tmp, key, nodes, books[key], num_parts, window, bar)
-    release_freed_memory()
-    spill_root = tmp / f".spill-{dist.get_rank()}"
-    shuffles = new_shuffles(spill_root, graph, books, num_parts)
-    with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
-              disable=not progress) as bar:
-        for key, shuffle in shuffles.items():
-            chunk = budget.chunk_rows(shuffle_bytes_per_edge(
-                graph.edges[key].attribute_row_bytes), _round_share())
-            _exchange_edges(shuffle, agree_min(chunk), mine, bar)
-            release_freed_memory()
-    halo = halo_bitmaps(graph)
-    rows = rows_of(books, num_parts)
-    entries = []
-    with tqdm(total=None, desc="csc", unit="edge", disable=not progress) as bar:
-        for k in mine:
-            entries.append(write_part_csc(tmp, graph, books, rows, shuffles, k,
-                                          {key: t.get(k, 0) for key, t in train.items()},
-                                          halo, budget, bar, record, by_edge_id=True))
-    shutil.rmtree(spill_root)
-    entries, files = _merge(gather_json({"entries": entries, "files": files}))
-    return build_meta(graph, books, book_entries, entries, files)
+    by_edge_id = True  # records arrive from every rank, in no edge order
+
+    def __init__(self, leader: bool) -> None:
+        self.writes_books = leader
+        self.spill_name = f".spill-{dist.get_rank()}"
+        self.share = _round_share()
+
+    def parts(self, num_parts: int) -> list[int]:
+        return _my_parts(num_parts)
+
+    def rows(self, count: int) -> int:
+        return agree_min(count)
+
+    def nodes(self, tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_parts: int,
+              window: int, bar: Any) -> dict[int, int]:
+        return _exchange_nodes(tmp, key, nodes, book, num_parts, window, bar)
+
+    def edges(self, shuffle: EdgeShuffle, chunk: int, bar: Any) -> None:
+        _exchange_edges(shuffle, chunk, _my_parts(shuffle.num_parts), bar)
+
+    def gather(self, entries: list[dict[str, Any]], files: dict[str, Any]
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return _merge(gather_json({"entries": entries, "files": files}))
 
 
 def _exchange_nodes(tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_parts: int,
