@@ -46,6 +46,20 @@ class PartitionInput:
     node_type: Optional[Tensor] = None
     node_types: Optional[list[str]] = None
 
+    @classmethod
+    def of_types(cls, num_nodes: dict[Optional[str], int], edge_index: Tensor,
+                 train_mask: Optional[Tensor] = None) -> PartitionInput:
+        """The view of a graph whose node types (``num_nodes``: type ->
+        count, in the graph's order) are concatenated in order; one type
+        ``None`` gives a homogeneous graph's input."""
+        total = sum(num_nodes.values())
+        if list(num_nodes) == [None]:
+            return cls(total, edge_index, train_mask=train_mask)
+        counts = torch.tensor(list(num_nodes.values()), dtype=torch.int64)
+        return cls(total, edge_index, train_mask=train_mask,
+                   node_type=torch.repeat_interleave(torch.arange(len(counts)), counts),
+                   node_types=list(num_nodes))
+
     @property
     def is_hetero(self) -> bool:
         """Whether this is the homogeneous view of a heterogeneous graph."""

@@ -246,12 +246,7 @@ def _assign_in_memory(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges
         first += src.size
     train_mask = torch.from_numpy(graph.view_train_mask(0, graph.num_nodes)) \
         if graph.has_train_mask() else None
-    node_type, node_types = None, None
-    if graph.is_hetero:
-        node_types = list(graph.nodes)
-        counts = torch.tensor([n.num_nodes for n in graph.nodes.values()])
-        node_type = torch.repeat_interleave(torch.arange(len(node_types)), counts)
-    result = plugin.assign(PartitionInput(graph.num_nodes, edge_index, train_mask=train_mask,
-                                          node_type=node_type, node_types=node_types),
-                           num_parts)
+    view = PartitionInput.of_types({key: n.num_nodes for key, n in graph.nodes.items()},
+                                   edge_index, train_mask)
+    result = plugin.assign(view, num_parts)
     return result.numpy() if isinstance(result, torch.Tensor) else result
