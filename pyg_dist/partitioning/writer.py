@@ -115,9 +115,14 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
     plugin = build_partitioner(registry, partitioner, options)
     # The staging directory comes first: an unwritable ROOT is refused
     # before the partitioner runs (minutes for METIS on a big graph).
+    from tqdm.auto import tqdm
+
     with staged(root) as tmp:
-        logger.info("%s: assigning %d nodes to %d parts", partitioner, total_nodes, num_parts)
-        assignment = plugin.assign(graph.partition_input(), num_parts)
+        # The writing passes show a bar each (nodes, shuffle edges, csc).
+        with tqdm(total=1, desc="partition", unit="step", disable=not progress) as bar:
+            bar.set_postfix_str(f"{partitioner}: assigning {total_nodes} nodes")
+            assignment = plugin.assign(graph.partition_input(), num_parts)
+            bar.update(1)
         if isinstance(assignment, Tensor):
             assignment = assignment.detach().cpu()
         node_part = checked_assignment(assignment, total_nodes, num_parts)
