@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -62,7 +61,7 @@ from pyg_dist.partitioning.dataset_dir import (
     staging_dir,
 )
 from pyg_dist.partitioning.edge_shuffle import EdgeShuffle
-from pyg_dist.partitioning.file_names import META_FILE, node_file
+from pyg_dist.partitioning.file_names import node_file
 from pyg_dist.partitioning.file_parts import OneHost, write_parts
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph, NodeSet
 from pyg_dist.partitioning.memory_limit import (
@@ -166,11 +165,10 @@ def partition_files_across_ranks(
             node_part = _assign_book(plugin, graph, num_parts, budget, guard)
             with _shared_staging(root, overwrite, guard) as (tmp, leader):
                 meta = write_parts(tmp, graph, node_part, num_parts, budget,
-                                   progress and dist.get_rank() == 0, _Ranks(leader))
-                meta["graph_name"] = graph_name
-                meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
-                if leader:
-                    (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+                                   progress and dist.get_rank() == 0,
+                                   {"graph_name": graph_name, "partitioner":
+                                    partitioner_record(registry, partitioner, plugin)},
+                                   _Ranks(leader))
                 dist.barrier()  # every rank of this file system has written its parts
             # A leader whose rename failed fails every rank (other hosts' ROOTs
             # are in place by then: a rename cannot be taken back).
@@ -337,7 +335,7 @@ class _Ranks(OneHost):
     by_edge_id = True  # records arrive from every rank, in no edge order
 
     def __init__(self, leader: bool) -> None:
-        self.writes_books = leader
+        self.leads = leader
         self.spill_name = f".spill-{dist.get_rank()}"
         self.share = _round_share()
 

@@ -8,6 +8,7 @@ type version 2, and ``meta.json`` exactly as the in-memory writer
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from pyg_dist.partitioning.file_names import (
     FORMAT_NAME,
     FORMAT_VERSION,
     HETERO_FORMAT_VERSION,
+    META_FILE,
     book_file,
     edge_ends,
     edge_file,
@@ -48,7 +50,8 @@ class OneHost:
     spill_name = ".spill"
     share = 1.0
     """Share of the working memory a window or chunk may take."""
-    writes_books = True
+    leads = True
+    """Whether this process writes the books and ``meta.json``."""
     by_edge_id = False
     """Whether the spill files hold edges in no edge order (sort by edge id)."""
 
@@ -78,9 +81,10 @@ class OneHost:
 
 
 def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
-                budget: MemoryBudget, progress: bool,
+                budget: MemoryBudget, progress: bool, about: dict[str, Any],
                 host: Optional[OneHost] = None) -> dict[str, Any]:
-    """Writes every file of the dataset into ``tmp`` (this host's parts).
+    """Writes every file of the dataset into ``tmp`` (this host's parts), and
+    ``meta.json`` where this process leads.
 
     Args:
         tmp: The staging directory.
@@ -89,11 +93,13 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
         num_parts: K.
         budget: Sizes the windows, chunks and buckets.
         progress: Show a tqdm bar per pass.
+        about: What ``meta.json`` records besides the graph and its parts
+            (``graph_name``, ``partitioner``).
         host: How rows move between the processes writing the parts
             (``None``: :class:`OneHost`).
 
     Returns:
-        ``meta.json``'s content without the partitioner and graph name.
+        ``meta.json``'s content.
     """
     from tqdm.auto import tqdm
 
@@ -101,7 +107,7 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
     files: dict[str, dict[str, Any]] = {}
     record = recorder(tmp, files)
     books = books_of(graph, node_part)
-    book_entries = write_books(tmp, books, record, write=host.writes_books)
+    book_entries = write_books(tmp, books, record, write=host.leads)
     parts = host.parts(num_parts)
     for k in parts:
         (tmp / part_dir(k)).mkdir()
@@ -130,7 +136,10 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
                                            {key: t.get(k, 0) for key, t in train.items()},
                                            halo, budget, bar, record, host.by_edge_id))
     shutil.rmtree(spill_root)
-    return build_meta(graph, books, book_entries, *host.gather(entries, files))
+    meta = {**build_meta(graph, books, book_entries, *host.gather(entries, files)), **about}
+    if host.leads:
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    return meta
 
 
 def books_of(graph: FileGraph, node_part: np.ndarray) -> dict[NodeKey, np.ndarray]:

@@ -25,7 +25,6 @@ Nothing here imports torch unless a plugin needs the in-memory fallback.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -42,7 +41,6 @@ from pyg_dist.partitioning.dataset_dir import (
     staged,
 )
 from pyg_dist.partitioning.edge_shuffle import shuffle_bytes_per_edge
-from pyg_dist.partitioning.file_names import META_FILE
 from pyg_dist.partitioning.file_parts import write_parts
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph
 from pyg_dist.partitioning.memory_limit import (
@@ -122,10 +120,9 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     with bounded_allocation():
         node_part, budget = _assign_within(plugin, graph, num_parts, limit, chunk_edges)
         with staged(root) as tmp:
-            meta = write_parts(tmp, graph, node_part, num_parts, budget, progress)
-            meta["graph_name"] = graph_name
-            meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+            meta = write_parts(tmp, graph, node_part, num_parts, budget, progress,
+                               {"graph_name": graph_name,
+                                "partitioner": partitioner_record(registry, partitioner, plugin)})
     logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
     return meta
 

@@ -14,7 +14,6 @@ same bytes either way.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -33,7 +32,6 @@ from pyg_dist.partitioning.dataset_dir import (
 )
 from pyg_dist.partitioning.edge_shuffle import shuffle_bytes_per_edge
 from pyg_dist.partitioning.feature_dtype import feature_dtype_of, with_feature_dtype
-from pyg_dist.partitioning.file_names import META_FILE
 from pyg_dist.partitioning.file_parts import write_parts
 from pyg_dist.partitioning.file_source import FileGraph
 from pyg_dist.partitioning.inputs import is_hetero_data, split_attributes, split_hetero_attributes
@@ -126,11 +124,9 @@ def partition(data: Any, num_parts: int, root: Union[str, os.PathLike],
         if isinstance(assignment, Tensor):
             assignment = assignment.detach().cpu()
         node_part = checked_assignment(assignment, total_nodes, num_parts)
-        meta = write_parts(tmp, source, node_part, num_parts,
-                           _budget(source, num_parts), progress)
-        meta["graph_name"] = graph_name
-        meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+        write_parts(tmp, source, node_part, num_parts, _budget(source, num_parts), progress,
+                    {"graph_name": graph_name,
+                     "partitioner": partitioner_record(registry, partitioner, plugin)})
     logger.info("partitioned %d nodes into %d parts at %s", total_nodes, num_parts, root)
     return PartitionReader(root, verify=False)
 
