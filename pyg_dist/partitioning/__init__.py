@@ -11,6 +11,7 @@ Public names::
     HeteroPartitionBook                  (node type, id) -> part, one book per type
     PartitionReader, PartData            reading a dataset back
     NodePart, EdgePart                   one part's node type / edge type (load_nodes, load_edges)
+    splitmix64                           the ids' hash of the hash partitioner (numpy)
 
 Names are imported on first use (PEP 562): partitioning from files
 (:mod:`~pyg_dist.partitioning.out_of_core`) runs without importing torch,
@@ -36,6 +37,7 @@ _EXPORTS = {
     "StreamingPartitioner": "pyg_dist.partitioning.file_source",
     "partition": "pyg_dist.partitioning.writer",
     "partition_files": "pyg_dist.partitioning.out_of_core",
+    "splitmix64": "pyg_dist.partitioning.splitmix",
     "symmetric_csr": "pyg_dist.partitioning.graph",
 }
 

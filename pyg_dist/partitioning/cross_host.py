@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -61,17 +60,9 @@ from pyg_dist.partitioning.dataset_dir import (
     staged,
     staging_dir,
 )
-from pyg_dist.partitioning.edge_shuffle import EdgeShuffle, shuffle_bytes_per_edge
-from pyg_dist.partitioning.file_names import META_FILE, NODE_IDS, node_file, part_dir, recorder
-from pyg_dist.partitioning.file_parts import (
-    books_of,
-    build_meta,
-    halo_bitmaps,
-    new_shuffles,
-    rows_of,
-    write_books,
-    write_part_csc,
-)
+from pyg_dist.partitioning.edge_shuffle import EdgeShuffle
+from pyg_dist.partitioning.file_names import node_file
+from pyg_dist.partitioning.file_parts import OneHost, write_parts
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph, NodeSet
 from pyg_dist.partitioning.memory_limit import (
     bounded_allocation,
@@ -79,7 +70,11 @@ from pyg_dist.partitioning.memory_limit import (
     default_limit,
     release_freed_memory,
 )
-from pyg_dist.partitioning.node_slices import NODE_WINDOW_OVERHEAD
+from pyg_dist.partitioning.node_slices import (
+    open_node_file,
+    window_by_part,
+    write_node_rows,
+)
 from pyg_dist.partitioning.out_of_core import (
     ASSIGN_BYTES_PER_EDGE,
     assign_parts,
@@ -169,12 +164,11 @@ def partition_files_across_ranks(
                                     cap=chunk_edges)
             node_part = _assign_book(plugin, graph, num_parts, budget, guard)
             with _shared_staging(root, overwrite, guard) as (tmp, leader):
-                meta = _write(tmp, graph, node_part, num_parts, budget, leader,
-                              progress and dist.get_rank() == 0)
-                meta["graph_name"] = graph_name
-                meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
-                if leader:
-                    (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+                meta = write_parts(tmp, graph, node_part, num_parts, budget,
+                                   progress and dist.get_rank() == 0,
+                                   {"graph_name": graph_name, "partitioner":
+                                    partitioner_record(registry, partitioner, plugin)},
+                                   _Ranks(leader))
                 dist.barrier()  # every rank of this file system has written its parts
             # A leader whose rename failed fails every rank (other hosts' ROOTs
             # are in place by then: a rename cannot be taken back).
@@ -333,45 +327,34 @@ def _my_parts(num_parts: int) -> list[int]:
     return list(range(dist.get_rank(), num_parts, dist.get_world_size()))
 
 
-def _write(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int, budget: Any,
-           leader: bool, progress: bool) -> dict[str, Any]:
-    from tqdm.auto import tqdm
+class _Ranks(OneHost):
+    """The passes across the ranks: each rank reads its range of the input
+    and sends every row to the rank that writes its part (``k % world``);
+    windows and chunks are the smallest any rank can take."""
 
-    files: dict[str, dict[str, Any]] = {}
-    record = recorder(tmp, files)
-    books = books_of(graph, node_part)
-    book_entries = write_books(tmp, books, record, write=leader)
-    mine = _my_parts(num_parts)
-    for k in mine:
-        (tmp / part_dir(k)).mkdir()
-    train = {}
-    with tqdm(total=graph.num_nodes, desc="nodes", unit="node", disable=not progress) as bar:
-        for key, nodes in graph.nodes.items():
-            row_bytes = sum(2 * a.row_bytes for a in nodes.arrays.values())
-            window = agree_min(budget.chunk_rows(row_bytes + NODE_WINDOW_OVERHEAD,
-                                                  _round_share()))
-            train[key] = _exchange_nodes(tmp, key, nodes, books[key], num_parts, window, bar)
-    release_freed_memory()
-    spill_root = tmp / f".spill-{dist.get_rank()}"
-    shuffles = new_shuffles(spill_root, graph, books, num_parts)
-    with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
-              disable=not progress) as bar:
-        for key, shuffle in shuffles.items():
-            chunk = budget.chunk_rows(shuffle_bytes_per_edge(
-                graph.edges[key].attribute_row_bytes), _round_share())
-            _exchange_edges(shuffle, agree_min(chunk), mine, bar)
-            release_freed_memory()
-    halo = halo_bitmaps(graph)
-    rows = rows_of(books, num_parts)
-    entries = []
-    with tqdm(total=None, desc="csc", unit="edge", disable=not progress) as bar:
-        for k in mine:
-            entries.append(write_part_csc(tmp, graph, books, rows, shuffles, k,
-                                          {key: t.get(k, 0) for key, t in train.items()},
-                                          halo, budget, bar, record, by_edge_id=True))
-    shutil.rmtree(spill_root)
-    entries, files = _merge(gather_json({"entries": entries, "files": files}))
-    return build_meta(graph, books, book_entries, entries, files)
+    by_edge_id = True  # records arrive from every rank, in no edge order
+
+    def __init__(self, leader: bool) -> None:
+        self.leads = leader
+        self.spill_name = f".spill-{dist.get_rank()}"
+        self.share = _round_share()
+
+    def parts(self, num_parts: int) -> list[int]:
+        return _my_parts(num_parts)
+
+    def rows(self, count: int) -> int:
+        return agree_min(count)
+
+    def nodes(self, tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_parts: int,
+              window: int, bar: Any) -> dict[int, int]:
+        return _exchange_nodes(tmp, key, nodes, book, num_parts, window, bar)
+
+    def edges(self, shuffle: EdgeShuffle, chunk: int, bar: Any) -> None:
+        _exchange_edges(shuffle, chunk, _my_parts(shuffle.num_parts), bar)
+
+    def gather(self, entries: list[dict[str, Any]], files: dict[str, Any]
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return _merge(gather_json({"entries": entries, "files": files}))
 
 
 def _exchange_nodes(tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_parts: int,
@@ -381,7 +364,6 @@ def _exchange_nodes(tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_p
     the training nodes of this rank's parts."""
     rank, world = dist.get_rank(), dist.get_world_size()
     counts = np.bincount(book, minlength=num_parts)
-    arrays = nodes.arrays
     lo, hi = nodes.num_nodes * rank // world, nodes.num_nodes * (rank + 1) // world
     cursor = np.zeros(num_parts, dtype=np.int64)  # rows of each part below `lo`
     for s in range(0, lo, 1 << 20):
@@ -390,31 +372,22 @@ def _exchange_nodes(tmp: Path, key: Any, nodes: NodeSet, book: np.ndarray, num_p
     train = {}
     try:
         for k in _my_parts(num_parts):
-            specs = {NODE_IDS: (np.dtype(np.int64), (int(counts[k]),))}
-            for name, array in arrays.items():
-                specs[name] = (array.dtype, (int(counts[k]), *array.shape[1:]))
-            files[k] = SafetensorsFile(tmp / node_file(k, key), specs)
+            files[k] = open_node_file(tmp / node_file(k, key), nodes, int(counts[k]))
             train[k] = 0
         start = lo
         while any_rank(start < hi):
             stop = min(start + window, hi)
             outgoing: list[list[Any]] = [[] for _ in range(world)]
             if start < stop:
-                owner = book[start:stop]
-                order = np.argsort(owner, kind="stable")
-                bounds = np.zeros(num_parts + 1, dtype=np.int64)
-                np.cumsum(np.bincount(owner, minlength=num_parts), out=bounds[1:])
-                rows = {name: a.read_rows(start, stop) for name, a in arrays.items()}
-                for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
-                    sel = order[bounds[k]:bounds[k + 1]]
+                for k, ids, rows in window_by_part(nodes, book, num_parts, start, stop):
                     piece = outgoing[k % world]
-                    piece.append(np.array([k, cursor[k], sel.size], dtype=np.int64))
-                    piece.append(sel.astype(np.int64) + start)
-                    piece += [np.ascontiguousarray(rows[name][sel]) for name in arrays]
-                    cursor[k] += sel.size
+                    piece.append(np.array([k, cursor[k], ids.size], dtype=np.int64))
+                    piece.append(ids)
+                    piece += [np.ascontiguousarray(rows[name]) for name in nodes.arrays]
+                    cursor[k] += ids.size
                 bar.update(stop - start)
             for blob in exchange(outgoing):
-                _write_node_rows(blob, files, arrays, counts, train)
+                _write_node_rows(blob, files, nodes.arrays, counts, train)
             start = max(stop, start)
     finally:
         for f in files.values():
@@ -431,15 +404,14 @@ def _write_node_rows(blob: memoryview, files: dict[int, SafetensorsFile],
         if k not in files or first < 0 or n < 0 or first + n > counts[k]:
             raise PartitionError(f"a rank sent node rows {first}+{n} of part {k}, which this "
                                  f"rank does not write or which do not fit it")
-        files[k].write_rows(NODE_IDS, first, np.frombuffer(blob, np.int64, n, at))
+        ids = np.frombuffer(blob, np.int64, n, at)
         at += 8 * n
+        rows = {}
         for name, array in arrays.items():
             size = n * array.row_bytes
-            rows = np.frombuffer(blob[at:at + size], array.dtype).reshape(n, *array.shape[1:])
-            files[k].write_rows(name, first, rows)
-            if name == "train_mask":
-                train[k] += int(np.count_nonzero(rows))
+            rows[name] = np.frombuffer(blob[at:at + size], array.dtype).reshape(n, *array.shape[1:])
             at += size
+        train[k] += write_node_rows(files[k], first, ids, rows)
 
 
 def _exchange_edges(shuffle: EdgeShuffle, chunk: int, mine: list[int], bar: Any) -> None:

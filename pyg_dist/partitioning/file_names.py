@@ -45,10 +45,13 @@ def edge_ends(edge_type: Optional[tuple[str, str, str]]
 
 
 def feature_specs(arrays: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``meta.json``'s record of feature arrays (torch tensors or numpy
-    arrays): per name its dtype's short name (``float32``) and its shape
-    without the row dimension."""
-    return {name: {"dtype": str(a.dtype).removeprefix("torch."), "shape": list(a.shape[1:])}
+    """``meta.json``'s record of feature arrays (anything with a numpy
+    ``dtype`` and a ``shape``): per name its dtype's name (``float32``) and
+    its shape without the row dimension. bfloat16 rows travel as a one-field
+    numpy record named ``bfloat16``
+    (:data:`~pyg_dist.partitioning.safetensors_stream.BFLOAT16`): the field
+    names the dtype."""
+    return {name: {"dtype": (a.dtype.names or [str(a.dtype)])[0], "shape": list(a.shape[1:])}
             for name, a in arrays.items()}
 
 

@@ -8,10 +8,11 @@ type version 2, and ``meta.json`` exactly as the in-memory writer
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from pyg_dist.partitioning.file_names import (
     FORMAT_NAME,
     FORMAT_VERSION,
     HETERO_FORMAT_VERSION,
+    META_FILE,
     book_file,
     edge_ends,
     edge_file,
@@ -40,9 +42,49 @@ from pyg_dist.partitioning.safetensors_stream import SafetensorsFile
 from pyg_dist.partitioning.stats import PartStats, balance, one_type_parts, summarize
 
 
+class OneHost:
+    """How the passes move rows on one host: straight into this process's
+    files, every part written here. :mod:`~pyg_dist.partitioning.cross_host`
+    gives the ranks' version (rows sent to the rank that writes their part)."""
+
+    spill_name = ".spill"
+    share = 1.0
+    """Share of the working memory a window or chunk may take."""
+    leads = True
+    """Whether this process writes the books and ``meta.json``."""
+    by_edge_id = False
+    """Whether the spill files hold edges in no edge order (sort by edge id)."""
+
+    def parts(self, num_parts: int) -> list[int]:
+        """The parts this process writes."""
+        return list(range(num_parts))
+
+    def rows(self, count: int) -> int:
+        """Rows of a window or chunk (the ranks agree on theirs)."""
+        return count
+
+    def nodes(self, tmp: Path, key: NodeKey, nodes: Any, book: np.ndarray, num_parts: int,
+              window: int, bar: Any) -> dict[int, int]:
+        """The node pass of one node type; the training nodes of each part written."""
+        train = write_node_files(tmp, nodes, book, num_parts, window, bar,
+                                 lambda k: node_file(k, key))
+        return dict(enumerate(train))
+
+    def edges(self, shuffle: EdgeShuffle, chunk: int, bar: Any) -> None:
+        """The shuffle pass of one edge type."""
+        shuffle.spill(chunk, bar)
+
+    def gather(self, entries: list[dict[str, Any]], files: dict[str, Any]
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Every part's ``meta.json`` entry and every file's checksum."""
+        return entries, files
+
+
 def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: int,
-                budget: MemoryBudget, progress: bool) -> dict[str, Any]:
-    """Writes every file of the dataset into ``tmp``.
+                budget: MemoryBudget, progress: bool, about: dict[str, Any],
+                host: Optional[OneHost] = None) -> dict[str, Any]:
+    """Writes every file of the dataset into ``tmp`` (this host's parts), and
+    ``meta.json`` where this process leads.
 
     Args:
         tmp: The staging directory.
@@ -51,38 +93,53 @@ def write_parts(tmp: Path, graph: FileGraph, node_part: np.ndarray, num_parts: i
         num_parts: K.
         budget: Sizes the windows, chunks and buckets.
         progress: Show a tqdm bar per pass.
+        about: What ``meta.json`` records besides the graph and its parts
+            (``graph_name``, ``partitioner``).
+        host: How rows move between the processes writing the parts
+            (``None``: :class:`OneHost`).
 
     Returns:
-        ``meta.json``'s content without the partitioner and graph name.
+        ``meta.json``'s content.
     """
     from tqdm.auto import tqdm
 
+    host = host or OneHost()
     files: dict[str, dict[str, Any]] = {}
     record = recorder(tmp, files)
     books = books_of(graph, node_part)
-    book_entries = write_books(tmp, books, record)
-    for k in range(num_parts):
+    book_entries = write_books(tmp, books, record, write=host.leads)
+    parts = host.parts(num_parts)
+    for k in parts:
         (tmp / part_dir(k)).mkdir()
     train = {}
     with tqdm(total=graph.num_nodes, desc="nodes", unit="node", disable=not progress) as bar:
         for key, nodes in graph.nodes.items():
             row_bytes = sum(2 * a.row_bytes for a in nodes.arrays.values())
-            train[key] = write_node_files(
-                tmp, nodes, books[key], num_parts,
-                budget.chunk_rows(row_bytes + NODE_WINDOW_OVERHEAD), bar,
-                lambda k, key=key: node_file(k, key))
+            window = host.rows(budget.chunk_rows(row_bytes + NODE_WINDOW_OVERHEAD, host.share))
+            train[key] = host.nodes(tmp, key, nodes, books[key], num_parts, window, bar)
     release_freed_memory()
-    shuffles = _shuffle(tmp / ".spill", graph, books, num_parts, budget, progress)
-    halo = halo_bitmaps(graph)
-    rows = rows_of(books, num_parts)
+    spill_root = tmp / host.spill_name
+    shuffles = _new_shuffles(spill_root, graph, books, num_parts)
+    with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
+              disable=not progress) as bar:
+        for key, shuffle in shuffles.items():
+            host.edges(shuffle, host.rows(budget.chunk_rows(shuffle_bytes_per_edge(
+                graph.edges[key].attribute_row_bytes), host.share)), bar)
+            release_freed_memory()
+    halo = {key: np.zeros(n.num_nodes, dtype=np.bool_) for key, n in graph.nodes.items()}
+    rows = {key: part_rows(book, num_parts) for key, book in books.items()}
     entries = []
-    with tqdm(total=graph.num_edges, desc="csc", unit="edge", disable=not progress) as bar:
-        for k in range(num_parts):
-            entries.append(write_part_csc(tmp, graph, books, rows, shuffles, k,
-                                          {key: t[k] for key, t in train.items()}, halo,
-                                          budget, bar, record))
-    shutil.rmtree(tmp / ".spill")
-    return build_meta(graph, books, book_entries, entries, files)
+    with tqdm(total=graph.num_edges if len(parts) == num_parts else None, desc="csc",
+              unit="edge", disable=not progress) as bar:
+        for k in parts:
+            entries.append(_write_part_csc(tmp, graph, books, rows, shuffles, k,
+                                           {key: t.get(k, 0) for key, t in train.items()},
+                                           halo, budget, bar, record, host.by_edge_id))
+    shutil.rmtree(spill_root)
+    meta = {**build_meta(graph, books, book_entries, *host.gather(entries, files)), **about}
+    if host.leads:
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    return meta
 
 
 def books_of(graph: FileGraph, node_part: np.ndarray) -> dict[NodeKey, np.ndarray]:
@@ -107,33 +164,7 @@ def write_books(tmp: Path, books: dict[NodeKey, np.ndarray], record: Callable[[s
     return entries
 
 
-def halo_bitmaps(graph: FileGraph) -> dict[NodeKey, np.ndarray]:
-    """One byte a node, per node type: the scratch of :func:`write_part_csc`."""
-    return {key: np.zeros(n.num_nodes, dtype=np.bool_) for key, n in graph.nodes.items()}
-
-
-def rows_of(books: dict[NodeKey, np.ndarray], num_parts: int) -> dict[NodeKey, np.ndarray]:
-    """Every node's row in its part, per node type (4 bytes a node; the
-    assignment's 8 bytes a node, budgeted for the assign pass, are free by
-    then)."""
-    return {key: part_rows(book, num_parts) for key, book in books.items()}
-
-
-def _shuffle(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
-             num_parts: int, budget: MemoryBudget, progress: bool) -> dict[EdgeKey, EdgeShuffle]:
-    from tqdm.auto import tqdm
-
-    shuffles = new_shuffles(spill_root, graph, books, num_parts)
-    with tqdm(total=graph.num_edges, desc="shuffle edges", unit="edge",
-              disable=not progress) as bar:
-        for key, shuffle in shuffles.items():
-            shuffle.spill(budget.chunk_rows(
-                shuffle_bytes_per_edge(graph.edges[key].attribute_row_bytes)), bar)
-            release_freed_memory()
-    return shuffles
-
-
-def new_shuffles(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
+def _new_shuffles(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
                  num_parts: int) -> dict[EdgeKey, EdgeShuffle]:
     """An :class:`EdgeShuffle` per edge type, each with its spill directory."""
     shuffles = {}
@@ -147,7 +178,7 @@ def new_shuffles(spill_root: Path, graph: FileGraph, books: dict[NodeKey, np.nda
     return shuffles
 
 
-def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
+def _write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray],
                    rows: dict[NodeKey, np.ndarray], shuffles: dict[EdgeKey, EdgeShuffle],
                    k: int, train: dict[NodeKey, int],
                    halo: dict[NodeKey, np.ndarray], budget: MemoryBudget, bar: Any,
@@ -155,7 +186,8 @@ def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray]
     """Writes part ``k``'s edge file of every edge type from the spill files
     and checksums its node files; returns its ``meta.json`` entry with every
     per-type count (:func:`build_meta` keeps those of its version). ``rows``:
-    every node's row in its part (:func:`rows_of`)."""
+    every node's row in its part (:func:`~pyg_dist.partitioning.node_slices.part_rows`);
+    ``halo``: one byte a node, per node type, the scratch of the halo count."""
     edge_entries = []
     for key, shuffle in shuffles.items():
         release_freed_memory()
@@ -184,7 +216,7 @@ def write_part_csc(tmp: Path, graph: FileGraph, books: dict[NodeKey, np.ndarray]
 def build_meta(graph: FileGraph, books: dict[NodeKey, np.ndarray], book_entries: list,
                parts: list[dict[str, Any]], files: dict) -> dict[str, Any]:
     """``meta.json`` (without the partitioner and graph name) from the parts'
-    entries of :func:`write_part_csc`, in part order."""
+    entries of :func:`_write_part_csc`, in part order."""
     num_parts = len(parts)
     stats = [PartStats(**p["stats"]) for p in parts]
     node_types, edge_types = [], []

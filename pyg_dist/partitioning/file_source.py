@@ -72,12 +72,13 @@ class FileGraph:
     Build it with :meth:`open`, which reads only headers and footers.
 
     Args:
-        root: ``DIR``.
+        root: ``DIR`` (``None``: an in-memory graph,
+            :func:`~pyg_dist.partitioning.memory_source.graph_source`).
         nodes: Node type (``None`` when homogeneous) -> its nodes, in order.
         edges: Edge type (``None`` when homogeneous) -> its edges, in order.
     """
 
-    root: Path
+    root: Optional[Path]
     nodes: dict[NodeKey, NodeSet]
     edges: dict[EdgeKey, EdgeSet]
 

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_dist.partitioning.splitmix import splitmix64
+
 # Entries processed per step when building the symmetric CSR: bounds the size of
 # temporaries to a few MB whatever the graph size.
 _CHUNK = 1 << 20
@@ -43,6 +45,20 @@ class PartitionInput:
     train_mask: Optional[Tensor] = None
     node_type: Optional[Tensor] = None
     node_types: Optional[list[str]] = None
+
+    @classmethod
+    def of_types(cls, num_nodes: dict[Optional[str], int], edge_index: Tensor,
+                 train_mask: Optional[Tensor] = None) -> PartitionInput:
+        """The view of a graph whose node types (``num_nodes``: type ->
+        count, in the graph's order) are concatenated in order; one type
+        ``None`` gives a homogeneous graph's input."""
+        total = sum(num_nodes.values())
+        if list(num_nodes) == [None]:
+            return cls(total, edge_index, train_mask=train_mask)
+        counts = torch.tensor(list(num_nodes.values()), dtype=torch.int64)
+        return cls(total, edge_index, train_mask=train_mask,
+                   node_type=torch.repeat_interleave(torch.arange(len(counts)), counts),
+                   node_types=list(num_nodes))
 
     @property
     def is_hetero(self) -> bool:
@@ -173,13 +189,8 @@ def _thin(keys: np.ndarray, n: int, degree: np.ndarray, max_degree: int, seed: i
         row, col = np.divmod(block, n)
         low = np.minimum(row, col)
         pair = low * n + np.maximum(row, col)
-        # splitmix64-style mixing of the pair id: uniform in [0, 1).
-        h = (pair.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15))
-        h ^= h >> np.uint64(30)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(27)
-        h *= np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
+        # A hash of the pair id: uniform in [0, 1).
+        h = splitmix64(pair, seed)
         uniform = (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
         smaller = np.minimum(degree[row], degree[col]).astype(np.float64)
         keep = uniform * smaller < max_degree

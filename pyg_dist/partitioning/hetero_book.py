@@ -39,31 +39,6 @@ class HeteroPartitionBook(Mapping):
         self._books = dict(books)
         self._num_parts = int(num_parts)
 
-    @classmethod
-    def from_assignment(cls, node_part: Tensor, num_nodes: Mapping[str, int],
-                        num_parts: int) -> HeteroPartitionBook:
-        """Splits one part id per node of the homogeneous view (node types
-        concatenated in ``num_nodes``' order) into per-type books.
-
-        Args:
-            node_part: ``[sum(num_nodes)]`` part ids.
-            num_nodes: Node type -> number of nodes, in the view's order.
-            num_parts: Number of parts.
-
-        Raises:
-            InvalidPartitionArgumentError: if the sizes disagree or a part id
-                is out of range.
-        """
-        whole = PartitionBook(node_part, num_parts).to_tensor()
-        if whole.numel() != sum(num_nodes.values()):
-            raise InvalidPartitionArgumentError(
-                f"{whole.numel()} part ids for {sum(num_nodes.values())} nodes")
-        books, start = {}, 0
-        for node_type, count in num_nodes.items():
-            books[node_type] = PartitionBook(whole[start:start + count].clone(), num_parts)
-            start += count
-        return cls(books, num_parts)
-
     @property
     def num_parts(self) -> int:
         """Number of parts."""

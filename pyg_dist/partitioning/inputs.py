@@ -87,8 +87,8 @@ class GraphParts:
         """The homogeneous view handed to a partitioner plugin (see the module
         doc); ``train_mask`` joins the types' masks where they have one."""
         if self.node_types == [None]:
-            return PartitionInput(self.total_nodes, self.edge_index[None],
-                                  train_mask=self.node_features[None].get("train_mask"))
+            return PartitionInput.of_types(self.num_nodes, self.edge_index[None],
+                                           self.node_features[None].get("train_mask"))
         offsets = self.offsets()
         shifted = [ei.to(torch.int64) + torch.tensor([[offsets[s]], [offsets[d]]])
                    for (s, _, d), ei in self.edge_index.items()]
@@ -102,10 +102,7 @@ class GraphParts:
                 m if m is not None and m.dtype == torch.bool and m.dim() == 1
                 else torch.zeros(self.num_nodes[t], dtype=torch.bool)
                 for t, m in zip(self.node_types, masks)])
-        counts = torch.tensor(list(self.num_nodes.values()), dtype=torch.int64)
-        node_type = torch.repeat_interleave(torch.arange(len(counts)), counts)
-        return PartitionInput(self.total_nodes, edge_index, train_mask=train_mask,
-                              node_type=node_type, node_types=self.node_types)
+        return PartitionInput.of_types(self.num_nodes, edge_index, train_mask)
 
 
 def is_hetero_data(data: Any) -> bool:

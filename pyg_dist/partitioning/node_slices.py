@@ -11,7 +11,7 @@ input byte is read once, whatever K.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,36 +48,57 @@ def write_node_files(tmp: Path, nodes: NodeSet, node_part: np.ndarray, num_parts
         The owned training nodes of every part (0s without ``train_mask``).
     """
     counts = np.bincount(node_part, minlength=num_parts)
-    arrays = nodes.arrays
-    files = []
+    files: dict[int, SafetensorsFile] = {}
     try:
         for k in range(num_parts):
-            specs = {NODE_IDS: (np.dtype(np.int64), (int(counts[k]),))}
-            for name, array in arrays.items():
-                specs[name] = (array.dtype, (int(counts[k]), *array.shape[1:]))
-            files.append(SafetensorsFile(tmp / file_name(k), specs))
+            files[k] = open_node_file(tmp / file_name(k), nodes, int(counts[k]))
         cursor = np.zeros(num_parts, dtype=np.int64)
         train = np.zeros(num_parts, dtype=np.int64)
         for start in range(0, nodes.num_nodes, window):
             stop = min(start + window, nodes.num_nodes)
-            owner = node_part[start:stop]
-            order = np.argsort(owner, kind="stable")
-            bounds = np.zeros(num_parts + 1, dtype=np.int64)
-            np.cumsum(np.bincount(owner, minlength=num_parts), out=bounds[1:])
-            rows = {name: array.read_rows(start, stop) for name, array in arrays.items()}
-            for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
-                sel = order[bounds[k]:bounds[k + 1]]
-                files[k].write_rows(NODE_IDS, int(cursor[k]), sel.astype(np.int64) + start)
-                for name, block in rows.items():
-                    files[k].write_rows(name, int(cursor[k]), block[sel])
-                if "train_mask" in rows:
-                    train[k] += int(np.count_nonzero(rows["train_mask"][sel]))
-                cursor[k] += sel.size
+            for k, ids, rows in window_by_part(nodes, node_part, num_parts, start, stop):
+                train[k] += write_node_rows(files[k], int(cursor[k]), ids, rows)
+                cursor[k] += ids.size
             bar.update(stop - start)
     finally:
-        for f in files:
+        for f in files.values():
             f.close()
     return [int(t) for t in train]
+
+
+def open_node_file(path: Path, nodes: NodeSet, count: int) -> SafetensorsFile:
+    """A part's node file of ``count`` rows of every attribute of ``nodes``,
+    laid out to be filled by :func:`write_node_rows`."""
+    specs = {NODE_IDS: (np.dtype(np.int64), (count,))}
+    for name, array in nodes.arrays.items():
+        specs[name] = (array.dtype, (count, *array.shape[1:]))
+    return SafetensorsFile(path, specs)
+
+
+def window_by_part(nodes: NodeSet, node_part: np.ndarray, num_parts: int, start: int,
+                   stop: int) -> Iterator[tuple[int, np.ndarray, dict[str, np.ndarray]]]:
+    """The nodes ``start:stop`` grouped by owner: ``(part, ids, rows)`` for
+    every part owning some, ids (int64) in id order and every attribute's
+    rows of them, read once for the window."""
+    owner = node_part[start:stop]
+    order = np.argsort(owner, kind="stable")
+    bounds = np.zeros(num_parts + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=num_parts), out=bounds[1:])
+    rows = {name: array.read_rows(start, stop) for name, array in nodes.arrays.items()}
+    for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
+        sel = order[bounds[k]:bounds[k + 1]]
+        yield int(k), sel.astype(np.int64) + start, {n: block[sel] for n, block in rows.items()}
+
+
+def write_node_rows(out: SafetensorsFile, first: int, ids: np.ndarray,
+                    rows: dict[str, np.ndarray]) -> int:
+    """Writes nodes ``ids`` and their ``rows`` at row ``first`` of a part's
+    node file; returns how many of them are training nodes (``train_mask``
+    set)."""
+    out.write_rows(NODE_IDS, first, ids)
+    for name, block in rows.items():
+        out.write_rows(name, first, block)
+    return int(np.count_nonzero(rows["train_mask"])) if "train_mask" in rows else 0
 
 
 def part_rows(node_part: np.ndarray, num_parts: int, window: int = 1 << 20) -> np.ndarray:

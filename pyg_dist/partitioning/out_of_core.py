@@ -25,7 +25,6 @@ Nothing here imports torch unless a plugin needs the in-memory fallback.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -42,7 +41,6 @@ from pyg_dist.partitioning.dataset_dir import (
     staged,
 )
 from pyg_dist.partitioning.edge_shuffle import shuffle_bytes_per_edge
-from pyg_dist.partitioning.file_names import META_FILE
 from pyg_dist.partitioning.file_parts import write_parts
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph
 from pyg_dist.partitioning.memory_limit import (
@@ -122,10 +120,9 @@ def partition_files(source: Union[str, os.PathLike, FileGraph], num_parts: int,
     with bounded_allocation():
         node_part, budget = _assign_within(plugin, graph, num_parts, limit, chunk_edges)
         with staged(root) as tmp:
-            meta = write_parts(tmp, graph, node_part, num_parts, budget, progress)
-            meta["graph_name"] = graph_name
-            meta["partitioner"] = partitioner_record(registry, partitioner, plugin)
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+            meta = write_parts(tmp, graph, node_part, num_parts, budget, progress,
+                               {"graph_name": graph_name,
+                                "partitioner": partitioner_record(registry, partitioner, plugin)})
     logger.info("partitioned %d nodes into %d parts at %s", graph.num_nodes, num_parts, root)
     return meta
 
@@ -192,12 +189,23 @@ def assign_parts(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int
         assignment = plugin.assign_stream(stream or EdgeStream(graph, chunk_edges), num_parts)
     else:
         assignment = _assign_in_memory(plugin, graph, num_parts, chunk_edges, limit)
+    return checked_assignment(assignment, graph.num_nodes, num_parts)
+
+
+def checked_assignment(assignment: Any, num_nodes: int, num_parts: int) -> np.ndarray:
+    """A plugin's answer (an integer array or CPU tensor, one part id per
+    node) as a book, in the book's dtype.
+
+    Raises:
+        InvalidPartitionArgumentError: if it is not one integer per node in
+            ``[0, num_parts)``.
+    """
     assignment = np.asarray(assignment)
-    if assignment.ndim != 1 or assignment.shape[0] != graph.num_nodes or not (
+    if assignment.ndim != 1 or assignment.shape[0] != num_nodes or not (
             np.issubdtype(assignment.dtype, np.integer)):
         raise InvalidPartitionArgumentError(
             f"the partitioner returned {assignment.shape} {assignment.dtype} part ids for "
-            f"{graph.num_nodes} nodes; it must return one integer per node")
+            f"{num_nodes} nodes; it must return one per node, an integer")
     if assignment.size and (int(assignment.min()) < 0 or int(assignment.max()) >= num_parts):
         raise InvalidPartitionArgumentError(
             f"the partitioner's output is invalid: part ids must lie in [0, {num_parts})")
@@ -235,12 +243,7 @@ def _assign_in_memory(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges
         first += src.size
     train_mask = torch.from_numpy(graph.view_train_mask(0, graph.num_nodes)) \
         if graph.has_train_mask() else None
-    node_type, node_types = None, None
-    if graph.is_hetero:
-        node_types = list(graph.nodes)
-        counts = torch.tensor([n.num_nodes for n in graph.nodes.values()])
-        node_type = torch.repeat_interleave(torch.arange(len(node_types)), counts)
-    result = plugin.assign(PartitionInput(graph.num_nodes, edge_index, train_mask=train_mask,
-                                          node_type=node_type, node_types=node_types),
-                           num_parts)
+    view = PartitionInput.of_types({key: n.num_nodes for key, n in graph.nodes.items()},
+                                   edge_index, train_mask)
+    result = plugin.assign(view, num_parts)
     return result.numpy() if isinstance(result, torch.Tensor) else result

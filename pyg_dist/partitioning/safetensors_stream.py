@@ -23,25 +23,38 @@ from typing import Any
 import numpy as np
 
 # numpy dtype -> safetensors header name (the partition format's whitelist,
-# less bfloat16, which numpy lacks).
+# less bfloat16, which numpy lacks): what input files may hold.
 NUMPY_DTYPES = {
     np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "U8", np.dtype(np.int8): "I8",
     np.dtype(np.int16): "I16", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64",
     np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.float64): "F64",
 }
+BFLOAT16 = np.dtype([("bfloat16", "<u2")])
+"""The numpy stand-in of torch's bfloat16 (its raw 16 bits): how an in-memory
+graph's bfloat16 rows reach a :class:`SafetensorsFile`."""
+HEADER_DTYPES = {**NUMPY_DTYPES, BFLOAT16: "BF16"}
+"""numpy dtype -> safetensors header name of everything the writer writes."""
 
 TensorSpec = tuple[np.dtype, tuple[int, ...]]
 
 
 @cache
-def _dtype_rank(names: tuple[str, ...]) -> dict[str, int]:
+def _dtype_rank(with_bfloat16: bool) -> dict[str, int]:
     """Position of every safetensors dtype name in the library's tensor order
     (ties within a dtype are broken by name), learned from a probe file of
-    one-element tensors."""
-    from safetensors.numpy import save
+    one-element tensors: numpy ones, or torch ones where bfloat16 is asked
+    for (only an in-memory graph has it, and torch is loaded then)."""
+    probe = {name: np.zeros(1, dtype=dtype) for dtype, name in NUMPY_DTYPES.items()}
+    if with_bfloat16:
+        import torch
+        from safetensors.torch import save as save_torch
 
-    inverse = {v: k for k, v in NUMPY_DTYPES.items()}
-    blob = save({name: np.zeros(1, dtype=inverse[name]) for name in names})
+        blob = save_torch({**{k: torch.from_numpy(v) for k, v in probe.items()},
+                           "BF16": torch.zeros(1, dtype=torch.bfloat16)})
+    else:
+        from safetensors.numpy import save
+
+        blob = save(probe)
     (size,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + size])
     order = sorted((v["data_offsets"][0], k) for k, v in header.items())
@@ -50,12 +63,11 @@ def _dtype_rank(names: tuple[str, ...]) -> dict[str, int]:
 
 def tensor_order(specs: dict[str, TensorSpec]) -> list[str]:
     """The names of ``specs`` in the order safetensors lays them out."""
-    rank = _dtype_rank(tuple(sorted(NUMPY_DTYPES.values())))
-
     # The probe ranks dtypes only; within one dtype safetensors sorts by name.
     by_dtype: dict[str, list[str]] = {}
     for name in specs:
-        by_dtype.setdefault(NUMPY_DTYPES[np.dtype(specs[name][0])], []).append(name)
+        by_dtype.setdefault(HEADER_DTYPES[np.dtype(specs[name][0])], []).append(name)
+    rank = _dtype_rank("BF16" in by_dtype)
     return [n for d in sorted(by_dtype, key=lambda d: rank[d]) for n in sorted(by_dtype[d])]
 
 
@@ -80,7 +92,7 @@ class SafetensorsFile:
         for name in tensor_order(self._specs):
             dtype, shape = self._specs[name]
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            header[name] = {"dtype": NUMPY_DTYPES[dtype], "shape": list(shape),
+            header[name] = {"dtype": HEADER_DTYPES[dtype], "shape": list(shape),
                             "data_offsets": [offset, offset + nbytes]}
             self._begin[name] = offset
             offset += nbytes

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import HeteroSamplerOutput
 
+from pyg_dist.partitioning.file_names import edge_ends
 from pyg_dist.protocol.reply_checks import bounds, count_problem, ids_of, shape_text
 from pyg_dist.rpc.wire_values import describe
 
@@ -170,7 +171,7 @@ def _seeds_first(nodes: dict, seeds: dict, seed_ids: Tensor) -> Optional[str]:
 def _edges_within(layout: TreeLayout, nodes: dict, reply: list[Tensor]) -> Optional[str]:
     for i, edge_type in enumerate(layout.edge_types):
         row, col, edge = reply[layout.edge(i):layout.edge(i) + 3]
-        src, dst = (None, None) if edge_type is None else (edge_type[0], edge_type[-1])
+        src, dst = edge_ends(edge_type)
         if src not in nodes or dst not in nodes:
             return f"no nodes of {describe(src)} or {describe(dst)} for edge type {edge_type}"
         if row.numel() != col.numel() or row.numel() != edge.numel():

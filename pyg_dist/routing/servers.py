@@ -26,6 +26,7 @@ from pyg_dist.errors import ProtocolError, ServerUnavailableError, StoreError
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.protocol.ops import META, OPS
 from pyg_dist.routing.id_router import Router
+from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
 
 if TYPE_CHECKING:
@@ -277,8 +278,8 @@ def _features(group: Optional[str], specs: Any) -> dict[tuple[Optional[str], str
     """``{(group, name): FeatureInfo}`` of one node type's ``meta`` specs."""
     features = {}
     for name, spec in specs.items():
-        dtype = getattr(torch, str(spec["dtype"]))
-        if not isinstance(dtype, torch.dtype):
+        dtype = DTYPES.get(str(spec["dtype"]))  # the wire's dtypes, nothing else of torch's
+        if dtype is None:
             raise TypeError(f"not a dtype: {describe(spec['dtype'])}")
         features[(group, str(name))] = FeatureInfo(dtype, tuple(int(s) for s in spec["shape"]))
     return features

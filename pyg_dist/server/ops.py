@@ -30,6 +30,7 @@ from torch_geometric.data import FeatureStore, GraphStore
 from pyg_dist.errors import ProtocolError, StoreError
 from pyg_dist.kernels import sample_segments
 from pyg_dist.partitioning import PartitionReader
+from pyg_dist.partitioning.file_names import edge_ends
 from pyg_dist.protocol import ops
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext, uses_context
@@ -99,7 +100,7 @@ class PartitionOps:
         for attr in graph_store.get_all_edge_attrs():
             edge_type = attr.edge_type
             row, colptr = graph_store.get_edge_index(edge_type=edge_type, layout="csc")
-            dst = edge_type[-1] if isinstance(edge_type, tuple) else None
+            dst = edge_ends(edge_type)[1]
             colptr = colptr.long()
             deg = colptr.diff()
             self._csc[edge_type] = Csc(colptr, deg, row, graph_store.get_edge_ids(edge_type),

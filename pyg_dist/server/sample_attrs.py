@@ -38,6 +38,7 @@ from pyg_dist.kernels import (
     sort_by_time,
 )
 from pyg_dist.partitioning import PartitionReader
+from pyg_dist.partitioning.file_names import edge_ends
 from pyg_dist.partitioning.format import load_tensors, type_from_json
 from pyg_dist.rpc.wire_values import describe
 
@@ -198,7 +199,7 @@ class SampleAttributes:
         return weight
 
     def _load_time(self, key: tuple, edge_type: Any, name: str) -> Tensor:
-        src = edge_type[0] if isinstance(edge_type, tuple) else None
+        src = edge_ends(edge_type)[0]
         node_specs = self.reader.node_feature_specs(src)
         if name in node_specs:
             self._time_kind[key] = "node"

@@ -23,6 +23,7 @@ from torch_geometric.data.graph_store import EdgeLayout
 from torch_geometric.typing import EdgeTensorType, FeatureTensorType
 
 from pyg_dist.errors import StoreError
+from pyg_dist.partitioning.file_names import edge_ends
 from pyg_dist.partitioning.reader import PartData
 
 Key = tuple[Optional[str], str]
@@ -187,12 +188,6 @@ class PartitionGraphStore(GraphStore):
         """Local rows of owned global ``ids`` (see :func:`local_rows`)."""
         return local_rows(self.node_ids(node_type), ids)
 
-    def _dst_type(self, edge_type: Any) -> Optional[str]:
-        return edge_type[-1] if isinstance(edge_type, tuple) else None
-
-    def _src_type(self, edge_type: Any) -> Optional[str]:
-        return edge_type[0] if isinstance(edge_type, tuple) else None
-
     def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
         if edge_attr.layout != EdgeLayout.CSC:
             raise StoreError("PartitionGraphStore holds CSC only: put (row, colptr) with "
@@ -207,7 +202,7 @@ class PartitionGraphStore(GraphStore):
             return indices, indptr
         if edge_attr.layout == EdgeLayout.COO:
             # COO in global ids on both sides: local destinations are mapped back.
-            owned = self.node_ids(self._dst_type(edge_attr.edge_type))
+            owned = self.node_ids(edge_ends(edge_attr.edge_type)[1])
             counts = indptr[1:] - indptr[:-1]
             return indices, torch.repeat_interleave(owned, counts)
         raise StoreError("PartitionGraphStore serves layout 'csc' (or 'coo'), not 'csr'")
@@ -220,7 +215,7 @@ class PartitionGraphStore(GraphStore):
         destinations)."""
         attrs = []
         for edge_type, (indptr, _, _) in self._csc.items():
-            num_src = self._num_nodes.get(self._src_type(edge_type))
+            num_src = self._num_nodes.get(edge_ends(edge_type)[0])
             size = (num_src, indptr.numel() - 1) if num_src is not None else None
             attrs.append(EdgeAttr(edge_type, EdgeLayout.CSC, True, size))
         return attrs

@@ -68,6 +68,23 @@ def test_streamed_safetensors_are_byte_identical_to_save_file(tmp_path):
     assert (tmp_path / "mine").read_bytes() == (tmp_path / "ref").read_bytes()
 
 
+def test_streamed_bfloat16_rows_are_byte_identical_to_torch_save_file(tmp_path):
+    from safetensors.torch import save_file
+
+    from pyg_dist.partitioning.safetensors_stream import BFLOAT16
+
+    tensors = {"x": torch.randn(5, 3).bfloat16(), "h": torch.randn(5, 2).half(),
+               "f": torch.randn(5), "node_ids": torch.arange(5), "m": torch.ones(5).bool()}
+    save_file(tensors, str(tmp_path / "ref"))
+    rows = {k: v.view(torch.int16).numpy().view(BFLOAT16) if v.dtype == torch.bfloat16
+            else v.numpy() for k, v in tensors.items()}
+    with SafetensorsFile(tmp_path / "mine", {k: (v.dtype, v.shape)
+                                             for k, v in rows.items()}) as out:
+        for name, value in rows.items():
+            out.write_rows(name, 0, value)
+    assert (tmp_path / "mine").read_bytes() == (tmp_path / "ref").read_bytes()
+
+
 @pytest.mark.parametrize("partitioner", ["hash", "random", "streaming"])
 def test_files_give_the_in_memory_dataset_byte_for_byte(tmp_path, partitioner):
     data = _graph()

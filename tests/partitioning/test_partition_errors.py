@@ -248,3 +248,11 @@ def test_missing_part_file(dataset):
 def test_part_index_out_of_range(dataset, part):
     with pytest.raises(InvalidPartitionArgumentError):
         PartitionReader(dataset).load_part(part)
+
+
+def test_attribute_of_a_dtype_the_format_does_not_store(tmp_path):
+    data = Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2,
+                z=torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(InvalidPartitionArgumentError, match="'z'.*complex64"):
+        pyg_dist.partition(data, 2, tmp_path / "ds", "random")
+    _assert_nothing_written(tmp_path)

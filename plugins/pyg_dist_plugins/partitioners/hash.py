@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pyg_dist.errors import InvalidPartitionArgumentError
+from pyg_dist.partitioning import splitmix64
 
 _WINDOW = 1 << 20
 
@@ -20,14 +21,7 @@ _WINDOW = 1 << 20
 def hash_parts(start: int, stop: int, num_parts: int, seed: int) -> np.ndarray:
     """The parts of node ids ``start:stop`` (int64): splitmix64 of
     ``id + seed * golden``, modulo ``num_parts``."""
-    with np.errstate(over="ignore"):
-        h = np.arange(start, stop, dtype=np.uint64)
-        h += np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-        h ^= h >> np.uint64(30)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(27)
-        h *= np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
+    h = splitmix64(np.arange(start, stop, dtype=np.uint64), seed)
     return (h % np.uint64(num_parts)).astype(np.int64)
 
 
