@@ -224,7 +224,7 @@ def _check_entry(path: Path, name: str, info: Any, data_size: int) -> None:
             isinstance(o, int) and not isinstance(o, bool) for o in offsets):
         raise bad("invalid data offsets")
     begin, end = offsets
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     if not 0 <= begin <= end <= data_size or end - begin != _numel(shape) * itemsize:
         raise bad("data offsets that do not match its shape or lie outside the file")
 
@@ -282,7 +282,7 @@ def _mmap_tensors(path: Path, header: dict[str, Any], start: int,
         dtype = _DTYPES[info["dtype"]]
         shape = [int(s) for s in info["shape"]]
         begin, end = (int(o) for o in info["data_offsets"])
-        itemsize = torch.empty((), dtype=dtype).element_size()
+        itemsize = dtype.itemsize
         count = (end - begin) // itemsize
         if start + end > size or count != _numel(shape):
             raise PartitionFormatError(f"{path}: tensor {name!r} has inconsistent offsets")
