@@ -37,6 +37,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from pyg_dist.dtypes import DTYPES
 from pyg_dist.errors import PartitionFormatError
 from pyg_dist.partitioning.file_names import (  # noqa: F401  (re-exported)
     BOOK_FILE,
@@ -68,15 +69,14 @@ from pyg_dist.partitioning.file_names import (  # noqa: F401  (re-exported)
 NodeTypeKey = Optional[str]
 EdgeTypeKey = Optional[tuple[str, str, str]]
 
-# safetensors dtype names <-> torch dtypes (the subset a graph needs).
-_DTYPES = {
-    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
-    "I32": torch.int32, "I64": torch.int64, "F16": torch.float16,
-    "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
-}
+# safetensors header name -> torch dtype, for every dtype of pyg_dist.dtypes.
+_DTYPES = {header: DTYPES[name] for name, header in (
+    ("bool", "BOOL"), ("uint8", "U8"), ("int8", "I8"), ("int16", "I16"), ("int32", "I32"),
+    ("int64", "I64"), ("float16", "F16"), ("bfloat16", "BF16"), ("float32", "F32"),
+    ("float64", "F64"))}
 SAFETENSORS_DTYPES = {dtype: name for name, dtype in _DTYPES.items()}
 """torch dtype -> its safetensors header name, e.g. ``torch.float32 -> "F32"``."""
-TORCH_DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in _DTYPES.values()}
+TORCH_DTYPES = DTYPES
 """``meta.json`` dtype name -> torch dtype, e.g. ``"float32" -> torch.float32``."""
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024

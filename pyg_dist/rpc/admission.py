@@ -164,11 +164,6 @@ class Admission:
 
     # Queued request bytes ##################################################
 
-    @property
-    def queued_bytes(self) -> int:
-        """Request bytes waiting for a worker or being served by one."""
-        return self._queued
-
     def queued(self, nbytes: int) -> None:
         """Counts a request handed to the workers (any thread)."""
         with self._queued_lock:

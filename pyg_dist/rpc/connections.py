@@ -155,7 +155,7 @@ class ReceiveGuard:
         router: The server's bound ROUTER socket.
         client_budget: Most bytes libzmq may hold for one connection.
         server_budget: Most bytes libzmq may hold for all connections
-            together, plus :attr:`queued_bytes`.
+            together, plus the request bytes queued for workers (:meth:`check`).
         curve: Whether the ROUTER speaks CURVE (frames cost more on the wire).
         name: The server's name, for logs.
         interval: Seconds between checks with few connections.

@@ -39,6 +39,7 @@ import msgpack
 import torch
 from torch import Tensor
 
+from pyg_dist.dtypes import DTYPES
 from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc import wire_values
 from pyg_dist.rpc.wire_values import MAX_ID, describe
@@ -107,19 +108,8 @@ class ErrorReply:
     message: str
 
 
-# The only dtypes that may cross the wire; anything else is refused.
-DTYPES: dict[str, torch.dtype] = {
-    "bool": torch.bool,
-    "uint8": torch.uint8,
-    "int8": torch.int8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-}
+# The only dtypes that may cross the wire are pyg_dist.dtypes.DTYPES; anything
+# else is refused.
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 
 MAX_NDIM = 8

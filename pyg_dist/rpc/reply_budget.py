@@ -231,8 +231,3 @@ class ReplyBudget:
             entry = self._clients.pop(client, None)
             if entry is not None:
                 self._total -= entry.held
-
-    @property
-    def clients(self) -> int:
-        """Clients with bytes charged."""
-        return len(self._clients)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional, Union
@@ -21,7 +19,7 @@ from typing import Any, Optional, Union
 from pyg_dist.errors import InvalidPartitionArgumentError, TransportError
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.rpc.wire_values import error_text
-from pyg_dist.server.partition_server import PartitionServer
+from pyg_dist.server.partition_server import PartitionServer, serve_until_stopped
 
 logger = logging.getLogger(__name__)
 
@@ -125,25 +123,8 @@ class ServerGroup:
             TransportError: if a server stopped on its own (after every
                 server was stopped), naming its part and endpoint.
         """
-        stop = threading.Event()
-        previous = {}
-        failed: Optional[PartitionServer] = None
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
-        try:
-            endpoints = self.start()
-            if on_ready is not None:
-                on_ready(endpoints)
-            # A bounded wait keeps the main thread responsive to signals.
-            while failed is None and not stop.wait(0.5):
-                failed = next((s for s in self.servers if s.wait(0)), None)
-            if failed is None:
-                logger.info("parts %s: stop requested", [s.part for s in self.servers])
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self.stop(stop_timeout)
+        failed = serve_until_stopped(self.servers, self.start, on_ready,
+                                     lambda: self.stop(stop_timeout))
         if failed is not None:
             failure = failed.failure
             raise TransportError(

@@ -12,8 +12,8 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
-from typing import Any, Optional, Union
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, TypeVar, Union
 
 from pyg_dist.errors import (
     InvalidPartitionArgumentError,
@@ -30,6 +30,8 @@ from pyg_dist.server.forwarding import HopForwarder, Peers
 from pyg_dist.server.ops import PartitionOps
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 _READ_OPS = tuple(op.name for op in (SAMPLE, GET, GET_EDGES, DEGREE))
@@ -158,11 +160,7 @@ class PartitionServer:
 
     def serve_forever(self, on_ready: Optional[Callable[[str], None]] = None) -> None:
         """Serves until SIGTERM or SIGINT (or :meth:`stop` from another
-        thread), then stops cleanly.
-
-        Signal handlers are installed (from the main thread only) before the
-        server starts, so a signal right after ``on_ready`` is never lost;
-        the previous handlers are restored on return.
+        thread), then stops cleanly (see :func:`serve_until_stopped`).
 
         Args:
             on_ready: Called with the endpoint once the server serves.
@@ -173,32 +171,13 @@ class PartitionServer:
                 clean stop, so that a launcher sees a failure (``pyg-dist
                 serve`` exits non-zero), not a finished job.
         """
-        stop = threading.Event()
-        failure: Optional[BaseException] = None
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
-        try:
-            endpoint = self.start()
-            if on_ready is not None:
-                on_ready(endpoint)
-            # A bounded wait keeps the main thread responsive to signals.
-            while not stop.wait(0.5):
-                if self.wait(0):
-                    break
-            failure = self.failure
-            if failure is None:
-                logger.info("part %d: stop requested", self.part)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self.stop()
-        if failure is not None:
-            raise TransportError(f"part {self.part} on {endpoint} stopped serving: "
+        failed = serve_until_stopped([self], self.start, on_ready, self.stop)
+        if failed is not None:
+            failure = failed.failure
+            raise TransportError(f"part {self.part} on {self.endpoint} stopped serving: "
                                  f"{type(failure).__name__}: {error_text(failure, 500)} "
                                  f"(the log has the traceback); restart the server",
-                                 address=endpoint) from failure
+                                 address=self.endpoint) from failure
 
     def __enter__(self) -> PartitionServer:
         self.start()
@@ -206,3 +185,42 @@ class PartitionServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def serve_until_stopped(servers: Sequence[PartitionServer], start: Callable[[], T],
+                        on_ready: Optional[Callable[[T], None]],
+                        stop: Callable[[], None]) -> Optional[PartitionServer]:
+    """Calls ``start`` (which starts ``servers``) and ``on_ready`` with what it
+    returned (their endpoints), waits for SIGTERM or SIGINT or for a server to
+    stop (on its own, or by :meth:`PartitionServer.stop` from another thread),
+    then calls ``stop``.
+
+    Signal handlers are installed (from the main thread only) before
+    ``start``, so a signal right after a server is ready is never lost; the
+    previous handlers are restored on return.
+
+    Returns:
+        The first server that stopped on its own (its ``failure`` is set), or
+        ``None``.
+    """
+    signalled = threading.Event()
+    previous = {}
+    failed: Optional[PartitionServer] = None
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda signum, frame: signalled.set())
+    try:
+        ready = start()
+        if on_ready is not None:
+            on_ready(ready)
+        # A bounded wait keeps the main thread responsive to signals.
+        while not signalled.wait(0.5) and not any(s.wait(0) for s in servers):
+            pass
+        failed = next((s for s in servers if s.failure is not None), None)
+        if failed is None:
+            logger.info("parts %s: stop requested", [s.part for s in servers])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        stop()
+    return failed

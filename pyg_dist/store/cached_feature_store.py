@@ -154,10 +154,6 @@ class CachedFeatureStore(FeatureStore):
         """Bytes of one chosen node's cached row (a dict by node type when hetero)."""
         return self._by_type(lambda tc: tc.row_bytes)
 
-    @property
-    def _slot(self) -> Any:
-        return self._by_type(lambda tc: tc.slot)
-
     # Building ##############################################################
 
     def _check_memory(self, pin_memory: bool) -> None:
@@ -247,13 +243,11 @@ class CachedFeatureStore(FeatureStore):
         with the batch's misses, in the same round trip)."""
         return self.remote.get_all_edge_tensor_attrs()
 
-    def _put_tensor(self, tensor: FeatureTensorType, attr: TensorAttr) -> bool:
+    def _put_tensor(self, *_: Any) -> bool:  # and _remove_tensor: the same refusal
         raise StoreError("CachedFeatureStore is read-only: its rows mirror the partition "
                          "servers; partition the changed graph again and build a new cache")
 
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise StoreError("CachedFeatureStore is read-only: its rows mirror the partition "
-                         "servers; partition the changed graph again and build a new cache")
+    _remove_tensor = _put_tensor
 
     def _get_tensor_size(self, attr: TensorAttr) -> Optional[tuple[int, ...]]:
         return self.remote.get_tensor_size(attr)

@@ -24,7 +24,9 @@ Example (what a feature store does for ``TensorAttr(edge_type, "edge_attr",
 e_id)``)::
 
     fetcher = EdgeFeatureFetcher.from_meta(router, metas)
-    edge_attr, = fetcher.fetch(None, batch.e_id, ["edge_attr"])
+    request = fetcher.row_request(None, batch.e_id, ["edge_attr"])
+    fetch_rows(router, [request])  # with the batch's node rows, in one round trip
+    edge_attr, = request.outs
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from pyg_dist.partitioning.book import shares_by_part
 from pyg_dist.protocol.ops import EDGE_IDS, GET_EDGES, wire_edge_type
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
-from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
+from pyg_dist.store.row_fetch import RowRequest, row_request
 
 if TYPE_CHECKING:
     from pyg_dist.routing.id_router import Router
@@ -91,9 +93,10 @@ def _infos(features: Mapping[str, Any]) -> dict[str, EdgeFeatureInfo]:
 
 
 class EdgeFeatureFetcher:
-    """Fetches rows of edge attributes from the servers that store the edges.
+    """Requests for rows of edge attributes, to the servers that store the
+    edges (:meth:`row_request`).
 
-    Thread-safe: several threads may fetch at once; each edge type's book is
+    Thread-safe: several threads may ask at once; each edge type's book is
     built once, by the first thread that needs it.
 
     Args:
@@ -321,40 +324,28 @@ class EdgeFeatureFetcher:
 
     # Rows ##################################################################
 
-    def fetch(self, edge_type: Any, edge_ids: Tensor, names: Sequence[str], *,
-              pin_memory: bool = False) -> list[Tensor]:
-        """Rows ``edge_ids`` of the edge attributes ``names`` of ``edge_type``.
+    def row_request(self, edge_type: Any, edge_ids: Tensor, names: Sequence[str], *,
+                    pin: bool = False) -> RowRequest:
+        """The ``get_edges`` requests for rows ``edge_ids`` of the edge
+        attributes ``names`` of ``edge_type``, to send (together with other
+        rows, a batch's node features) through
+        :func:`~pyg_dist.store.row_fetch.fetch_rows`.
 
         Args:
             edge_type: ``None`` for a homogeneous graph, else ``(src, rel, dst)``.
             edge_ids: Global edge ids of that type (1-D integer tensor, e.g.
                 a batch's ``e_id``), any order, repeats allowed.
             names: Attribute names, e.g. ``["edge_attr"]``.
-            pin_memory: Assemble the rows in pinned memory (for a
-                ``non_blocking`` copy to a GPU).
+            pin: Assemble the rows in pinned memory (for a ``non_blocking``
+                copy to a GPU).
 
         Returns:
-            One tensor per name, ``[len(edge_ids), *shape]``, rows in the
-            order of ``edge_ids``.
+            The request; once fetched, its ``outs`` hold one tensor per name,
+            ``[len(edge_ids), *shape]``, rows in the order of ``edge_ids``.
 
         Raises:
-            StoreError: on an unknown edge type or attribute, ids that are
-                not 1-D integer or out of range, or a malformed reply.
-            RpcError: if a server fails to answer (a server's refusal is a
-                ``RemoteError`` of the class it raised).
-        """
-        request = self.row_request(edge_type, edge_ids, names, pin=pin_memory)
-        fetch_rows(self.router, [request], self.timeout)
-        return request.outs
-
-    def row_request(self, edge_type: Any, edge_ids: Tensor, names: Sequence[str], *,
-                    pin: bool = False) -> RowRequest:
-        """The ``get_edges`` requests of :meth:`fetch`, to send together with
-        other rows (a batch's node features) through
-        :func:`~pyg_dist.store.row_fetch.fetch_rows`.
-
-        Raises:
-            StoreError: as :meth:`fetch`.
+            StoreError: on an unknown edge type or attribute, or ids that are
+                not 1-D integer or out of range.
         """
         names = list(names) if isinstance(names, (list, tuple)) else names
         key, infos = self._known(edge_type, names)

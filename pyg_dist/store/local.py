@@ -184,10 +184,6 @@ class PartitionGraphStore(GraphStore):
         """Global edge id of every entry of the CSC ``row`` of ``edge_type``."""
         return self._entry(edge_type)[2]
 
-    def to_local(self, ids: Tensor, node_type: Optional[str] = None) -> Tensor:
-        """Local rows of owned global ``ids`` (see :func:`local_rows`)."""
-        return local_rows(self.node_ids(node_type), ids)
-
     def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
         if edge_attr.layout != EdgeLayout.CSC:
             raise StoreError("PartitionGraphStore holds CSC only: put (row, colptr) with "

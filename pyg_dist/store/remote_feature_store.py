@@ -166,13 +166,11 @@ class RemoteFeatureStore(FeatureStore):
         return [self._tensor_attr_cls.cast(group, name)
                 for group, name in [*self.features, *self.embeddings]]
 
-    def _put_tensor(self, tensor: FeatureTensorType, attr: TensorAttr) -> bool:
+    def _put_tensor(self, *_: Any) -> bool:  # and _remove_tensor: the same refusal
         raise StoreError("RemoteFeatureStore is read-only: features live on the partition "
                          "servers; partition the changed graph again instead")
 
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise StoreError("RemoteFeatureStore is read-only: features live on the partition "
-                         "servers; partition the changed graph again instead")
+    _remove_tensor = _put_tensor
 
     def _get_tensor_size(self, attr: TensorAttr) -> Optional[tuple[int, ...]]:
         if is_edge_group(attr.group_name):

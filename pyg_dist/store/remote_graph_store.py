@@ -221,13 +221,11 @@ class RemoteGraphStore(GraphStore):
             return self.num_nodes, self.num_nodes
         return self.router.num_nodes_of(edge_type[0]), self.router.num_nodes_of(edge_type[-1])
 
-    def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
+    def _put_edge_index(self, *_: Any) -> bool:  # and _remove_edge_index: the same refusal
         raise StoreError("RemoteGraphStore is read-only: the topology lives on the partition "
                          "servers; partition the changed graph again instead")
 
-    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
-        raise StoreError("RemoteGraphStore is read-only: the topology lives on the partition "
-                         "servers; partition the changed graph again instead")
+    _remove_edge_index = _put_edge_index
 
     def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[EdgeTensorType]:
         edge_type = edge_attr.edge_type

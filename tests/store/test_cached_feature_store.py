@@ -86,14 +86,14 @@ def test_the_policies_choose_what_they_promise(cora_data, cora2):
     degree = torch.bincount(cora_data.edge_index[1], minlength=2708)
     cached = CachedFeatureStore(fs, 100, "degree", graph_store=gs, attrs=["y"])
     assert cached.report["cached_nodes"] == 12  # 100 bytes // 8 bytes of y per node
-    chosen = (cached._slot >= 0).nonzero().view(-1)
+    chosen = (cached._types[None].slot >= 0).nonzero().view(-1)
     assert int(degree[chosen].min()) >= int(torch.sort(degree, descending=True).values[11])
     halo = CachedFeatureStore(fs, 1.0, "halo", graph_store=gs, attrs=["y"],
                               policy_options={"part": 1})
     book = gs.book.part_of(torch.arange(2708))
     src, dst = cora_data.edge_index
     expected = set(src[(book[dst] == 1) & (book[src] != 1)].tolist())
-    assert set((halo._slot >= 0).nonzero().view(-1).tolist()) == expected
+    assert set((halo._types[None].slot >= 0).nonzero().view(-1).tolist()) == expected
 
 
 def test_a_third_party_policy_callable_is_used_and_checked(cora2):

@@ -18,6 +18,7 @@ from pyg_dist.routing.id_router import Router
 from pyg_dist.rpc import RpcConfig
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.edge_fetch import EdgeFeatureFetcher, EdgeFeatureInfo
+from pyg_dist.store.row_fetch import fetch_rows
 
 ATTRS = ["edge_attr", "edge_weight", "edge_time"]
 
@@ -46,6 +47,14 @@ def clusters(roots):
 
 def _router(endpoints, config=None):
     return Router(endpoints, None, 0, config)
+
+
+def _fetch(fetcher, edge_type, edge_ids, names):
+    """The rows as the remote feature store fetches them (a malformed reply
+    is a StoreError, a server's failure an RpcError)."""
+    request = fetcher.row_request(edge_type, edge_ids, names)
+    fetch_rows(fetcher.router, [request], fetcher.timeout)
+    return request.outs
 
 
 def _metas(router):
@@ -78,7 +87,7 @@ def test_rows_are_the_input_graph_s_in_the_caller_s_order(homo, roots, clusters,
         big = torch.randint(num_edges, (30_000,), generator=generator)
         for ids in (torch.randperm(num_edges, generator=generator),
                     torch.randint(num_edges, (3000,), generator=generator), big, big, big):
-            rows = fetcher.fetch(None, ids, ATTRS)
+            rows = _fetch(fetcher, None, ids, ATTRS)
             for name, tensor in zip(ATTRS, rows):
                 assert tensor.dtype == homo[name].dtype
                 assert torch.equal(tensor, homo[name][ids]), name
@@ -89,9 +98,9 @@ def test_rows_are_the_input_graph_s_in_the_caller_s_order(homo, roots, clusters,
             assert all(p.held_bytes == 0 for p in pools)
         assert torch.equal(fetcher.book(None).long(), _expected_book(roots[num_parts]))
         assert fetcher.book(None).dtype == torch.int8
-        one, = fetcher.fetch(None, torch.tensor([5], dtype=torch.int32), ["edge_time"])
+        one, = _fetch(fetcher, None, torch.tensor([5], dtype=torch.int32), ["edge_time"])
         assert torch.equal(one, homo.edge_time[5:6])
-        empty, = fetcher.fetch(None, torch.empty(0, dtype=torch.long), ["edge_attr"])
+        empty, = _fetch(fetcher, None, torch.empty(0, dtype=torch.long), ["edge_attr"])
         assert empty.shape == (0, 4)
     finally:
         router.close()
@@ -110,8 +119,8 @@ def test_every_owner_gets_one_request_at_once(homo, clusters):
     try:
         fetcher = EdgeFeatureFetcher.from_meta(router, _metas(router))
         ids = torch.randperm(homo.edge_index.size(1))[:500]
-        fetcher.fetch(None, ids, ["edge_attr"])
-        fetcher.fetch(None, ids, ["edge_weight"])
+        _fetch(fetcher, None, ids, ["edge_attr"])
+        _fetch(fetcher, None, ids, ["edge_weight"])
         # The book once (one edge_ids per part, no limit hit), then one
         # get_edges per owner per fetch.
         assert calls[0] == [(0, "edge_ids"), (1, "edge_ids"), (2, "edge_ids")]
@@ -138,7 +147,7 @@ def test_the_book_is_built_once_by_concurrent_first_fetches(homo, clusters):
 
         def fetch():
             try:
-                results.append(fetcher.fetch(None, ids, ["edge_attr"])[0])
+                results.append(_fetch(fetcher, None, ids, ["edge_attr"])[0])
             except Exception as exc:  # surfaced below
                 errors.append(exc)
 
@@ -177,7 +186,7 @@ def test_answers_over_the_reply_limit_are_split(homo, roots, small_limit_servers
         assert fetcher.reply_limits == [64 * 28, 64 * 28]
         before = [router.client.call(p, "stats").result["get_edges_calls"] for p in range(2)]
         ids = torch.randperm(homo.edge_index.size(1), generator=torch.Generator().manual_seed(4))
-        rows = fetcher.fetch(None, ids, ATTRS)
+        rows = _fetch(fetcher, None, ids, ATTRS)
         for name, tensor in zip(ATTRS, rows):
             assert torch.equal(tensor, homo[name][ids]), name
         # The book came in pages of 224 ids, and is right.
@@ -187,7 +196,7 @@ def test_answers_over_the_reply_limit_are_split(homo, roots, small_limit_servers
                   for p in range(2)]
         assert [a - b for a, b in zip(after, before)] == [-(-n // 64) for n in stored]
         # Fewer attributes per row: more rows per call.
-        fetcher.fetch(None, ids, ["edge_weight"])
+        _fetch(fetcher, None, ids, ["edge_weight"])
         again = [router.client.call(p, "stats").result["get_edges_calls"] for p in range(2)]
         assert [a - b for a, b in zip(again, after)] == [-(-n // (64 * 7)) for n in stored]
     finally:
@@ -200,28 +209,28 @@ def test_unknown_types_attributes_and_bad_ids_are_typed_errors(homo, clusters):
         fetcher = EdgeFeatureFetcher.from_meta(router, _metas(router))
         ids = torch.arange(10)
         with pytest.raises(StoreError, match=r"no edge type \('a', 'b', 'c'\)"):
-            fetcher.fetch(("a", "b", "c"), ids, ["edge_attr"])
+            _fetch(fetcher, ("a", "b", "c"), ids, ["edge_attr"])
         with pytest.raises(StoreError, match=r"no edge attribute\(s\) \['x'\]"):
-            fetcher.fetch(None, ids, ["edge_attr", "x"])
+            _fetch(fetcher, None, ids, ["edge_attr", "x"])
         with pytest.raises(StoreError, match="non-empty list"):
-            fetcher.fetch(None, ids, "edge_attr")
+            _fetch(fetcher, None, ids, "edge_attr")
         with pytest.raises(StoreError, match="non-empty list"):
-            fetcher.fetch(None, ids, [])
+            _fetch(fetcher, None, ids, [])
         num_edges = homo.edge_index.size(1)
         with pytest.raises(StoreError, match=rf"must lie in \[0, {num_edges}\)"):
-            fetcher.fetch(None, torch.tensor([0, num_edges]), ["edge_attr"])
+            _fetch(fetcher, None, torch.tensor([0, num_edges]), ["edge_attr"])
         with pytest.raises(StoreError, match=rf"must lie in \[0, {num_edges}\)"):
-            fetcher.fetch(None, torch.tensor([-1]), ["edge_attr"])
+            _fetch(fetcher, None, torch.tensor([-1]), ["edge_attr"])
         with pytest.raises(StoreError, match="1-D integer tensor"):
-            fetcher.fetch(None, ids.view(2, 5), ["edge_attr"])
+            _fetch(fetcher, None, ids.view(2, 5), ["edge_attr"])
         with pytest.raises(StoreError, match="1-D integer tensor"):
-            fetcher.fetch(None, ids.float(), ["edge_attr"])
+            _fetch(fetcher, None, ids.float(), ["edge_attr"])
         with pytest.raises(StoreError, match="1-D integer tensor"):
-            fetcher.fetch(None, [1, 2], ["edge_attr"])
+            _fetch(fetcher, None, [1, 2], ["edge_attr"])
         with pytest.raises(StoreError, match="an edge type is None"):
-            fetcher.fetch("rel", ids, ["edge_attr"])
+            _fetch(fetcher, "rel", ids, ["edge_attr"])
         # Still serving, and right, after every refusal.
-        assert torch.equal(fetcher.fetch(None, ids, ["edge_attr"])[0], homo.edge_attr[ids])
+        assert torch.equal(_fetch(fetcher, None, ids, ["edge_attr"])[0], homo.edge_attr[ids])
     finally:
         router.close()
 
@@ -235,7 +244,7 @@ def test_a_server_refusal_reaches_the_caller_typed(homo, clusters):
                                                                               (2,))}},
                                      {None: homo.edge_index.size(1)})
         with pytest.raises(StoreError, match="unknown edge attribute") as info:
-            fetcher.fetch(None, torch.arange(50), ["edge_x"])
+            _fetch(fetcher, None, torch.arange(50), ["edge_x"])
         assert isinstance(info.value, RemoteError)
     finally:
         router.close()
@@ -248,7 +257,7 @@ def test_a_meta_without_edge_attributes_serves_none(clusters):
         fetcher = EdgeFeatureFetcher.from_meta(router, metas)
         assert fetcher.attrs() == []
         with pytest.raises(StoreError, match="its edges hold none"):
-            fetcher.fetch(None, torch.arange(3), ["edge_attr"])
+            _fetch(fetcher, None, torch.arange(3), ["edge_attr"])
     finally:
         router.close()
 
@@ -277,15 +286,15 @@ def test_hetero_rows_per_edge_type(hetero, hetero_root):
                 ids = torch.randint(num_edges, (2 * num_edges,), generator=generator)
                 if k == BARE:
                     with pytest.raises(StoreError, match="its edges hold none"):
-                        fetcher.fetch(edge_type, ids, ["edge_attr"])
+                        _fetch(fetcher, edge_type, ids, ["edge_attr"])
                     continue
                 names = ["edge_attr", "edge_weight"] if k % 2 else ["edge_attr"]
-                rows = fetcher.fetch(list(edge_type), ids, names)
+                rows = _fetch(fetcher, list(edge_type), ids, names)
                 for name, tensor in zip(names, rows):
                     assert torch.equal(tensor, hetero[edge_type][name][ids]), (edge_type, name)
                 assert torch.equal(fetcher.book(edge_type).long(),
                                    _expected_book(hetero_root, edge_type))
             with pytest.raises(StoreError, match="no edge type None"):
-                fetcher.fetch(None, torch.arange(3), ["edge_attr"])
+                _fetch(fetcher, None, torch.arange(3), ["edge_attr"])
         finally:
             router.close()

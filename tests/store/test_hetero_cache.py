@@ -116,7 +116,7 @@ def test_policies_choose_per_node_type(hetero_data, hetero2):
             if edge_type[0] == t:  # out-degree: edges leaving the node
                 degree += torch.bincount(hetero_data[edge_type].edge_index[0],
                                          minlength=degree.numel())
-        chosen = set((cached._slot[t] >= 0).nonzero().view(-1).tolist())
+        chosen = set((cached._types[t].slot >= 0).nonzero().view(-1).tolist())
         assert chosen == set((degree > 0).nonzero().view(-1).tolist()), t
     halo = CachedFeatureStore(fs, 1.0, "halo", graph_store=gs, attrs=["x"],
                               policy_options={"part": 1})
@@ -128,7 +128,7 @@ def test_policies_choose_per_node_type(hetero_data, hetero2):
                 src, dst = hetero_data[src_t, rel, dst_t].edge_index
                 owner = gs.router.book_of(dst_t).part_of(dst)
                 expected |= set(src[(owner == 1) & (book.part_of(src) != 1)].tolist())
-        assert set((halo._slot[t] >= 0).nonzero().view(-1).tolist()) == expected, t
+        assert set((halo._types[t].slot >= 0).nonzero().view(-1).tolist()) == expected, t
 
 
 def test_a_fraction_applies_to_every_type_and_bytes_are_split_by_row_bytes(hetero_data,

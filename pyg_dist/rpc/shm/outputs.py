@@ -135,11 +135,6 @@ class OutputLease:
         given up once the outputs are dropped, never reused."""
         self._spoiled[0] = True
 
-    @property
-    def spoiled(self) -> bool:
-        """Whether the segment will be given up rather than reused."""
-        return self._spoiled[0]
-
     def lost(self, part: int) -> None:
         """``part``'s call failed (timed out, lost its server): the server
         may hold the segment mapped and may still write into it, so it is
