@@ -72,7 +72,7 @@ def test_counts_that_do_not_fit_the_stream_are_left_out_with_a_warning(tmp_path,
     with caplog.at_level(logging.WARNING, logger="pyg_dist_plugins.partitioners.streaming"):
         counted = StreamingPartitioner().assign_stream(EdgeStream(graph, 4_000), 4)
     assert "do not fit" not in caplog.text
-    # Measured: 0.238 counted, 0.667 without.
+    # Measured: 0.242 counted, 0.669 without.
     assert _cut(counted, src, dst) <= 0.5 * _cut(small, src, dst)
 
 

@@ -142,10 +142,10 @@ class StreamingPartitioner:
             return chunks, False
         if need > allowance // 2:
             logger.warning(
-                "streaming: the neighbour counts (%d MiB) do not fit the memory limit's "
-                "share for chunks of %d edges (%d MiB); partitioning without them, which "
-                "cuts more edges: raise --memory-limit", need >> 20, chunk_edges,
-                allowance >> 20)
+                "streaming: the neighbour counts (%.1f MiB) do not fit in half the memory "
+                "limit's share for chunks of %d edges (%.1f MiB); partitioning without "
+                "them, which cuts more edges: raise --memory-limit", need / 2**20,
+                chunk_edges, allowance / 2**20)
             return chunks, False
         # The stream's chunk (16 bytes an edge) stays whole; its slices are
         # visited with what the counts leave.
