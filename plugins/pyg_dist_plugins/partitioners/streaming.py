@@ -210,7 +210,7 @@ class StreamingPartitioner:
             nodes, lo, hi = nodes[keep], lo[keep], hi[keep]
         if nodes.size:
             self._place_batches(state, nodes, lo, hi, v, first_pass, rounds)
-        if state.neighbours is not None:
+        if state.neighbours is not None and first_pass:  # later passes count as they go
             state.neighbours.count(chunk_nodes, chunk_lo, np.append(chunk_lo[1:], v.size), v,
                                    state.part)
 
@@ -310,7 +310,9 @@ class _State:
         # K-wide arithmetic is most of a visit's cost.
         score = self._chunk_counts(nodes, lo, hi, v)
         if self.neighbours is not None:
-            score += self.neighbours.estimate(nodes, score)
+            # Placed nodes are visited with every neighbour their chunk
+            # holds: their chunk counts are what a pass counts of it.
+            score += self.neighbours.estimate(nodes, score, record=move)
         score *= np.maximum(0.0, 1.0 - self.size / self.cap).astype(np.float32)
         is_train = self.train[nodes] if self.train is not None else None
         if is_train is not None:
@@ -439,6 +441,7 @@ class NeighbourCounts:
     def __init__(self, num_nodes: int, num_parts: int) -> None:
         self.seen = np.zeros((num_nodes, num_parts), dtype=np.uint8)
         self.before: Optional[np.ndarray] = None
+        self._row = np.dtype((np.void, num_parts))
 
     @staticmethod
     def nbytes(num_nodes: int, num_parts: int) -> int:
@@ -452,11 +455,18 @@ class NeighbourCounts:
         self.before, self.seen = self.seen, self.before
         self.seen.fill(0)
 
-    def estimate(self, nodes: np.ndarray, local: np.ndarray) -> np.ndarray:
+    def estimate(self, nodes: np.ndarray, local: np.ndarray, record: bool = False
+                 ) -> np.ndarray:
         """What ``nodes``' neighbours outside their chunk add to ``local``
-        (their chunk's counts, ``len(nodes) x num_parts``)."""
+        (their chunk's counts, ``len(nodes) x num_parts``); with ``record``,
+        ``local`` is also counted as seen (instead of :meth:`count`)."""
         # np.take: a row gather of the 2-D table is ten times as slow.
-        seen = np.take(self.seen, nodes, axis=0).astype(np.float32)
+        rows = np.take(self.seen, nodes, axis=0)
+        seen = rows.astype(np.float32)
+        if record:
+            # Written as one k-byte item a row: a 2-D row scatter is slow.
+            rows = np.minimum(seen + local, 255.0).astype(np.uint8)
+            self.seen.view(self._row)[nodes, 0] = rows.view(self._row)[:, 0]
         if self.before is None:
             return seen
         before = np.take(self.before, nodes, axis=0).astype(np.float32)
