@@ -9,9 +9,9 @@ out-degrees (Zipf sources) and locality (70% of edges stay inside blocks of
 bounded memory to ``DIR/edges/*.parquet`` and ``DIR/nodes/{x,y,train_mask}.npy``.
 Each partitioner then runs in its own process,
 ``python -m pyg_dist partition --from DIR ROOT --memory-limit LIMIT``, and
-the row reports its wall time, its peak RSS (``VmHWM`` of that child),
-bytes written, the edge cut (from ``meta.json``) and edges/s, with the load
-average beside them.
+the row reports its wall time, its CPU time (user + system, all its
+processes), its peak RSS (``VmHWM`` of that child), bytes written, the edge
+cut (from ``meta.json``) and edges/s, with the load average beside them.
 
 With ``--ranks 2,...`` each partitioner runs again under ``torchrun
 --nproc-per-node N --standalone`` with ``--distributed`` (N ranks on this
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -130,12 +131,14 @@ def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str,
         "--standalone"]
     extra = ["--distributed"] if ranks > 1 else []
     start = time.perf_counter()
+    cpu_before = _children_cpu()
     done = subprocess.run(
         [*launcher, str(script), "partition", "--from", str(source), str(root),
          "-n", str(parts), "-p", partitioner, "--memory-limit", limit, "--no-progress",
          "--overwrite", *extra], capture_output=True, text=True,
         env=dict(os.environ, PEAK_DIR=str(peaks)))
     wall = time.perf_counter() - start
+    cpu = _children_cpu() - cpu_before
     if done.returncode != 0:
         return {"partitioner": partitioner, "ranks": ranks,
                 "error": done.stderr.strip()[-500:]}
@@ -148,7 +151,15 @@ def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str,
             "edge_cut_fraction": round(meta["stats"]["edge_cut_fraction"], 4),
             "node_balance": round(meta["stats"]["node_balance"], 3),
             "edges_per_s": round(meta["num_edges"] / wall),
-            "load_avg": os.getloadavg()[0]}
+            "cpu_s": round(cpu, 1), "load_avg": os.getloadavg()[0]}
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of the children waited for so far: beside
+    the wall, a figure that other work on the same cores does not inflate
+    (much)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
