@@ -23,7 +23,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_partition_files.py [--scale 0.005] \\
         [--parts 8] [--memory-limit 4G] [--partitioners hash,streaming,random] \\
-        [--ranks 2]
+        [--ranks 2] [-o passes=2]
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ _CHILD = ("import os, sys\nfrom pyg_dist.cli import main\nrc = main(sys.argv[1:]
 
 
 def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str,
-            ranks: int = 1) -> dict:
+            ranks: int = 1, options: tuple[str, ...] = ()) -> dict:
     """Partitions in a child process (or ``ranks`` torchrun ranks); its wall
     time, peak RSS (the largest rank's) and results."""
     peaks = root.parent / f"peaks-{root.name}"
@@ -135,7 +135,8 @@ def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str,
     done = subprocess.run(
         [*launcher, str(script), "partition", "--from", str(source), str(root),
          "-n", str(parts), "-p", partitioner, "--memory-limit", limit, "--no-progress",
-         "--overwrite", *extra], capture_output=True, text=True,
+         "--overwrite", *extra, *(a for o in options for a in ("-o", o))],
+        capture_output=True, text=True,
         env=dict(os.environ, PEAK_DIR=str(peaks)))
     wall = time.perf_counter() - start
     cpu = _children_cpu() - cpu_before
@@ -173,6 +174,9 @@ def main() -> None:
     parser.add_argument("--ranks", default="",
                         help="also run each partitioner with these numbers of torchrun ranks "
                              "(--distributed), e.g. 2")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="partitioner option passed on to every run (pyg-dist partition "
+                             "-o), e.g. passes=2")
     parser.add_argument("--dir", help="work directory (default: a temporary one, removed); "
                                       "its input graph is kept and reused by later runs of "
                                       "the same scale")
@@ -190,8 +194,9 @@ def main() -> None:
         for name in args.partitioners.split(","):
             for n in ranks:
                 row = run_one(work / "input", work / f"out-{name}", name, args.parts,
-                              args.memory_limit, n)
-                row.update(scale=args.scale, parts=args.parts, memory_limit=args.memory_limit)
+                              args.memory_limit, n, tuple(args.option))
+                row.update(scale=args.scale, parts=args.parts, memory_limit=args.memory_limit,
+                           options=args.option)
                 print(json.dumps(row), flush=True)
                 shutil.rmtree(work / f"out-{name}", ignore_errors=True)
     finally:
