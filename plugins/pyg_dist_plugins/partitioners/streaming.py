@@ -195,7 +195,6 @@ class StreamingPartitioner:
             rounds.begin(state)
         for src, dst in chunks():
             self._visit_chunk(state, src, dst, first_pass, rounds)
-
         if rounds is not None:
             rounds.end(state)
 
@@ -211,7 +210,8 @@ class StreamingPartitioner:
         hi = np.append(lo[1:], u.size)
         nodes = u[lo]
         del u
-        # Every node of the chunk, counted once the chunk is placed.
+        # Every node of the chunk: the first pass counts them once the chunk
+        # is placed (it visits only the nodes not placed yet).
         chunk_nodes, chunk_lo = nodes, lo
         if first_pass:
             keep = state.part[nodes] == _UNSET
@@ -318,8 +318,8 @@ class _State:
         # K-wide arithmetic is most of a visit's cost.
         score = self._chunk_counts(nodes, lo, hi, v)
         if self.neighbours is not None:
-            # Placed nodes are visited with every neighbour their chunk
-            # holds: their chunk counts are what a pass counts of it.
+            # A restreaming pass visits every node of the chunk with its
+            # whole segment: its chunk counts are what the pass counts.
             score += self.neighbours.estimate(nodes, score, record=move)
         score *= np.maximum(0.0, 1.0 - self.size / self.cap).astype(np.float32)
         is_train = self.train[nodes] if self.train is not None else None
