@@ -477,10 +477,11 @@ class NeighbourCounts:
         if self.before is None:
             return seen
         before = np.take(self.before, nodes, axis=0).astype(np.float32)
-        # Row sums as products with ones: BLAS, ten times numpy's sum(axis=1).
-        ones = np.ones(before.shape[1], dtype=np.float32)
-        total = before @ ones
-        known = seen @ ones + local @ ones
+        # Row sums by einsum: a fifth of sum(axis=1)'s time over rows of K.
+        # (Not a product with ones: OpenBLAS's threads would spin on the
+        # other core between the calls, a whole core at 1/4 scale.)
+        total = np.einsum("ij->i", before)
+        known = np.einsum("ij->i", seen) + np.einsum("ij->i", local)
         rest = np.clip(1.0 - known / np.maximum(total, 1.0), 0.0, 1.0)
         before *= rest[:, None]
         before += seen
