@@ -9,9 +9,9 @@ out-degrees (Zipf sources) and locality (70% of edges stay inside blocks of
 bounded memory to ``DIR/edges/*.parquet`` and ``DIR/nodes/{x,y,train_mask}.npy``.
 Each partitioner then runs in its own process,
 ``python -m pyg_dist partition --from DIR ROOT --memory-limit LIMIT``, and
-the row reports its wall time, its peak RSS (``VmHWM`` of that child),
-bytes written, the edge cut (from ``meta.json``) and edges/s, with the load
-average beside them.
+the row reports its wall time, its CPU time (user + system, all its
+processes), its peak RSS (``VmHWM`` of that child), bytes written, the edge
+cut (from ``meta.json``) and edges/s, with the load average beside them.
 
 With ``--ranks 2,...`` each partitioner runs again under ``torchrun
 --nproc-per-node N --standalone`` with ``--distributed`` (N ranks on this
@@ -23,7 +23,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_partition_files.py [--scale 0.005] \\
         [--parts 8] [--memory-limit 4G] [--partitioners hash,streaming,random] \\
-        [--ranks 2]
+        [--ranks 2] [-o passes=2]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -117,7 +118,7 @@ _CHILD = ("import os, sys\nfrom pyg_dist.cli import main\nrc = main(sys.argv[1:]
 
 
 def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str,
-            ranks: int = 1) -> dict:
+            ranks: int = 1, options: tuple[str, ...] = ()) -> dict:
     """Partitions in a child process (or ``ranks`` torchrun ranks); its wall
     time, peak RSS (the largest rank's) and results."""
     peaks = root.parent / f"peaks-{root.name}"
@@ -130,12 +131,15 @@ def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str,
         "--standalone"]
     extra = ["--distributed"] if ranks > 1 else []
     start = time.perf_counter()
+    cpu_before = _children_cpu()
     done = subprocess.run(
         [*launcher, str(script), "partition", "--from", str(source), str(root),
          "-n", str(parts), "-p", partitioner, "--memory-limit", limit, "--no-progress",
-         "--overwrite", *extra], capture_output=True, text=True,
+         "--overwrite", *extra, *(a for o in options for a in ("-o", o))],
+        capture_output=True, text=True,
         env=dict(os.environ, PEAK_DIR=str(peaks)))
     wall = time.perf_counter() - start
+    cpu = _children_cpu() - cpu_before
     if done.returncode != 0:
         return {"partitioner": partitioner, "ranks": ranks,
                 "error": done.stderr.strip()[-500:]}
@@ -148,7 +152,15 @@ def run_one(source: Path, root: Path, partitioner: str, parts: int, limit: str,
             "edge_cut_fraction": round(meta["stats"]["edge_cut_fraction"], 4),
             "node_balance": round(meta["stats"]["node_balance"], 3),
             "edges_per_s": round(meta["num_edges"] / wall),
-            "load_avg": os.getloadavg()[0]}
+            "cpu_s": round(cpu, 1), "load_avg": os.getloadavg()[0]}
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of the children waited for so far: beside
+    the wall, a figure that other work on the same cores does not inflate
+    (much)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -162,6 +174,9 @@ def main() -> None:
     parser.add_argument("--ranks", default="",
                         help="also run each partitioner with these numbers of torchrun ranks "
                              "(--distributed), e.g. 2")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="partitioner option passed on to every run (pyg-dist partition "
+                             "-o), e.g. passes=2")
     parser.add_argument("--dir", help="work directory (default: a temporary one, removed); "
                                       "its input graph is kept and reused by later runs of "
                                       "the same scale")
@@ -179,8 +194,9 @@ def main() -> None:
         for name in args.partitioners.split(","):
             for n in ranks:
                 row = run_one(work / "input", work / f"out-{name}", name, args.parts,
-                              args.memory_limit, n)
-                row.update(scale=args.scale, parts=args.parts, memory_limit=args.memory_limit)
+                              args.memory_limit, n, tuple(args.option))
+                row.update(scale=args.scale, parts=args.parts, memory_limit=args.memory_limit,
+                           options=args.option)
                 print(json.dumps(row), flush=True)
                 shutil.rmtree(work / f"out-{name}", ignore_errors=True)
     finally:

@@ -140,8 +140,10 @@ def test_across_ranks_cuts_fewer_edges_than_hash_and_about_what_one_host_cuts(tm
     hashed = HashPartitioner().assign_stream(EdgeStream(graph, 2000), 4)
     across, alone, hashed_cut = _cut(graph, books[0]), _cut(graph, one_host), \
         _cut(graph, hashed)
-    # Measured: 0.437 across two ranks, 0.438 on one host, 0.73 with hash.
-    assert across <= 0.75 * hashed_cut and across <= alone + 0.1, (across, alone, hashed_cut)
+    # Measured: 0.266 across two ranks, 0.134 on one host, 0.73 with hash
+    # (0.437 and 0.438 before the neighbour counts: a rank counts the
+    # neighbours its own share of the edges shows it, half of them here).
+    assert across <= 0.5 * hashed_cut and alone <= across, (across, alone, hashed_cut)
 
 
 def test_a_malformed_round_is_refused(tmp_path):
@@ -160,14 +162,16 @@ def test_a_malformed_round_is_refused(tmp_path):
 @pytest.mark.parametrize("num_nodes", [1_000, 1 << 40])  # packed ids; too wide to pack
 def test_a_chunk_is_grouped_by_node_with_every_neighbour_once(num_nodes):
     # streaming counts a node's neighbours' parts, so their order within
-    # the node's segment is free; the multiset must be exact.
+    # the node's segment is free; the multiset must be exact, both ways,
+    # self loops aside.
     rng = np.random.default_rng(5)
     src = rng.integers(0, min(num_nodes, 1_000), 5_000)
     dst = rng.integers(0, min(num_nodes, 1_000), 5_000)
     if num_nodes > 1_000:
         src[::7] = num_nodes - 1 - src[::7]  # ids near the top of the range
-    u, v = _grouped(np.concatenate([src, dst]), np.concatenate([dst, src]), num_nodes)
+    dst[::11] = src[::11]  # self loops
+    u, v = _grouped(src, dst, num_nodes)
     assert np.all(u[1:] >= u[:-1])
     got = sorted(zip(u.tolist(), v.tolist()))
-    assert got == sorted(zip(np.concatenate([src, dst]).tolist(),
-                             np.concatenate([dst, src]).tolist()))
+    both = zip(np.concatenate([src, dst]).tolist(), np.concatenate([dst, src]).tolist())
+    assert got == sorted((a, b) for a, b in both if a != b)

@@ -3,9 +3,10 @@ chunks, with a balance constraint on nodes and on training nodes.
 
 It sees the graph as :class:`~pyg_dist.partitioning.file_source.EdgeStream`
 chunks (or an in-memory ``edge_index`` cut into the same chunks), so its
-memory is the assignment (2 bytes a node) plus one chunk. Nodes are placed
-when first seen, in small batches so that later nodes see earlier choices:
-node ``v`` goes to the part ``k`` maximising::
+memory is the assignment (2 bytes a node), the neighbour counts (``2 K``
+bytes a node, :class:`NeighbourCounts`) and one chunk. Nodes are placed
+when first seen, in batches (a 256th of the nodes at most) so that later
+nodes see earlier choices: node ``v`` goes to the part ``k`` maximising::
 
     |N(v) ∩ P_k| * (1 - |P_k| / C) * (1 - |T_k| / C_T if v trains)
 
@@ -15,6 +16,13 @@ never seen in an edge is placed at the end, on the least loaded parts
 (Stanton & Kliot, KDD 2012; the train constraint follows DGL's
 ``balance_ntypes=train_mask``). Deterministic for a seed: the seed orders the
 nodes of a chunk.
+
+A node's edges are spread over every chunk of a pass, so ``N(v)`` seen
+within a chunk is a few of its neighbours, fewer as the chunks shrink. The
+restreaming passes therefore score a node from its neighbour counts: those
+of this pass's chunks so far, its chunk's, and, for the chunks to come, the
+previous pass's counts scaled to what is left. The first pass places a node
+where it is first seen, from its chunk alone.
 
 Across the ranks of a torchrun job (``assigns_across_ranks``), every rank
 streams its own range of the edge files and the ranks proceed in rounds of
@@ -35,6 +43,7 @@ one-host assignment exactly.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
@@ -43,8 +52,18 @@ import numpy as np
 
 from pyg_dist.errors import InvalidPartitionArgumentError
 
-_BATCH = 1024
+_BATCH = 1 << 17
+STREAM_BYTES_PER_EDGE = 192
+"""Bytes an edge of its chunk that an ``EdgeStream`` allows (what ``pyg-dist
+partition --from`` sizes the chunks by, docs/partition-format.md): the
+neighbour counts are paid from it."""
+VISIT_BYTES_PER_EDGE = 166
+"""What visiting a chunk holds at its peak, an edge of the chunk (the chunk
+itself included): 150 measured (docs/partition-format.md, the bound test)
+and the 16 that the first pass keeps for the counts."""
 _UNSET = -1
+
+logger = logging.getLogger(__name__)
 
 
 class StreamingPartitioner:
@@ -107,21 +126,62 @@ class StreamingPartitioner:
             for s in range(0, stream.num_nodes, 1 << 22):
                 mask[s:s + (1 << 22)] = stream.train_mask(s, min(s + (1 << 22),
                                                                   stream.num_nodes))
-        if int(getattr(stream, "world_size", 1)) > 1:
-            return self._run(int(stream.num_nodes), stream.rank_chunks, mask, num_parts,
-                             _Rounds(stream.exchange, int(stream.world_size)))
-        return self._run(int(stream.num_nodes), stream.chunks, mask, num_parts)
+        across = int(getattr(stream, "world_size", 1)) > 1
+        chunks, counted = self._within_chunk_memory(
+            stream.rank_chunks if across else stream.chunks, int(stream.chunk_edges),
+            int(stream.num_nodes), num_parts)
+        rounds = _Rounds(stream.exchange, int(stream.world_size)) if across else None
+        return self._run(int(stream.num_nodes), chunks, mask, num_parts, rounds, counted)
+
+    def _within_chunk_memory(self, chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+                             chunk_edges: int, num_nodes: int, num_parts: int
+                             ) -> tuple[Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+                                        bool]:
+        """The chunks to stream and whether the neighbour counts fit.
+
+        The memory an ``EdgeStream`` allows beyond the assignment is its
+        chunk's share of the limit (:data:`STREAM_BYTES_PER_EDGE` an edge):
+        the counts take their bytes from it and the chunks are visited in
+        slices that fit in the rest. Counts that would take more than half
+        of it are not kept (the cut then follows the chunk size again)."""
+        allowance = chunk_edges * STREAM_BYTES_PER_EDGE
+        need = NeighbourCounts.nbytes(num_nodes, num_parts)
+        if self.passes < 2:  # no pass would read them
+            return chunks, False
+        if need > allowance // 2:
+            logger.warning(
+                "streaming: the neighbour counts (%.1f MiB) do not fit in half the memory "
+                "limit's share for chunks of %d edges (%.1f MiB); partitioning without "
+                "them, which cuts more edges: raise --memory-limit", need / 2**20,
+                chunk_edges, allowance / 2**20)
+            return chunks, False
+        # The stream's chunk (16 bytes an edge) stays whole; its slices are
+        # visited with what the counts leave.
+        step = (allowance - need - 16 * chunk_edges) // (VISIT_BYTES_PER_EDGE - 16)
+        if step >= chunk_edges:  # the counts fit in the allowance's slack
+            return chunks, True
+
+        def sliced() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for src, dst in chunks():
+                for s in range(0, src.size, step):
+                    yield src[s:s + step], dst[s:s + step]
+
+        return sliced, True
 
     def _run(self, num_nodes: int, chunks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
              train: Optional[np.ndarray], num_parts: int,
-             rounds: Optional[_Rounds] = None) -> np.ndarray:
+             rounds: Optional[_Rounds] = None, count_neighbours: bool = True) -> np.ndarray:
         state = _State(num_nodes, num_parts, self.slack,
                        train if self.balance_train else None)
+        if count_neighbours and self.passes > 1:
+            state.neighbours = NeighbourCounts(num_nodes, num_parts)
         self._stream_pass(state, chunks, True, rounds)
         state.place_rest()  # on every rank alike: the states agree after a pass
         # Restreaming (Nishimura & Ugander, KDD 2013): later passes see every
         # node placed and move one when a part holds more of its neighbours.
         for _ in range(self.passes - 1):
+            if state.neighbours is not None:
+                state.neighbours.next_pass()
             self._stream_pass(state, chunks, False, rounds)
         return state.part
 
@@ -144,18 +204,29 @@ class StreamingPartitioner:
         nodes, a batch at a time."""
         # Both directions, grouped by node (segments of the sorted sources
         # give every node's neighbours without a search); about 64 bytes an
-        # edge at the peak. Self loops are dropped per batch, in place().
-        u, v = _grouped(np.concatenate([src, dst]), np.concatenate([dst, src]),
-                        state.part.size)
+        # edge at the peak.
+        u, v = _grouped(src, dst, state.part.size)
         lo = np.flatnonzero(np.concatenate([[True], u[1:] != u[:-1]])) if u.size else u
         hi = np.append(lo[1:], u.size)
         nodes = u[lo]
         del u
+        # Every node of the chunk: the first pass counts them once the chunk
+        # is placed (it visits only the nodes not placed yet).
+        chunk_nodes, chunk_lo = nodes, lo
         if first_pass:
             keep = state.part[nodes] == _UNSET
             nodes, lo, hi = nodes[keep], lo[keep], hi[keep]
-        if not nodes.size:
-            return
+        if nodes.size:
+            self._place_batches(state, nodes, lo, hi, v, first_pass, rounds)
+        if state.neighbours is not None and first_pass:  # later passes count as they go
+            state.neighbours.count(chunk_nodes, chunk_lo, np.append(chunk_lo[1:], v.size), v,
+                                   state.part)
+
+    def _place_batches(self, state: _State, nodes: np.ndarray, lo: np.ndarray,
+                       hi: np.ndarray, v: np.ndarray, first_pass: bool,
+                       rounds: Optional[_Rounds]) -> None:
+        """Places the chunk's ``nodes`` (neighbours ``v[lo[i]:hi[i]]``) a
+        batch at a time, in the seed's order."""
         # The seed orders the batches: a splitmix of the id. It is a
         # bijection, so the nodes' keys are distinct and any sort gives the
         # same order (the default one is twice as fast as a stable one).
@@ -176,11 +247,20 @@ class StreamingPartitioner:
                 rounds.visited(state, batch.size)
 
 
-def _grouped(u: np.ndarray, v: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(u, v)`` pairs sorted by ``u``. A node's neighbours may come in any
-    order (place() only counts their parts), so both ids are packed into
-    one int64 and sorted by value: numpy sorts values about 3x as fast as
-    it computes an argsort, and no gather of ``v`` follows."""
+def _grouped(src: np.ndarray, dst: np.ndarray, num_nodes: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The edges both ways, ``(u, v)`` pairs sorted by ``u``, self loops
+    dropped (they say nothing of where a node belongs; a node with nothing
+    else is placed with the nodes never seen). A node's neighbours may come
+    in any order (place() only counts their parts), so both ids are packed
+    into one int64 and sorted by value: numpy sorts values about 3x as fast
+    as it computes an argsort, and no gather of ``v`` follows."""
+    u, v = np.concatenate([src, dst]), np.concatenate([dst, src])
+    loops = u == v
+    if loops.any():  # the copies replace u and v: no more at the peak
+        u = u[~loops]
+        v = v[~loops]
+    del loops
     shift = max(1, int(num_nodes - 1).bit_length())
     if 2 * shift > 63:  # ids too wide to share an int64
         order = np.argsort(u)
@@ -223,6 +303,7 @@ class _State:
         self.limit = np.full(num_parts, self.cap)
         self.train_limit = np.full(num_parts, self.train_cap)
         self.log: Optional[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = None
+        self.neighbours: Optional[NeighbourCounts] = None
 
     def place(self, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray, v: np.ndarray,
               move: bool = False) -> None:
@@ -233,22 +314,21 @@ class _State:
             current = self.part[nodes].astype(np.int64)
             is_train = self.train[nodes] if self.train is not None else None
             self._uncount(current, is_train)
-        lengths = hi - lo
-        row = np.repeat(np.arange(nodes.size), lengths)
-        starts = np.repeat(lo - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-        neighbours = v[np.arange(row.size) + starts] if row.size else row
-        parts = self.part[neighbours].astype(np.int64)
-        placed = (parts != _UNSET) & (neighbours != nodes[row])
-        counts = np.bincount(row[placed] * self.k + parts[placed],
-                             minlength=nodes.size * self.k).reshape(nodes.size, self.k)
-        score = counts * np.maximum(0.0, 1.0 - self.size / self.cap)
+        # float32 throughout: the scores are small counts, and the batch's
+        # K-wide arithmetic is most of a visit's cost.
+        score = self._chunk_counts(nodes, lo, hi, v)
+        if self.neighbours is not None:
+            # A restreaming pass visits every node of the chunk with its
+            # whole segment: its chunk counts are what the pass counts.
+            score += self.neighbours.estimate(nodes, score, record=move)
+        score *= np.maximum(0.0, 1.0 - self.size / self.cap).astype(np.float32)
         is_train = self.train[nodes] if self.train is not None else None
         if is_train is not None:
             train_room = np.maximum(0.0, 1.0 - self.train_size / self.train_cap)
-            score[is_train] *= train_room
+            score[is_train] *= train_room.astype(np.float32)
         # Ties (and nodes with no placed neighbour) go to the least loaded
         # part: a small bonus for room, far below one neighbour's worth.
-        score += (1.0 - self.size / self.cap) * 1e-6
+        score += ((1.0 - self.size / self.cap) * 1e-6).astype(np.float32)
         score[:, self.size >= self.limit] = -np.inf
         if is_train is not None:
             full = np.flatnonzero(self.train_size >= self.train_limit)
@@ -261,6 +341,18 @@ class _State:
                 1.0 - self.size[chosen] / self.cap)
             chosen[stay] = current[stay]
         self._commit(nodes, chosen, is_train)
+
+    def _chunk_counts(self, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                      v: np.ndarray) -> np.ndarray:
+        """Per node and part, the placed neighbours ``v[lo[i]:hi[i]]``."""
+        lengths = hi - lo
+        row = np.repeat(np.arange(nodes.size), lengths)
+        starts = np.repeat(lo - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+        neighbours = v[np.arange(row.size) + starts] if row.size else row
+        parts = self.part[neighbours].astype(np.int64)
+        placed = parts != _UNSET
+        return np.bincount(row[placed] * self.k + parts[placed], minlength=nodes.size * self.k
+                           ).reshape(nodes.size, self.k).astype(np.float32)
 
     def _uncount(self, parts: np.ndarray, is_train: Optional[np.ndarray]) -> None:
         """Takes placed nodes out of the loads before they are reconsidered."""
@@ -331,6 +423,97 @@ class _State:
             fill = np.concatenate([fill, np.arange(rest.size - fill.size) % self.k])
         self.part[rest] = fill
         self.size += np.bincount(fill, minlength=self.k)
+
+
+class NeighbourCounts:
+    """Per node and part, how many of its neighbours were seen in that part:
+    what lets a node be scored from all its neighbours rather than from the
+    few that share its chunk (a node's edges are spread over every chunk of
+    a pass, so without them the cut grows as the chunks shrink).
+
+    Two ``num_nodes x num_parts`` uint8 tables, saturating at 255 (a hub
+    with more neighbours in every part only loses the tie-break among
+    them): ``seen``, the edges of the chunks streamed so far in this pass,
+    counted once their chunk is placed, and ``before``, the previous pass's
+    (every edge). A node in a restreaming pass is scored from this pass's
+    counts plus its chunk's edges, the edges not yet streamed estimated from
+    ``before`` (scaled to their share). In the first pass a node is placed
+    where it is first seen, so only its chunk informs it, as before; the
+    counts inform every later visit.
+
+    Args:
+        num_nodes: Number of nodes.
+        num_parts: Number of parts.
+    """
+
+    def __init__(self, num_nodes: int, num_parts: int) -> None:
+        self.seen = np.zeros((num_nodes, num_parts), dtype=np.uint8)
+        self.before: Optional[np.ndarray] = None
+        self._row = np.dtype((np.void, num_parts))
+
+    @staticmethod
+    def nbytes(num_nodes: int, num_parts: int) -> int:
+        """Bytes held by the two tables."""
+        return 2 * num_nodes * num_parts
+
+    def next_pass(self) -> None:
+        """The pass's counts become ``before``; the next pass counts anew."""
+        if self.before is None:
+            self.before = np.zeros_like(self.seen)
+        self.before, self.seen = self.seen, self.before
+        self.seen.fill(0)
+
+    def estimate(self, nodes: np.ndarray, local: np.ndarray, record: bool = False
+                 ) -> np.ndarray:
+        """What ``nodes``' neighbours outside their chunk add to ``local``
+        (their chunk's counts, ``len(nodes) x num_parts``); with ``record``,
+        ``local`` is also counted as seen (instead of :meth:`count`)."""
+        # np.take: a row gather of the 2-D table is ten times as slow.
+        seen = np.take(self.seen, nodes, axis=0).astype(np.float32)
+        if record:
+            # Written as one k-byte item a row: a 2-D row scatter is slow.
+            rows = np.minimum(seen + local, 255.0).astype(np.uint8)
+            self.seen.view(self._row)[nodes, 0] = rows.view(self._row)[:, 0]
+        if self.before is None:
+            return seen
+        before = np.take(self.before, nodes, axis=0).astype(np.float32)
+        # Row sums by einsum: a fifth of sum(axis=1)'s time over rows of K.
+        # (Not a product with ones: OpenBLAS's threads would spin on the
+        # other core between the calls, a whole core at 1/4 scale.)
+        total = np.einsum("ij->i", before)
+        known = np.einsum("ij->i", seen) + np.einsum("ij->i", local)
+        rest = np.clip(1.0 - known / np.maximum(total, 1.0), 0.0, 1.0)
+        before *= rest[:, None]
+        before += seen
+        return before
+
+    def count(self, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray, v: np.ndarray,
+              part: np.ndarray) -> None:
+        """Adds a placed chunk: node ``nodes[i]`` has neighbours
+        ``v[lo[i]:hi[i]]`` (segments that follow each other), now in
+        ``part``; about a million edges at a time."""
+        k = self.seen.shape[1]
+        s = 0
+        while s < nodes.size:
+            t = max(s + 1, int(np.searchsorted(lo, lo[s] + (1 << 20), side="left")))
+            t = min(t, nodes.size)
+            lengths = hi[s:t] - lo[s:t]
+            row = np.repeat(np.arange(t - s), lengths)
+            neighbours = v[lo[s]:hi[t - 1]]
+            parts = part[neighbours].astype(np.int64)
+            if parts.min(initial=0) == _UNSET:  # an unplaced neighbour counts nowhere
+                keep = parts != _UNSET
+                row, parts = row[keep], parts[keep]
+            row *= k
+            row += parts
+            added = np.bincount(row, minlength=(t - s) * k)
+            # Most nodes have neighbours in few parts: only those cells change.
+            cells = np.flatnonzero(added)
+            at, within = np.divmod(cells, k)
+            flat = nodes[s:t][at] * k + within
+            table = self.seen.reshape(-1)
+            table[flat] = np.minimum(table[flat] + np.minimum(added[cells], 255), 255)
+            s = t
 
 
 ROUND_NODES = 8192
