@@ -6,6 +6,7 @@ warning, when they do not fit it."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import torch
 
 from pyg_dist.partitioning import PartitionInput
 from pyg_dist.partitioning.file_source import EdgeStream, FileGraph
-from pyg_dist_plugins.partitioners.streaming import StreamingPartitioner
+from pyg_dist_plugins.partitioners.streaming import StreamingPartitioner, _mix, _seed_order
 
 NUM_NODES, BLOCK, NUM_EDGES = 20_000, 200, 160_000
 
@@ -82,3 +83,55 @@ def test_counted_runs_are_deterministic_for_a_seed_and_differ_across_seeds(tmp_p
             for seed in (3, 3, 4)]
     assert np.array_equal(runs[0], runs[1])
     assert not np.array_equal(runs[0], runs[2])
+
+
+# sha256 of the assignment (as int64) of _clustered() with a 10% train mask
+# into 4 parts, by (chunk_edges, seed): what the partitioner gave before its
+# speed-ups (one count table, the seed order sorted as values, issue 27). A
+# speed-up must not change a single node.
+_ASSIGNMENT_SHA256 = {
+    (1_000, 0): "082feb31fed11b5f6247d484c820b7842fe96aa746543e96e9d19dd80645e0ef",
+    (1_000, 7): "5bf135e6c1fd36c71ee09d2528f3699516a86fc7bd37258dcabe29ac8ca9c5ac",
+    (NUM_EDGES, 0): "b1c65e707b0f1d328793b170ae4e8687ca3259e86c96b9f7161eb78abb42e20d",
+}
+
+
+def test_the_assignment_is_the_one_before_the_speed_ups():
+    src, dst = _clustered()
+    train = torch.from_numpy(np.random.default_rng(1).random(NUM_NODES) < 0.1)
+    graph = PartitionInput(NUM_NODES, torch.from_numpy(np.stack([src, dst])),
+                           train_mask=train)
+    for (chunk, seed), expected in _ASSIGNMENT_SHA256.items():
+        part = StreamingPartitioner(chunk_edges=chunk, seed=seed).assign(graph, 4)
+        assert hashlib.sha256(part.astype(np.int64).tobytes()).hexdigest() == expected, (
+            chunk, seed)
+
+
+def _unmix(mixed: int, seed: int) -> int:
+    """The id whose ``_mix`` is ``mixed`` (the splitmix steps inverted)."""
+    mask = (1 << 64) - 1
+
+    def unshift(y: int, r: int) -> int:
+        x = y
+        for _ in range(64 // r + 1):
+            x = y ^ (x >> r)
+        return x
+
+    c = unshift(mixed, 27)
+    b = (c * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & mask
+    return (unshift(b, 30) - seed * 0x9E3779B97F4A7C15) & mask
+
+
+def test_the_seed_order_is_argsorts_even_where_the_sorted_high_bits_tie():
+    # _seed_order sorts the mix's high bits packed with the index: ids whose
+    # mixes share those bits (a run of three, a pair) must still come in the
+    # mix's order, as np.argsort gives it.
+    rng = np.random.default_rng(5)
+    seed, size = 11, 1_000  # 10 low bits hold the index
+    ids = list(rng.integers(0, 1 << 40, size - 5))
+    for high, lows in (((1 << 50) + 12345, (900, 3, 500)), ((1 << 51) + 77, (1000, 2))):
+        ids += [_unmix((high << 10) | low, seed) for low in lows]
+    nodes = np.array(ids, dtype=np.uint64).astype(np.int64)  # any int64 id mixes alike
+    mixed = _mix(nodes, seed)
+    assert np.unique(mixed >> np.uint64(10)).size <= size - 3  # the ties are there
+    assert np.array_equal(_seed_order(nodes, seed), np.argsort(mixed))
