@@ -560,14 +560,20 @@ class NeighbourCounts:
             if parts.min(initial=0) == _UNSET:  # an unplaced neighbour counts nowhere
                 keep = parts != _UNSET
                 row, parts = row[keep], parts[keep]
+            if not row.size:
+                s = t
+                continue
             row *= k
             row += parts
-            added = np.bincount(row, minlength=(t - s) * k)
-            # Most nodes have neighbours in few parts: only those cells change.
-            cells = np.flatnonzero(added)
-            at, within = np.divmod(cells, k)
+            # Most nodes have neighbours in few parts: only those cells
+            # change, found by sorting the edges' cells (already in row
+            # order) rather than by a bincount K times as long as the edges.
+            row.sort()
+            first = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]]))
+            added = np.diff(np.append(first, row.size))
+            at, within = np.divmod(row[first], k)
             flat = nodes[s:t][at] * (2 * k) + (within + self.seen_at)
-            table[flat] = np.minimum(table[flat] + np.minimum(added[cells], 255), 255)
+            table[flat] = np.minimum(table[flat] + np.minimum(added, 255), 255)
             s = t
 
 
