@@ -337,9 +337,9 @@ class _State:
         """Places a batch of nodes whose neighbours are ``v[lo[i]:hi[i]]``;
         with ``move``, the nodes are placed already and leave their part
         only for a strictly better one."""
+        is_train = self.train[nodes] if self.train is not None else None
         if move:
             current = self.part[nodes].astype(np.int64)
-            is_train = self.train[nodes] if self.train is not None else None
             self._uncount(current, is_train)
         # float32 throughout: the scores are small counts, and the batch's
         # K-wide arithmetic is most of a visit's cost.
@@ -349,22 +349,28 @@ class _State:
             # whole segment: its chunk counts are what the pass counts.
             score += self.neighbours.estimate(nodes, score, record=move)
         score *= np.maximum(0.0, 1.0 - self.size / self.cap).astype(np.float32)
-        is_train = self.train[nodes] if self.train is not None else None
-        if is_train is not None:
+        # The train rows by index: a boolean row mask is twice as slow.
+        trains = np.flatnonzero(is_train) if is_train is not None else None
+        if trains is not None:
             train_room = np.maximum(0.0, 1.0 - self.train_size / self.train_cap)
-            score[is_train] *= train_room.astype(np.float32)
+            score[trains] *= train_room.astype(np.float32)
         # Ties (and nodes with no placed neighbour) go to the least loaded
         # part: a small bonus for room, far below one neighbour's worth.
         score += ((1.0 - self.size / self.cap) * 1e-6).astype(np.float32)
-        score[:, self.size >= self.limit] = -np.inf
-        if is_train is not None:
+        full = self.size >= self.limit
+        if full.any():
+            score[:, full] = -np.inf
+        if trains is not None:
             full = np.flatnonzero(self.train_size >= self.train_limit)
-            score[np.ix_(np.flatnonzero(is_train), full)] = -np.inf
+            if full.size:
+                score[np.ix_(trains, full)] = -np.inf
         chosen = np.argmax(score, axis=1)
         if move:
-            rows = np.arange(nodes.size)
-            # Stay unless the best part is better by a whole neighbour's share.
-            stay = score[rows, chosen] <= score[rows, current] + 0.5 * (
+            # Stay unless the best part is better by a whole neighbour's
+            # share. (Flat indices: a 2-D pair gather is three times as slow.)
+            at = np.arange(0, score.size, self.k)
+            flat = score.reshape(-1)
+            stay = flat[at + chosen] <= flat[at + current] + 0.5 * (
                 1.0 - self.size[chosen] / self.cap)
             chosen[stay] = current[stay]
         self._commit(nodes, chosen, is_train)
