@@ -33,8 +33,8 @@ from pyg_dist.errors import EmbeddingError
 from pyg_dist.kernels.distinct import all_distinct
 from pyg_dist.partitioning.format import load_tensors, save_tensors, sha256_file
 from pyg_dist.protocol.ops import EMB_CREATE, EMB_PUSH, EMB_READ, EMB_WRITE, TABLE_DTYPES
+from pyg_dist.routing.row_fetch import RowRequest, fetch_rows, row_request
 from pyg_dist.store.remote_feature_store import FeatureInfo
-from pyg_dist.store.row_fetch import RowRequest, fetch_rows, row_request
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class PendingRead:
         ids: The distinct ids asked for.
         inverse: Where each id the caller asked for lies in ``ids``
             (``None``: the caller's ids were ``ids``).
-        request: What :func:`~pyg_dist.store.row_fetch.fetch_rows` sends;
+        request: What :func:`~pyg_dist.routing.row_fetch.fetch_rows` sends;
             its one output receives the rows.
     """
 
@@ -260,7 +260,7 @@ class DistEmbedding:
     def start_read(self, ids: Tensor, *, pin: bool = False, pool: Any = None,
                    distinct: bool = False) -> PendingRead:
         """The request for the rows of ``ids`` (checked global ids), for
-        :func:`~pyg_dist.store.row_fetch.fetch_rows` to send with a batch's
+        :func:`~pyg_dist.routing.row_fetch.fetch_rows` to send with a batch's
         other rows (one round trip; a server on this host writes its rows
         into the output itself); :meth:`finish_read` then gives the rows.
         Waits first for this trainer's pushes but the last ``staleness``

@@ -41,6 +41,7 @@ from pyg_dist.loader.arguments import check_seed_times, check_store_pair, loader
 from pyg_dist.loader.batches import data_batch, hetero_batch
 from pyg_dist.loader.iteration import DistIteration
 from pyg_dist.sampler.link_sampling import check_negative_sampling
+from pyg_dist.store import tree_outputs
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
@@ -209,10 +210,13 @@ class DistLinkNeighborLoader(DistIteration, LinkLoader):
         """Samples and fetches one batch (thread-safe)."""
         index, seed = item
         inputs = self.input_data[index]
-        if self._seeded:
-            out = self.link_sampler.sample_from_edges(inputs, self.neg_sampling, seed=seed)
-        else:
-            out = self.link_sampler.sample_from_edges(inputs, neg_sampling=self.neg_sampling)
+        # Its node features are fetched right after, on this thread: a tree
+        # sampled on the servers may have them written in its round trip.
+        with tree_outputs.fetching(self.data[0]):
+            if self._seeded:
+                out = self.link_sampler.sample_from_edges(inputs, self.neg_sampling, seed=seed)
+            else:
+                out = self.link_sampler.sample_from_edges(inputs, neg_sampling=self.neg_sampling)
         return self.filter_fn(out)
 
     # Joining features #######################################################

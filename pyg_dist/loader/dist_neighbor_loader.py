@@ -40,6 +40,7 @@ from pyg_dist.errors import LoaderError
 from pyg_dist.loader.arguments import check_seed_times, check_store_pair, loader_sampler
 from pyg_dist.loader.batches import data_batch, hetero_batch
 from pyg_dist.loader.iteration import DistIteration
+from pyg_dist.store import tree_outputs
 from pyg_dist.store.remote_feature_store import RemoteFeatureStore
 from pyg_dist.store.remote_graph_store import RemoteGraphStore
 
@@ -217,10 +218,13 @@ class DistNeighborLoader(DistIteration, NodeLoader):
         """Samples and fetches one batch (thread-safe)."""
         index, seed = item
         inputs = self.input_data[index]
-        if self._seeded:
-            out = self.node_sampler.sample_from_nodes(inputs, seed=seed)
-        else:
-            out = self.node_sampler.sample_from_nodes(inputs)
+        # Its node features are fetched right after, on this thread: a tree
+        # sampled on the servers may have them written in its round trip.
+        with tree_outputs.fetching(self.data[0]):
+            if self._seeded:
+                out = self.node_sampler.sample_from_nodes(inputs, seed=seed)
+            else:
+                out = self.node_sampler.sample_from_nodes(inputs)
         return self.filter_fn(out)
 
     # Joining features #######################################################

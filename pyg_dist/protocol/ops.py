@@ -27,7 +27,7 @@ from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
 from pyg_dist.kernels import TEMPORAL_STRATEGIES
-from pyg_dist.protocol import reply_checks as checks, tree_owners
+from pyg_dist.protocol import reply_checks as checks, tree_owners, tree_rows
 from pyg_dist.protocol.schema import (
     BOOL,
     COUNT,
@@ -119,7 +119,8 @@ SAMPLE_TREE = _op(
     optional={"sizes": nil_or(sizes(_TYPES)), "disjoint": BOOL,
               "subgraph": choice(("directional", "induced")),
               "timeout": nil_or(seconds(86400)), **_DRAW,
-              "temporal_strategy": nil_or(choice(TEMPORAL_STRATEGIES)), "owners": BOOL},
+              "temporal_strategy": nil_or(choice(TEMPORAL_STRATEGIES)), "owners": BOOL,
+              "rows": tree_rows.ROWS},
     tensors=(1, 2), tensor_check=ids_and("time_attr", "seed times"), reply=("node_types",),
     reply_check=tree_owners.check, worker=True, reply_tensors=_tree_reply_tensors)
 GET = _op("get", "feature rows of owned nodes of one or more node types (with "

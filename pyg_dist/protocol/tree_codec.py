@@ -246,6 +246,21 @@ def tree_answer_bytes(seeds: int, fanouts: Sequence[int], disjoint: bool, *,
     return tree_bytes(nodes, edges, len(fanouts), disjoint)
 
 
+def tree_node_bound(seeds: int, fanouts: Sequence[int], disjoint: bool,
+                    num_nodes: int) -> Optional[int]:
+    """Most nodes a homogeneous tree of ``seeds`` seeds can have: ``k``
+    new nodes per frontier node and hop (``None`` where a fan-out is -1),
+    at most the graph's ``num_nodes`` unless ``disjoint`` (then one copy per
+    seed)."""
+    if any(k < 0 for k in fanouts):
+        return None
+    nodes = frontier = seeds
+    for k in fanouts:
+        frontier *= k
+        nodes += frontier
+    return nodes if disjoint else min(nodes, num_nodes)
+
+
 def _counts(values: Optional[list[int]]) -> Tensor:
     """Per-hop counts as a tensor (empty when there are none)."""
     return torch.tensor(values if values is not None else [], dtype=torch.long)

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.partitioning.book import shares_by_part
-from pyg_dist.protocol import tree_codec
+from pyg_dist.protocol import tree_codec, tree_rows
 from pyg_dist.protocol.reply_checks import bounds, shape_text
 from pyg_dist.rpc.wire_values import describe
 
@@ -56,15 +56,17 @@ def check(args: dict[str, Any], tensors: list[Tensor], result: dict[str, Any],
           reply: list[Tensor]) -> Optional[str]:
     """``sample_tree``'s reply check: :func:`tree_codec.check
     <pyg_dist.protocol.tree_codec.check>`, and with ``owners`` the order and
-    counts after the tree (see the module)."""
+    counts after the tree (see the module), and with ``rows`` its outcome
+    (:func:`pyg_dist.protocol.tree_rows.check`)."""
     if not asked(args):
         return tree_codec.check(args, tensors, result, reply)
     if not reply:
         return "no tensors, where a tree and its owner order were due"
-    problem = tree_codec.check(args, tensors, result, reply[:-1])
-    if problem is not None:
-        return problem
-    return _order_problem(result.get("owner_counts"), reply[-1], reply[0].numel())
+    problem = tree_codec.check(args, tensors, result, reply[:-1]) or \
+        _order_problem(result.get("owner_counts"), reply[-1], reply[0].numel())
+    if problem is None and tree_rows.asked(args):
+        return tree_rows.check(args, result)
+    return problem
 
 
 def _order_problem(counts: Any, order: Tensor, num_nodes: int) -> Optional[str]:

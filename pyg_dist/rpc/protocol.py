@@ -44,7 +44,7 @@ from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc import wire_values
 from pyg_dist.rpc.wire_values import MAX_ID, describe
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 
 # The messages as the code sees them: a decoded request, a reply, an error

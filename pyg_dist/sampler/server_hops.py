@@ -10,7 +10,9 @@ seed.
 
 A homogeneous tree comes with its nodes grouped by owning part
 (:mod:`pyg_dist.protocol.tree_owners`), remembered for the batch's feature
-fetch (:mod:`pyg_dist.store.known_owners`).
+fetch (:mod:`pyg_dist.store.known_owners`); inside a loader's fetch
+(:mod:`pyg_dist.store.tree_outputs`), with its nodes' rows already written
+into the batch's outputs by their owners (:mod:`pyg_dist.protocol.tree_rows`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from pyg_dist.hops.settings import HopSettings
 from pyg_dist.protocol import tree_codec, tree_owners
 from pyg_dist.protocol.ops import SAMPLE_TREE, wire_edge_type
 from pyg_dist.routing.id_router import Router
-from pyg_dist.store import known_owners
+from pyg_dist.rpc.retrying import FirstAttempt
+from pyg_dist.store import known_owners, tree_outputs
 
 
 def sample_tree(router: Router, part: int, settings: HopSettings,
@@ -37,7 +40,10 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
                 seed_time: Optional[dict[Optional[NodeType], Tensor]],
                 base_seed: int) -> HeteroSamplerOutput:
     """Samples every hop of a batch on the servers: a homogeneous graph's
-    as the one-type case of a heterogeneous one (node and edge type nil).
+    as the one-type case of a heterogeneous one (node and edge type nil);
+    inside :func:`pyg_dist.store.tree_outputs.fetching`, its nodes' rows are
+    written into the batch's outputs during the same round trip, when the
+    feature store can lend them.
 
     Args:
         router: Routes to the servers.
@@ -73,8 +79,17 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
     # it when its size is bounded (every fan-out >= 0, not induced).
     bound = None if typed or settings.induced else \
         tree_codec.tree_answer_bytes(seeds[None].numel(), fanouts[None], settings.disjoint)
-    reply = router.call_all([SAMPLE_TREE.request(part, args, tensors)], deadline,
-                            reply_bytes=[bound])[0]
+    rows = None if typed else tree_outputs.planned(router, part, tree_codec.tree_node_bound(
+        seeds[None].numel(), fanouts[None], settings.disjoint, router.num_nodes))
+    first = None if rows is None else \
+        FirstAttempt({**args, "rows": rows.arg()}, tensors, rows.given_up)
+    try:
+        reply = router.call_all([SAMPLE_TREE.request(part, args, tensors)], deadline,
+                                reply_bytes=[bound], first=[first])[0]
+    except BaseException:
+        if rows is not None:
+            rows.failed()
+        raise
     try:
         node_types = reply.result["node_types"]  # checked: one node tensor each
         expected = list(graph_node_types)
@@ -102,8 +117,13 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
         return tree_codec.decode(args, reply.result, out)
     sample = tree_codec.decode(args, reply.result, out[:-1])
     node = sample.node[None]
+    # Checked (tree_rows.check) when the answer is the first attempt's, the
+    # one that asked for rows; a re-send's answer is not read for them.
+    written = reply.result.get("rows") if rows is not None and rows.lent else None
     known_owners.remember(node, tree_owners.shares_of(node, reply.result["owner_counts"],
-                                                      out[-1]))
+                                                      out[-1]),
+                          None if written is None else
+                          dict(zip(rows.attrs, rows.settle(written, node.numel()))))
     return sample
 
 

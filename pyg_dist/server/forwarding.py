@@ -59,13 +59,14 @@ from pyg_dist.hops.fan_outs import check_num_neighbors
 from pyg_dist.hops.loop import sample_hops
 from pyg_dist.hops.one_hop import sample_hop
 from pyg_dist.hops.settings import HopSettings
-from pyg_dist.protocol import tree_codec, tree_owners
+from pyg_dist.protocol import tree_codec, tree_owners, tree_rows
 from pyg_dist.routing.id_router import Router
 from pyg_dist.routing.servers import connect_router
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext
 from pyg_dist.rpc.wire_values import describe, error_text
 from pyg_dist.server.own_part import OwnPartFirst
+from pyg_dist.server.placed_rows import TreeRowWriter
 from pyg_dist.server.tree_requests import TreeRequest, parse_tree
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class HopForwarder:
         self._max_answer = max(64, min(self._max_reply_bytes,
                                        config.client_reply_budget // _WORK_FACTOR))
         self._handlers = ops.handlers()
+        self._rows = TreeRowWriter(ops.part, ops.reader)
         self._peers = peers
         self._config = config
         self._slots = threading.BoundedSemaphore(max(config.workers - 1, 1))
@@ -152,9 +154,11 @@ class HopForwarder:
         (``"directional"`` or ``"induced"``), ``timeout`` (the trainer's
         deadline in seconds), ``weight_attr``, ``time_attr`` (a second tensor
         then holds one int64 time per seed), ``temporal_strategy``
-        (:mod:`pyg_dist.server.tree_requests`) and ``owners`` (a homogeneous
+        (:mod:`pyg_dist.server.tree_requests`), ``owners`` (a homogeneous
         tree's nodes grouped by owning part after it:
-        :mod:`pyg_dist.protocol.tree_owners`).
+        :mod:`pyg_dist.protocol.tree_owners`) and ``rows`` (with ``owners``:
+        the rows of its nodes written into the trainer's outputs before it
+        answers: :mod:`pyg_dist.protocol.tree_rows`).
 
         Returns:
             Result ``node_types`` (every node type, in the graph's order;
@@ -169,22 +173,42 @@ class HopForwarder:
             ProtocolError: on a malformed request.
         """
         request = parse_tree(args, tensors)
-        if tree_owners.asked(args) and not request.homogeneous:
-            raise ProtocolError("argument 'owners' is for a homogeneous graph's tree "
-                                "(edge_types [nil]); leave it out for typed edge types")
-        out = self._run(request)
-        result, answer = tree_codec.encode(out, list(request.fanouts))
-        if tree_owners.asked(args):
-            # The book's split, as the trainer's own would be: its nodes'
-            # rows are then asked for without a lookup there.
-            book = self._connected().router.book
-            counts, order = tree_owners.encode(book.split(out.node[None]), book.num_parts)
-            result["owner_counts"] = counts
-            answer.append(order)
-        return result, self._reply(answer, ctx)
+        owners, rows = tree_owners.asked(args), tree_rows.asked(args)
+        if (owners or rows) and not request.homogeneous:
+            raise ProtocolError("arguments 'owners' and 'rows' are for a homogeneous graph's "
+                                "tree (edge_types [nil]); leave them out for typed edge types")
+        if rows and not owners:
+            raise ProtocolError("argument 'rows' needs 'owners': true (each owner is sent "
+                                "its share of the nodes)")
 
-    def _run(self, request: TreeRequest) -> HeteroSamplerOutput:
-        """The hop loop of ``request`` over the peers, within a tree slot."""
+        def finish(out: HeteroSamplerOutput, cluster: _Cluster, timeout: Optional[float]
+                   ) -> tuple[dict[str, Any], list[Tensor]]:
+            if not owners:
+                return {}, []
+            # The book's split, as the trainer's own would be: its nodes'
+            # rows are then asked for without a lookup there (or written by
+            # their owners now, with `rows`).
+            book = cluster.router.book
+            shares = book.split(out.node[None])
+            counts, order = tree_owners.encode(shares, book.num_parts)
+            extra: dict[str, Any] = {"owner_counts": counts}
+            if rows:
+                extra["rows"] = self._rows.write(args["rows"], shares, out.node[None].numel(),
+                                                 cluster.router, cluster.reply_limits,
+                                                 timeout, ctx)
+            return extra, [order]
+
+        out, (extra, more) = self._run(request, finish)
+        result, answer = tree_codec.encode(out, list(request.fanouts))
+        result.update(extra)
+        return result, self._reply(answer + more, ctx)
+
+    def _run(self, request: TreeRequest, finish: Callable[..., Any]
+             ) -> tuple[HeteroSamplerOutput, Any]:
+        """The hop loop of ``request`` over the peers, and ``finish(tree,
+        cluster, timeout)``'s work on it, within a tree slot (its rows'
+        fetch waits on the peers as its hops do: see the module's
+        deadlock note)."""
         if not self.available:
             raise ForwardingError(
                 f"part {self.part} does not forward sampling (no peer list, fewer than 2 "
@@ -202,9 +226,10 @@ class HopForwarder:
             # edge id): a tree past that is refused as soon as a hop shows it.
             out = sample_hops(one_hop, settings, cluster.sizes, fanouts, seeds,
                               request.seed_time, request.seed, self._max_answer // 16)
+            finished = finish(out, cluster, settings.timeout)
             with self._lock:
                 self.trees += 1
-            return out
+            return out, finished
         except PygDistError as exc:
             told = self._without_peer_addresses(exc)
             if told is exc:
@@ -366,7 +391,9 @@ class HopForwarder:
                 self._peer_parts = {e: k for k, group in enumerate(groups) for e in group}
             logger.info("part %d forwards sampling to %d peers", self.part,
                         router.num_parts - 1)
-            return _Cluster(local, dict(first.node_types), dict(first.edge_types))
+            return _Cluster(local, dict(first.node_types), dict(first.edge_types),
+                            [self._max_reply_bytes if k == self.part else m.max_reply_bytes
+                             for k, m in enumerate(metas)])
         except BaseException:
             router.close()
             raise
@@ -375,11 +402,12 @@ class HopForwarder:
 class _Cluster(NamedTuple):
     """The peers, once connected: the router over them (this part served
     in process), every node type's size and every edge type's edge count,
-    in the graph's order."""
+    in the graph's order, and every part's reply limit."""
 
     router: Router
     sizes: dict[Optional[NodeType], int]
     edge_counts: dict[Optional[EdgeType], int]
+    reply_limits: list[Optional[int]]
 
 
 def _hop_settings(request: TreeRequest, cluster: _Cluster

@@ -25,6 +25,7 @@ from torch import Tensor
 from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc.admission import RunningCharge, running_charge
 from pyg_dist.rpc.config import RpcConfig
+from pyg_dist.rpc.context import CallContext, wants_context
 from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
 
@@ -173,7 +174,10 @@ class OwnPartFirst:
             try:
                 if handler is None:
                     raise ProtocolError(f"op {op!r} is not served in process", op=op)
-                result, out = handler(args, tensors)
+                # Nothing is lent in process: a handler's outputs are
+                # ordinary tensors (a tree's rows: `get`).
+                result, out = handler(args, tensors, CallContext(None)) \
+                    if wants_context(handler) else handler(args, tensors)
                 future.set_result(Reply(result, list(out)))
             except Exception as exc:  # the caller sees it from result(), as a peer's
                 future.set_exception(exc)

@@ -43,9 +43,9 @@ from torch import Tensor
 from pyg_dist.errors import StoreError
 from pyg_dist.partitioning.book import shares_by_part
 from pyg_dist.protocol.ops import EDGE_IDS, GET_EDGES, wire_edge_type
+from pyg_dist.routing.row_fetch import RowRequest, row_request
 from pyg_dist.rpc.protocol import DTYPES
 from pyg_dist.rpc.wire_values import describe
-from pyg_dist.store.row_fetch import RowRequest, row_request
 
 if TYPE_CHECKING:
     from pyg_dist.routing.id_router import Router
@@ -329,7 +329,7 @@ class EdgeFeatureFetcher:
         """The ``get_edges`` requests for rows ``edge_ids`` of the edge
         attributes ``names`` of ``edge_type``, to send (together with other
         rows, a batch's node features) through
-        :func:`~pyg_dist.store.row_fetch.fetch_rows`.
+        :func:`~pyg_dist.routing.row_fetch.fetch_rows`.
 
         Args:
             edge_type: ``None`` for a homogeneous graph, else ``(src, rel, dst)``.

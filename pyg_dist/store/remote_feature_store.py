@@ -3,7 +3,7 @@
 Every request is routed by the partition book: the ids of a ``TensorAttr``
 are grouped by owning server, each server gets one ``get`` request carrying
 *all* the attributes asked for with that index, the requests fly at once,
-and the rows are put back in the caller's order (:mod:`pyg_dist.store.row_fetch`);
+and the rows are put back in the caller's order (:mod:`pyg_dist.routing.row_fetch`);
 servers on this host write theirs into the outputs themselves
 (:mod:`pyg_dist.rpc.shm.outputs`).
 Edge attributes are asked for the same way, with the edge type as
@@ -36,9 +36,10 @@ from torch_geometric.typing import FeatureTensorType
 from pyg_dist.errors import StoreError
 from pyg_dist.protocol.ops import GET
 from pyg_dist.routing.id_router import Router
+from pyg_dist.routing.row_fetch import RowRequest, copy_rows, fetch_rows, row_request
 from pyg_dist.routing.servers import FeatureInfo
 from pyg_dist.store import known_owners
-from pyg_dist.store.row_fetch import copy_rows, fetch_rows, row_request
+from pyg_dist.store.tree_outputs import TreeOutputs
 
 __all__ = ["FeatureInfo", "RemoteFeatureStore", "copy_rows", "edge_group_type",
            "is_edge_group", "outputs_pinned", "pinned_outputs"]
@@ -244,6 +245,12 @@ class RemoteFeatureStore(FeatureStore):
                     edge_group_type(group), ids, names, pin=pin))
             else:
                 infos = [self.features[(group, name)] for name in names]
+                known = known_owners.take_rows(ids, names) if group is None else None
+                if known is not None:
+                    # Written by the owners during the tree (tree_outputs):
+                    # nothing left to ask.
+                    requests.append(RowRequest(GET.name, {}, names, known, []))
+                    continue
                 shares = (group is None and known_owners.take(ids)) or \
                     (self.router.split_checked(ids, "TensorAttr.index", group)
                      if ids.numel() else [])
@@ -279,6 +286,26 @@ class RemoteFeatureStore(FeatureStore):
             return []
         return [self._tensor_attr_cls.cast((None, None) if t is None else t, name)
                 for t, name in self.edge_features.attrs()]
+
+    def tree_outputs(self, num_nodes: int, coordinator: int) -> Optional[TreeOutputs]:
+        """Outputs for every node feature of a homogeneous graph's batch of
+        at most ``num_nodes`` nodes, lent to its ``sample_tree`` coordinator
+        (:mod:`pyg_dist.store.tree_outputs`); ``None`` when they cannot be:
+        no node features, typed nodes, no output pool, a coordinator on
+        another host, or no segment of that size (its rows are then fetched
+        as usual)."""
+        attrs = [name for group, name in self.features if group is None]
+        pool = self.output_pool() if attrs and len(attrs) == len(self.features) else None
+        if pool is None or not pool.places(coordinator):
+            return None
+        infos = [self.features[(None, name)] for name in attrs]
+        lease = pool.lease([(info.dtype, (num_nodes, *info.shape)) for info in infos],
+                           page_locked=outputs_pinned())
+        if lease is None:
+            return None
+        places = [lease.arg(part) if pool.places(part) else None
+                  for part in range(self.router.num_parts)]
+        return TreeOutputs(attrs, lease, places, coordinator)
 
     def output_pool(self) -> Any:
         """The router's pool of output segments that same-host servers write

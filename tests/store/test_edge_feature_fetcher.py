@@ -15,10 +15,10 @@ from support.servers import serve_parts
 import pyg_dist
 from pyg_dist.errors import RemoteError, StoreError
 from pyg_dist.routing.id_router import Router
+from pyg_dist.routing.row_fetch import fetch_rows
 from pyg_dist.rpc import RpcConfig
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.edge_fetch import EdgeFeatureFetcher, EdgeFeatureInfo
-from pyg_dist.store.row_fetch import fetch_rows
 
 ATTRS = ["edge_attr", "edge_weight", "edge_time"]
 

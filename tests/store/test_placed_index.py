@@ -13,11 +13,11 @@ from torch_geometric.data import TensorAttr
 
 from pyg_dist.errors import RemoteError
 from pyg_dist.partitioning.writer import partition
+from pyg_dist.routing.row_fetch import _placed_first, row_request
 from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.rpc.shm.outputs import OutputPool
 from pyg_dist.server import PartitionServer
 from pyg_dist.server.node_features import PLACED_CHARGE
-from pyg_dist.store.row_fetch import _placed_first, row_request
 
 pytestmark = needs_shm
 
