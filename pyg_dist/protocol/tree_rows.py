@@ -19,12 +19,17 @@ be a place: it maps the outputs first, so a trainer whose segment it cannot
 map learns so before any peer is asked (``SharedMemoryError``: the trainer
 asks again without ``rows``).
 
-The result (:func:`check`): ``rows`` is ``{"placed": [parts], "refused":
-[parts], "lost": [parts]}``: the owners that wrote their rows in place, those
-that could not map the outputs (the coordinator copied their rows in), and
-those whose first attempt was lost (a late one may still write: the trainer
-never reuses that segment). Every row is written either way; a coordinator
-that cannot write them all fails the tree.
+The outputs are lent before the tree's size is known: a tree with more nodes
+than they hold has no rows written (``written: false``; the trainer fetches
+them as usual), so a trainer may lend fewer rows than the fan-outs bound.
+
+The result (:func:`check`): ``rows`` is ``{"written": bool, "placed":
+[parts], "refused": [parts], "lost": [parts]}``: whether the rows were
+written, the owners that wrote theirs in place, those that could not map
+the outputs (the coordinator copied their rows in), and those whose first
+attempt was lost (a late one may still write: the trainer never reuses that
+segment). Written, every row is; a coordinator that cannot write them all
+fails the tree.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ MAX_PARTS = 1 << 15
 """Most parts a ``rows`` argument may name (a partition book's bound)."""
 
 OUTCOMES = ("placed", "refused", "lost")
-"""The keys of a ``rows`` result, each a list of parts."""
+"""The keys of a ``rows`` result that hold a list of parts each."""
 
 
 def asked(args: dict[str, Any]) -> bool:
@@ -47,7 +52,8 @@ def asked(args: dict[str, Any]) -> bool:
 
 
 def _is_rows(value: Any) -> bool:
-    if not isinstance(value, dict) or set(value) != {"attrs", "places"}:
+    if not isinstance(value, dict) or not {"attrs", "places"} <= set(value) <= \
+            {"attrs", "places", "room"}:
         return False
     attrs, places = value["attrs"], value["places"]
     return isinstance(attrs, list) and 0 < len(attrs) <= 4096 and \
@@ -56,7 +62,8 @@ def _is_rows(value: Any) -> bool:
         0 < len(places) <= MAX_PARTS and all(p is None or isinstance(p, dict) for p in places)
 
 
-ROWS = Form("{attrs: 1 to 4,096 distinct names, places: one map or nil per part}", _is_rows)
+ROWS = Form("{attrs: 1 to 4,096 distinct names, places: one map or nil per part, "
+            "optionally room: a map}", _is_rows)
 """The form of a tree request's ``rows`` argument (see the module)."""
 
 
@@ -65,8 +72,10 @@ def check(args: dict[str, Any], result: dict[str, Any]) -> Optional[str]:
     lists of distinct parts that had a place, each part in one list at most."""
     rows = result.get("rows")
     places = args["rows"]["places"]
-    if not isinstance(rows, dict) or set(rows) != set(OUTCOMES):
-        return f"a 'rows' result {describe(rows)}, where {{placed, refused, lost}} was due"
+    if not isinstance(rows, dict) or set(rows) != {*OUTCOMES, "written"} or \
+            not isinstance(rows["written"], bool):
+        return (f"a 'rows' result {describe(rows)}, where {{written: a bool, placed, "
+                f"refused, lost}} was due")
     seen: set[int] = set()
     for key in OUTCOMES:
         parts = rows[key]

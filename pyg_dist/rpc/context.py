@@ -156,6 +156,31 @@ class CallContext:
         both = view(payload, offset, torch.int64, (2 * count,)).clone()
         return both[:count], both[count:]
 
+    def placed_room(self, arg: Any, room: Any) -> Tensor:
+        """The int64 slots ``room`` (``{"offset": bytes into the payload, a
+        multiple of 8, "slots": n}``) of the segment a ``place`` argument
+        names, to write shares into for other servers to read
+        (:meth:`placed_index`): its client lent them for that.
+
+        Raises:
+            ProtocolError: if ``room`` is malformed.
+            SharedMemoryError: as :meth:`placed` (also: the room does not
+                lie inside the segment).
+        """
+        if self._segments is None:
+            raise SharedMemoryError("this server takes no shared memory")
+        offset = room.get("offset") if isinstance(room, dict) else None
+        slots = room.get("slots") if isinstance(room, dict) else None
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 \
+                or offset % 8 or not isinstance(slots, int) or isinstance(slots, bool) \
+                or not 0 <= slots <= 2 * MAX_PLACED_ROWS or set(room) != {"offset", "slots"}:
+            raise ProtocolError(f"a room must be {{offset: a non-negative multiple of 8, "
+                                f"slots: an int in [0, {2 * MAX_PLACED_ROWS}]}}, got "
+                                f"{describe(room)}")
+        shm = arg.get("shm") if isinstance(arg, dict) else None
+        payload = self._segments.payload(shm, offset + 8 * slots)
+        return view(payload, offset, torch.int64, (slots,))
+
     def reply_offsets(self, tensors: Sequence[Tensor]) -> Optional[list[int]]:
         """The offsets in the lent segment of a reply's ``tensors``, or
         ``None`` when they travel as frames (nothing was allocated there).

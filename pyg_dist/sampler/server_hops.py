@@ -79,8 +79,9 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
     # it when its size is bounded (every fan-out >= 0, not induced).
     bound = None if typed or settings.induced else \
         tree_codec.tree_answer_bytes(seeds[None].numel(), fanouts[None], settings.disjoint)
-    rows = None if typed else tree_outputs.planned(router, part, tree_codec.tree_node_bound(
-        seeds[None].numel(), fanouts[None], settings.disjoint, router.num_nodes))
+    rows = None if typed else tree_outputs.planned(
+        router, part, seeds[None].numel(), tree_codec.tree_node_bound(
+            seeds[None].numel(), fanouts[None], settings.disjoint, router.num_nodes))
     first = None if rows is None else \
         FirstAttempt({**args, "rows": rows.arg()}, tensors, rows.given_up)
     try:
@@ -117,13 +118,14 @@ def sample_tree(router: Router, part: int, settings: HopSettings,
         return tree_codec.decode(args, reply.result, out)
     sample = tree_codec.decode(args, reply.result, out[:-1])
     node = sample.node[None]
+    tree_outputs.saw(router, seeds[None].numel(), node.numel())
     # Checked (tree_rows.check) when the answer is the first attempt's, the
     # one that asked for rows; a re-send's answer is not read for them.
     written = reply.result.get("rows") if rows is not None and rows.lent else None
+    outputs = None if written is None else rows.settle(written, node.numel())
     known_owners.remember(node, tree_owners.shares_of(node, reply.result["owner_counts"],
                                                       out[-1]),
-                          None if written is None else
-                          dict(zip(rows.attrs, rows.settle(written, node.numel()))))
+                          None if outputs is None else dict(zip(rows.attrs, outputs)))
     return sample
 
 

@@ -15,8 +15,9 @@ the reply budget as they do (:class:`_TreeCharge`).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from typing import Any, Optional
 
@@ -127,12 +128,30 @@ class OwnPartFirst:
         if server != self._part:
             return self._others.call_async(server, op, args, tensors, timeout,
                                            reply_bytes=reply_bytes, first=first)
-        if first is not None:
+        ctx = getattr(self._local, "ctx", None)
+        if first is not None and ctx is not None:  # the caller's memory, mapped here
+            args, tensors = first.args, first.tensors
+        elif first is not None:
             first.given_up(True)  # nothing is lent in process: the plain request
+            ctx = None
         future: futures.Future = futures.Future()
         future.own_part = True  # type: ignore[attr-defined]
-        self._deferred().append((future, op, {} if args is None else args, list(tensors)))
+        self._deferred().append((future, op, {} if args is None else args, list(tensors),
+                                 ctx))
         return future
+
+    @contextlib.contextmanager
+    def lent(self, ctx: CallContext) -> Iterator[None]:
+        """Within this block, on this thread, an own-part call's first
+        attempt (one that writes into memory its caller lent) is served
+        with ``ctx``, the call context of the request this thread serves:
+        a tree's coordinator writes its own rows into its trainer's outputs."""
+        before = getattr(self._local, "ctx", None)
+        self._local.ctx = ctx
+        try:
+            yield
+        finally:
+            self._local.ctx = before
 
     def result(self, future: futures.Future, server: int, op: str,
                timeout: Optional[float] = None) -> Reply:
@@ -169,14 +188,14 @@ class OwnPartFirst:
         """Serves this thread's own-part calls not served yet."""
         calls = self._deferred()
         while calls:
-            future, op, args, tensors = calls.pop(0)
+            future, op, args, tensors, ctx = calls.pop(0)
             handler = self._handlers.get(op)
             try:
                 if handler is None:
                     raise ProtocolError(f"op {op!r} is not served in process", op=op)
-                # Nothing is lent in process: a handler's outputs are
-                # ordinary tensors (a tree's rows: `get`).
-                result, out = handler(args, tensors, CallContext(None)) \
+                # Nothing else is lent in process: a handler's outputs are
+                # ordinary tensors.
+                result, out = handler(args, tensors, ctx or CallContext(None)) \
                     if wants_context(handler) else handler(args, tensors)
                 future.set_result(Reply(result, list(out)))
             except Exception as exc:  # the caller sees it from result(), as a peer's

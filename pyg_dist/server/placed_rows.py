@@ -7,11 +7,18 @@ sampled, :class:`TreeRowWriter` maps the outputs (the coordinator's own
 place first, so that a segment it cannot map is refused before any peer is
 asked), and fetches the rows of the tree's nodes grouped by owner with the
 trainer's own fetch (:func:`~pyg_dist.routing.row_fetch.fetch_rows`) over
-the coordinator's router: each peer with a place gets a ``get`` with
-``place`` and writes its share there itself; a peer that cannot map the
-outputs answers the plain ``get``, and its rows, like the coordinator's own
-(served in process), are copied in here. So the trainer's batch costs it one
-round trip, and each row still crosses memory once on its owner's side.
+the coordinator's router: each part with a place gets a ``get`` with
+``place`` and writes its share there itself (the coordinator's own share in
+process, with the request's call context: ``OwnPartFirst.lent``); the ids
+and output rows of each share go into the room the trainer lent after its
+outputs (``place.index``), so none cross a socket. A part that cannot map
+the outputs answers the plain ``get`` and its rows are copied in here; a
+part without a place is asked the plain ``get`` at once. So the trainer's
+batch costs it one round trip, and each row still crosses memory once on
+its owner's side.
+
+Outputs lent for fewer rows than the tree has nodes are left alone
+(``written: false``): the trainer fetches the rows as usual.
 
 What it trusts: nothing the trainer sent but the segment, which the
 shared-memory service checks (token, bounds); every owner checks the ids and
@@ -37,23 +44,36 @@ from pyg_dist.rpc.wire_values import describe
 class _Placement:
     """The trainer's outputs as :func:`~pyg_dist.routing.row_fetch.fetch_rows`
     sees a placement: which parts may write into them (those the trainer
-    gave a place, but the coordinator, which serves its own share in
-    process) and what became of each."""
+    gave a place), where each peer's ids and output rows go (the room the
+    trainer lent, when it did) and what became of each part."""
 
-    def __init__(self, places: Sequence[Optional[dict[str, Any]]], own: int) -> None:
+    def __init__(self, places: Sequence[Optional[dict[str, Any]]], own: int,
+                 room: Optional[Tensor], room_offset: int) -> None:
         self.pool = self  # fetch_rows asks a placement's pool which parts it places
         self._places = places
         self._own = own
-        self.outcome: dict[str, list[int]] = {"placed": [], "refused": [], "lost": []}
+        self._room = room
+        self._room_offset = room_offset
+        self._used = 0
+        self.outcome: dict[str, Any] = {"written": True, "placed": [], "refused": [],
+                                        "lost": []}
 
     def places(self, part: int) -> bool:
-        return part != self._own and self._places[part] is not None
+        return self._places[part] is not None
 
     def arg(self, part: int) -> dict[str, Any]:
         return self._places[part]  # type: ignore[return-value]
 
-    def index_share(self, ids: Tensor, positions: Tensor) -> None:
-        return None  # the ids and output rows travel as tensors
+    def index_share(self, ids: Tensor, positions: Tensor) -> Optional[dict[str, int]]:
+        """A share written into the room, for its owner to read there
+        (``None``: no room lent, or none left: it travels as tensors)."""
+        count = ids.numel()
+        if self._room is None or self._used + 2 * count > self._room.numel():
+            return None
+        start, self._used = self._used, self._used + 2 * count
+        self._room[start:start + count].copy_(ids)
+        self._room[start + count:start + 2 * count].copy_(positions)
+        return {"offset": self._room_offset + 8 * start, "count": count}
 
     def placed(self, part: int) -> None:
         self.outcome["placed"].append(part)
@@ -111,15 +131,20 @@ class TreeRowWriter:
         if ctx is None:
             raise SharedMemoryError("a tree's rows are written into the trainer's memory: "
                                     "ask without 'rows'")
-        outs = ctx.placed(places[self.part], [(DTYPES[specs[a]["dtype"]], specs[a]["shape"])
-                                              for a in attrs])
+        own = places[self.part]
+        outs = ctx.placed(own, [(DTYPES[specs[a]["dtype"]], specs[a]["shape"]) for a in attrs])
+        room = None if "room" not in arg else ctx.placed_room(own, arg["room"])
         if outs[0].size(0) < num_nodes:
-            raise ProtocolError(f"'rows' outputs hold {outs[0].size(0)} rows, the tree has "
-                                f"{num_nodes} nodes")
-        placement = _Placement(places, self.part)
+            # Lent for fewer nodes than the tree has: the trainer fetches them.
+            return {"written": False, "placed": [self.part], "refused": [], "lost": []}
+        placement = _Placement(places, self.part, room,
+                               0 if room is None else arg["room"]["offset"])
         row_bytes = sum(math.prod(out.shape[1:]) * out.element_size() for out in outs)
         request = RowRequest(GET.name, {"groups": [{"group": None, "attrs": list(attrs)}]},
                              list(attrs), outs,
                              within_reply_limits(shares, row_bytes, reply_limits), placement)
-        fetch_rows(router, [request], timeout=timeout, reply_limits=reply_limits)
+        # The own share is served in process (OwnPartFirst, once the peers'
+        # calls are out) with the request's context: into the same outputs.
+        with router.client.lent(ctx):
+            fetch_rows(router, [request], timeout=timeout, reply_limits=reply_limits)
         return placement.outcome

@@ -39,7 +39,7 @@ from pyg_dist.routing.id_router import Router
 from pyg_dist.routing.row_fetch import RowRequest, copy_rows, fetch_rows, row_request
 from pyg_dist.routing.servers import FeatureInfo
 from pyg_dist.store import known_owners
-from pyg_dist.store.tree_outputs import TreeOutputs
+from pyg_dist.store.tree_outputs import TreeOutputs, TreeSizes
 
 __all__ = ["FeatureInfo", "RemoteFeatureStore", "copy_rows", "edge_group_type",
            "is_edge_group", "outputs_pinned", "pinned_outputs"]
@@ -109,6 +109,8 @@ class RemoteFeatureStore(FeatureStore):
         # Learnable embeddings served as node attributes (add_embedding):
         # ``{(group, name): embedding}``, asked for their rows with autograd.
         self.embeddings: dict[tuple[Optional[str], str], Any] = {}
+        self.tree_sizes = TreeSizes()
+        """How many rows :meth:`tree_outputs` lends a tree (its trees' sizes so far)."""
 
     def add_embedding(self, node_type: Optional[str], name: str, embedding: Any) -> None:
         """Serves ``embedding(ids)`` (a :class:`pyg_dist.DistEmbedding`) as
@@ -287,20 +289,22 @@ class RemoteFeatureStore(FeatureStore):
         return [self._tensor_attr_cls.cast((None, None) if t is None else t, name)
                 for t, name in self.edge_features.attrs()]
 
-    def tree_outputs(self, num_nodes: int, coordinator: int) -> Optional[TreeOutputs]:
+    def tree_outputs(self, seeds: int, bound: int, coordinator: int) -> Optional[TreeOutputs]:
         """Outputs for every node feature of a homogeneous graph's batch of
-        at most ``num_nodes`` nodes, lent to its ``sample_tree`` coordinator
-        (:mod:`pyg_dist.store.tree_outputs`); ``None`` when they cannot be:
-        no node features, typed nodes, no output pool, a coordinator on
-        another host, or no segment of that size (its rows are then fetched
-        as usual)."""
+        ``seeds`` seeds and at most ``bound`` nodes, lent to its
+        ``sample_tree`` coordinator (:mod:`pyg_dist.store.tree_outputs`;
+        as many rows as recent trees had nodes a seed, with headroom);
+        ``None`` when they cannot be: no node features, typed nodes, no
+        output pool, a coordinator on another host, or no segment of that
+        size (its rows are then fetched as usual)."""
         attrs = [name for group, name in self.features if group is None]
         pool = self.output_pool() if attrs and len(attrs) == len(self.features) else None
         if pool is None or not pool.places(coordinator):
             return None
         infos = [self.features[(None, name)] for name in attrs]
-        lease = pool.lease([(info.dtype, (num_nodes, *info.shape)) for info in infos],
-                           page_locked=outputs_pinned())
+        rows = self.tree_sizes.rows(seeds, bound)
+        lease = pool.lease([(info.dtype, (rows, *info.shape)) for info in infos],
+                           page_locked=outputs_pinned(), index_ids=rows)
         if lease is None:
             return None
         places = [lease.arg(part) if pool.places(part) else None

@@ -19,7 +19,9 @@ remembers the rows for that very node tensor
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
@@ -42,16 +44,57 @@ def fetching(feature_store: Any) -> Iterator[None]:
         _local.store = before
 
 
-def planned(router: Any, coordinator: int, num_nodes: Optional[int]) -> Optional[TreeOutputs]:
-    """The outputs to lend the coordinator of a tree of at most
-    ``num_nodes`` nodes (``None``: unbounded), or ``None``: not inside
+def planned(router: Any, coordinator: int, seeds: int,
+            bound: Optional[int]) -> Optional[TreeOutputs]:
+    """The outputs to lend the coordinator of a tree of ``seeds`` seeds and
+    at most ``bound`` nodes (``None``: unbounded), or ``None``: not inside
     :func:`fetching`, a store over another router, or one that cannot lend
     them."""
     store = getattr(_local, "store", None)
     lend = getattr(store, "tree_outputs", None)
-    if lend is None or num_nodes is None or getattr(store, "router", None) is not router:
+    if lend is None or bound is None or getattr(store, "router", None) is not router:
         return None
-    return lend(num_nodes, coordinator)
+    return lend(seeds, bound, coordinator)
+
+
+def saw(router: Any, seeds: int, nodes: int) -> None:
+    """A tree of ``seeds`` seeds over ``router`` had ``nodes`` nodes: told
+    to the store of the :func:`fetching` block around it, if any (whether
+    or not its rows were asked for: a tree too big for any segment at its
+    bound still teaches the store how many rows to lend)."""
+    store = getattr(_local, "store", None)
+    sizes = getattr(store, "tree_sizes", None)
+    if sizes is not None and getattr(store, "router", None) is router:
+        sizes.saw(seeds, nodes)
+
+
+class TreeSizes:
+    """How many rows to lend a tree: the fan-outs' bound, until trees have
+    been seen; then the most nodes a seed brought in the last ``window``
+    trees, times ``headroom``, within the bound.
+
+    The bound counts ``k`` new nodes per node and hop; on a real graph
+    sampled nodes repeat, and a products-shaped batch at [15, 10, 5] has
+    about a third of its bound's nodes: lent the bound, each batch would
+    take three times the shared memory it fills. A tree that outgrows what
+    was lent has no rows written (its trainer fetches them), and its size
+    counts from then on.
+    """
+
+    def __init__(self, window: int = 64, headroom: float = 1.2) -> None:
+        self._seen: collections.deque[float] = collections.deque(maxlen=window)
+        self._headroom = headroom
+
+    def rows(self, seeds: int, bound: int) -> int:
+        """Rows to lend a tree of ``seeds`` seeds bounded by ``bound``."""
+        seen = list(self._seen)  # other loader threads append meanwhile
+        if not seen:
+            return bound
+        return min(bound, math.ceil(max(seen) * self._headroom * seeds) + 64)
+
+    def saw(self, seeds: int, nodes: int) -> None:
+        """A tree of ``seeds`` seeds had ``nodes`` nodes."""
+        self._seen.append(nodes / max(seeds, 1))
 
 
 class TreeOutputs:
@@ -60,7 +103,8 @@ class TreeOutputs:
     Args:
         attrs: The node features asked for, in order.
         lease: The :class:`~pyg_dist.rpc.shm.outputs.OutputLease` they lie
-            in, ``[num_nodes bound, *shape]`` each.
+            in, ``[rows lent, *shape]`` each, with room for as many ids
+            and output rows after them.
         places: Per part, the ``place`` argument its server may write with,
             or ``None`` (the coordinator copies that part's rows in).
         coordinator: The part coordinating the tree.
@@ -81,7 +125,7 @@ class TreeOutputs:
 
     def arg(self) -> dict[str, Any]:
         """The tree request's ``rows`` argument."""
-        return {"attrs": self.attrs, "places": self.places}
+        return {"attrs": self.attrs, "places": self.places, "room": self.lease.room()}
 
     def given_up(self, refused: bool) -> None:
         """The tree is asked again without ``rows``: the coordinator could
@@ -99,11 +143,11 @@ class TreeOutputs:
             self._given_up = True
             self._lost()
 
-    def settle(self, outcome: dict[str, list[int]], num_nodes: int) -> list[Tensor]:
-        """The outputs of the tree's ``num_nodes`` rows, after its checked
-        ``rows`` result (:func:`pyg_dist.protocol.tree_rows.check`) is told
-        to the pool: who maps the segment now, who refused, who may write
-        late."""
+    def settle(self, outcome: dict[str, Any], num_nodes: int) -> Optional[list[Tensor]]:
+        """The outputs of the tree's ``num_nodes`` rows (``None``: not
+        written, the tree outgrew them), after its checked ``rows`` result
+        (:func:`pyg_dist.protocol.tree_rows.check`) is told to the pool: who
+        maps the segment now, who refused, who may write late."""
         for part in outcome["placed"]:
             self.lease.placed(part)
         for part in outcome["refused"]:
@@ -111,6 +155,8 @@ class TreeOutputs:
         for part in outcome["lost"]:
             self.lease.lost(part)
         self.lease.settle()  # every server asked has answered
+        if not outcome["written"]:
+            return None
         return [t[:num_nodes] for t in self.lease.tensors]
 
     def _lost(self) -> None:

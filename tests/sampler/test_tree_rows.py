@@ -14,6 +14,7 @@ import contextlib
 
 import pytest
 import torch
+from support.shm_files import needs_shm
 
 from pyg_dist.errors import ProtocolError, RemoteError
 from pyg_dist.loader import DistNeighborLoader
@@ -85,6 +86,26 @@ def test_an_owner_without_a_place_has_its_rows_copied_in_by_the_coordinator(cora
     _same_batches(on_servers, list(DistNeighborLoader((fs, gs), server_hops=False, **kwargs)))
 
 
+def test_a_tree_that_outgrows_its_lent_rows_is_fetched_as_usual(cora_stores3):
+    """Lent too few rows (the sizes seen so far say a seed brings 0.001
+    nodes), the first tree's rows are not written and the trainer fetches
+    them; the tree's size counts, and the next trees are lent enough."""
+    fs, gs = cora_stores3
+    kwargs = dict(num_neighbors=[10, 5], input_nodes=SEEDS[:192], batch_size=64, seed=5)
+    sizes = fs.tree_sizes
+    fs.tree_sizes = tree_outputs.TreeSizes()
+    fs.tree_sizes.saw(1000, 1)
+    try:
+        with _counted_calls(fs.router) as ops:
+            on_servers = list(DistNeighborLoader((fs, gs), server_hops=True, **kwargs))
+    finally:
+        fs.tree_sizes = sizes
+    first = ops.index("sample_tree", 1)
+    assert ops[0] == "sample_tree" and set(ops[1:first]) == {"get"}
+    assert ops[first:] == ["sample_tree", "sample_tree"]
+    _same_batches(on_servers, list(DistNeighborLoader((fs, gs), server_hops=False, **kwargs)))
+
+
 def test_outside_a_loaders_fetch_a_tree_asks_for_no_rows(cora_stores3):
     fs, gs = cora_stores3
     sampler = DistNeighborLoader((fs, gs), num_neighbors=[5], input_nodes=SEEDS[:64],
@@ -92,12 +113,12 @@ def test_outside_a_loaders_fetch_a_tree_asks_for_no_rows(cora_stores3):
     with _counted_calls(fs.router) as ops:
         out = sampler.sample_from_nodes(next(iter(_index_batches(64))))
     assert ops == ["sample_tree"] and out.node.numel() > 64
-    assert tree_outputs.planned(fs.router, 0, 100) is None  # not inside fetching()
+    assert tree_outputs.planned(fs.router, 0, 10, 100) is None  # not inside fetching()
     with tree_outputs.fetching(fs):
-        assert tree_outputs.planned(gs.router, 0, None) is None  # unbounded tree
-        plan = tree_outputs.planned(fs.router, 0, 100)
+        assert tree_outputs.planned(gs.router, 0, 10, None) is None  # unbounded tree
+        plan = tree_outputs.planned(fs.router, 0, 10, 100)
     assert plan is not None and plan.attrs == [name for _, name in fs.features]
-    assert plan.lease.tensors[0].size(0) == 100 and plan.places[0] is not None
+    assert plan.lease.tensors[0].size(0) <= 100 and plan.places[0] is not None
     plan.failed()  # never sent: its segment is given up
 
 
@@ -151,17 +172,18 @@ def test_malformed_rows_are_refused_and_the_server_keeps_serving(cora2_root):
 
 def test_a_lying_rows_outcome_is_refused():
     args = {"rows": {"attrs": ["x"], "places": [{"a": 1}, None, {"b": 2}]}}
-    assert tree_rows.check(args, {"rows": {"placed": [0, 2], "refused": [],
-                                           "lost": []}}) is None
-    lies = [
-        None, [], {"placed": [0]},  # not the three lists
+    good = {"written": True, "placed": [0, 2], "refused": [], "lost": []}
+    assert tree_rows.check(args, {"rows": good}) is None
+    lies = [None, [], {"written": True, "placed": [0]},  # not the three lists
+            {"placed": [0, 2], "refused": [], "lost": []},  # no written
+            {**good, "written": 1}]  # not a bool
+    lies += [{"written": True, **rows} for rows in [
         {"placed": [1], "refused": [], "lost": []},  # a part that had no place
         {"placed": [3], "refused": [], "lost": []},  # past the parts
         {"placed": [0, 0], "refused": [], "lost": []},  # twice
         {"placed": [0], "refused": [0], "lost": []},  # in two lists
         {"placed": [True], "refused": [], "lost": []},  # not an int
-        {"placed": "0", "refused": [], "lost": []},
-    ]
+        {"placed": "0", "refused": [], "lost": []}]]
     for rows in lies:
         assert tree_rows.check(args, {"rows": rows}) is not None, rows
     with pytest.raises(ProtocolError):
@@ -173,6 +195,37 @@ def test_a_lying_rows_outcome_is_refused():
         request = {"edge_types": [None], "num_neighbors": [[1]], "seed_types": [None],
                    "seed": 1, "owners": True, "rows": {"attrs": ["x"], "places": [{}, None]}}
         SAMPLE_TREE.check_reply(Reply({"node_types": [None], "owner_counts": [2, 0],
-                                       "rows": {"placed": [1], "refused": [], "lost": []}},
+                                       "rows": {"written": True, "placed": [1],
+                                                "refused": [], "lost": []}},
                                       [*tree, torch.tensor([0, 1])]),
                                 request, [node], "x")
+
+
+@needs_shm
+def test_a_room_is_checked_before_the_coordinator_writes_into_it():
+    """The room a trainer lends after its outputs, mapped as a server maps
+    it (a real segment, this process as its owner): written through, and
+    refused when malformed or past the segment."""
+    from pyg_dist.errors import SharedMemoryError
+    from pyg_dist.rpc.context import CallContext
+    from pyg_dist.rpc.shm.attached import AttachedSegments
+    from pyg_dist.rpc.shm.outputs import OutputPool
+
+    pool, segments = OutputPool(64 << 20, [0]), AttachedSegments()
+    try:
+        lease = pool.lease([(torch.float32, (10, 4))], index_ids=10)
+        ctx, arg, room = CallContext(segments), lease.arg(0), lease.room()
+        assert room["slots"] == 20
+        written = ctx.placed_room(arg, room)
+        written.copy_(torch.arange(20))
+        assert torch.equal(lease._index, torch.arange(20))  # the trainer sees it
+        for bad in [{"offset": room["offset"] + 3, "slots": 1}, {"offset": -8, "slots": 1},
+                    {"offset": room["offset"], "slots": True}, {**room, "more": 1}, "room",
+                    {"offset": room["offset"], "slots": -1}]:
+            with pytest.raises(ProtocolError):
+                ctx.placed_room(arg, bad)
+        with pytest.raises(SharedMemoryError):
+            ctx.placed_room(arg, {"offset": room["offset"], "slots": 1 << 30})
+    finally:
+        segments.close()
+        pool.close()

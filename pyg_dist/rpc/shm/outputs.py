@@ -120,6 +120,14 @@ class OutputLease:
         self._index[start + count:start + 2 * count].copy_(positions)
         return {"offset": self._index_offset + 8 * start, "count": count}
 
+    def room(self) -> dict[str, int]:
+        """The room for shares after the outputs, all of it, for another
+        process to write shares into (a tree's coordinator:
+        :meth:`CallContext.placed_room
+        <pyg_dist.rpc.context.CallContext.placed_room>`): ``offset`` in
+        bytes into the payload and ``slots``, int64 each."""
+        return {"offset": self._index_offset, "slots": int(self._index.numel())}
+
     def arg(self, part: int) -> dict[str, Any]:
         """The ``place`` argument of a request to ``part``'s server."""
         return {"shm": self.pool._spec(self.segment, part), "offsets": list(self.offsets),
