@@ -111,25 +111,20 @@ def _parse_lifeline(text: str) -> tuple[int, int]:
     return int(fd), int(pid)
 
 
-def watch_parent(environ: Optional[dict[str, str]] = None,
-                 on_death: Optional[Callable[[], None]] = None) -> bool:
+def watch_parent() -> bool:
     """Ends this process when the parent named by :data:`LIFELINE_ENV` dies.
 
     Does nothing (returns ``False``) when the variable is not set: a server
     started by hand lives until it is stopped. The variable is removed from
     ``os.environ`` so that no process this one starts watches the wrong pid.
 
-    Args:
-        environ: Where to read the variable (``os.environ`` by default).
-        on_death: Called once when the parent is gone; by default SIGTERM to
-            this process (its clean stop), then ``os._exit(143)`` if it still
-            runs :data:`_HARD_EXIT_AFTER_S` later.
+    Once the parent is gone: SIGTERM to this process (its clean stop), then
+    ``os._exit(143)`` if it still runs :data:`_HARD_EXIT_AFTER_S` later.
 
     Raises:
         PygDistError: if the variable is malformed.
     """
-    env = os.environ if environ is None else environ
-    text = env.pop(LIFELINE_ENV, None)
+    text = os.environ.pop(LIFELINE_ENV, None)
     if text is None:
         return False
     fd, parent = _parse_lifeline(text)
@@ -137,8 +132,7 @@ def watch_parent(environ: Optional[dict[str, str]] = None,
         os.set_inheritable(fd, False)
     except OSError:
         fd = -1  # not open: the pid watch alone
-    action = on_death or _stop_this_process
-    watcher = threading.Thread(target=_watch, args=(fd, parent, action),
+    watcher = threading.Thread(target=_watch, args=(fd, parent, _stop_this_process),
                                name="pyg-dist-lifeline", daemon=True)
     watcher.start()
     return True

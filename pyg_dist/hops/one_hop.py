@@ -53,8 +53,9 @@ def sample_hop(router: Router, frontiers: Sequence[Frontier],
             are refused (``None``: not checked).
 
     Returns:
-        ``(counts, neighbours, edge_ids)`` per frontier, as
-        :meth:`~pyg_dist.store.remote_graph_store.RemoteGraphStore.sample_neighbors` returns them.
+        ``(counts, neighbours, edge_ids)`` per frontier, in the order of its
+        ids: ``counts[i]`` neighbours (global ids) and their global edge ids
+        for ``ids[i]``, laid out contiguously.
     """
     fanouts = [int(num_neighbors)] * len(frontiers) if isinstance(num_neighbors, int) \
         else [int(k) for k in num_neighbors]

@@ -1,7 +1,7 @@
 """Pure-torch graph kernels used by the partition server.
 
-* :func:`sample_neighbors`: exact, vectorised one-hop sampling over CSC.
-* :func:`sample_segments`: the same over segments the caller looked up.
+* :func:`sample_segments`: exact, vectorised one-hop sampling over CSC
+  segments the caller looked up.
 * :func:`sample_weighted_segments`: by edge weight (:mod:`.weighted_sample`);
   with replacement over whole columns in O(1) a draw given the alias tables
   of :func:`build_alias_table` (:mod:`.alias`), built once per weight.
@@ -17,7 +17,7 @@ the entries it may draw from (:mod:`.candidates`) first.
 """
 
 from pyg_dist.kernels.alias import AliasTable, build_alias_table, sample_alias
-from pyg_dist.kernels.neighbor_sample import sample_neighbors, sample_segments, segment_positions
+from pyg_dist.kernels.neighbor_sample import sample_segments, segment_positions
 from pyg_dist.kernels.time_sorted import (
     TEMPORAL_STRATEGIES,
     past_counts,
@@ -27,6 +27,6 @@ from pyg_dist.kernels.time_sorted import (
 from pyg_dist.kernels.weighted_sample import sample_weighted_segments
 
 __all__ = ["TEMPORAL_STRATEGIES", "AliasTable", "build_alias_table", "past_counts",
-           "sample_alias", "sample_neighbors", "sample_segments",
+           "sample_alias", "sample_segments",
            "sample_time_sorted", "sample_weighted_segments",
            "segment_positions", "sort_by_time"]

@@ -150,60 +150,30 @@ def _without_replacement_floyd(start: Tensor, deg: Tensor, k: int,
     return counts, positions[offset < counts.unsqueeze(1)]
 
 
-def sample_neighbors(colptr: Tensor, seeds: Tensor, num_neighbors: int,
-                     replace: bool = False,
-                     generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
-    """Samples up to ``num_neighbors`` CSC entries for every seed column.
+def sample_segments(start: Tensor, deg: Tensor, num_neighbors: int, replace: bool = False,
+                    generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
+    """Samples up to ``num_neighbors`` CSC entries for every seed's segment.
+
+    The caller looks every seed's segment up and checks it (a server needs
+    the degrees anyway, to bound its reply), so nothing is validated or
+    looked up twice.
 
     Args:
-        colptr: int64 CSC column pointer of length ``num_columns + 1``.
-        seeds: int64 local column indices in ``[0, num_columns)``; repeats
-            are allowed and sampled independently.
+        start: int64 CSC position where every seed's segment starts
+            (repeated seeds are sampled independently).
+        deg: int64 length of every seed's segment.
         num_neighbors: Fan-out ``k``. ``-1`` takes every entry, in CSC order;
             without replacement a seed with ``degree <= k`` gets all of its
             entries too (in CSC order if that holds for every seed).
         replace: Draw ``k`` entries with replacement (a seed without entries
             gets none) instead of a ``min(degree, k)``-subset.
-        generator: Random generator on ``colptr``'s device, for
-            reproducible draws.
+        generator: Random generator on ``deg``'s device, for reproducible
+            draws.
 
     Returns:
         ``(counts, positions)``: ``counts[i]`` entries were sampled for
-        ``seeds[i]``; ``positions`` holds them seed after seed, as indices
+        seed ``i``; ``positions`` holds them seed after seed, as indices
         into the CSC arrays (``row[positions]``, ``edge_ids[positions]``).
-
-    Raises:
-        ValueError: if ``num_neighbors < -1`` or a seed is out of range.
-    """
-    check_fanout(num_neighbors)
-    seeds = seeds.to(device=colptr.device, dtype=torch.long).reshape(-1)
-    num_columns = colptr.numel() - 1
-    if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= num_columns):
-        raise ValueError(f"seed columns must lie in [0, {num_columns}), got the range "
-                         f"[{int(seeds.min())}, {int(seeds.max())}]")
-    colptr = colptr.long()
-    start = colptr[seeds]
-    return sample_segments(start, colptr[seeds + 1] - start, num_neighbors, replace, generator)
-
-
-def sample_segments(start: Tensor, deg: Tensor, num_neighbors: int, replace: bool = False,
-                    generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
-    """:func:`sample_neighbors` over segments already looked up and checked.
-
-    For callers that computed every seed's segment themselves (a server
-    needs the degrees anyway, to bound its reply), so nothing is validated
-    or looked up twice.
-
-    Args:
-        start: int64 CSC position where every seed's segment starts.
-        deg: int64 length of every seed's segment.
-        num_neighbors: Fan-out ``k`` (``-1``: every entry), as in
-            :func:`sample_neighbors`.
-        replace: Draw with replacement.
-        generator: Random generator on ``deg``'s device.
-
-    Returns:
-        ``(counts, positions)`` as :func:`sample_neighbors` does.
     """
     if num_neighbors == -1 or deg.numel() == 0:
         return deg, segment_positions(start, deg)

@@ -83,7 +83,7 @@ def sample_weighted_segments(start: Tensor, deg: Tensor, weight: Tensor, num_nei
             otherwise.
 
     Returns:
-        ``(counts, positions)`` as :func:`~pyg_dist.kernels.sample_neighbors`
+        ``(counts, positions)`` as :func:`~pyg_dist.kernels.sample_segments`
         returns them: CSC positions, seed after seed.
 
     Raises:

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_dist.dtypes import DTYPES
 from pyg_dist.errors import InvalidPartitionArgumentError
-from pyg_dist.partitioning.dataset_dir import MAX_PARTS
+from pyg_dist.partitioning.dataset_dir import book_dtype_name
 
 # Up to this many parts, split() groups ids with one mask per part (numpy:
 # a compare and a flatnonzero, then one gather of the part's ids); beyond,
@@ -31,13 +32,9 @@ _MASK_SPLIT_MAX_PARTS = 4
 
 
 def book_dtype(num_parts: int) -> torch.dtype:
-    """The smallest dtype holding part ids ``0 .. num_parts - 1``."""
-    if num_parts <= 256:
-        return torch.uint8
-    if num_parts <= MAX_PARTS:
-        return torch.int16
-    raise InvalidPartitionArgumentError(
-        f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
+    """The smallest dtype holding part ids ``0 .. num_parts - 1``
+    (:func:`~pyg_dist.partitioning.dataset_dir.book_dtype_name`)."""
+    return DTYPES[book_dtype_name(num_parts)]
 
 
 class PartitionBook:

@@ -28,6 +28,19 @@ MAX_PARTS = 1 << 15
 """The most parts a dataset may have: a book's part ids are int16 at most."""
 
 
+def book_dtype_name(num_parts: int) -> str:
+    """The smallest dtype holding part ids ``0 .. num_parts - 1``, by name:
+    one rule for torch books and the torch-free writer's numpy ones
+    (:class:`~pyg_dist.errors.InvalidPartitionArgumentError` beyond
+    :data:`MAX_PARTS`)."""
+    if num_parts <= 256:
+        return "uint8"
+    if num_parts <= MAX_PARTS:
+        return "int16"
+    raise InvalidPartitionArgumentError(
+        f"num_parts={num_parts} exceeds the supported maximum of {MAX_PARTS}")
+
+
 def check_num_parts(num_parts: Any, num_nodes: int) -> None:
     """Refuses a ``num_parts`` that is not an int in ``[1, min(num_nodes,
     MAX_PARTS)]`` (:class:`~pyg_dist.errors.InvalidPartitionArgumentError`)."""

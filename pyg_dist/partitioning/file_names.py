@@ -2,10 +2,11 @@
 versions, file and reserved tensor names, type names and the file names
 they make, part directories and checksums.
 
-:mod:`~pyg_dist.partitioning.format` re-exports all of them; the out-of-core
-writer (:mod:`~pyg_dist.partitioning.out_of_core`) imports them from here so
-that partitioning from files runs without importing torch, whose import alone
-costs a few hundred MB of RSS under a memory limit.
+:mod:`~pyg_dist.partitioning.format` re-exports those its readers import
+from it; the out-of-core writer (:mod:`~pyg_dist.partitioning.out_of_core`)
+imports them from here so that partitioning from files runs without
+importing torch, whose import alone costs a few hundred MB of RSS under a
+memory limit.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ HETERO_FORMAT_VERSION = 2
 """Version of a heterogeneous dataset: per-type books, node and edge files."""
 FORMAT_VERSIONS = (FORMAT_VERSION, HETERO_FORMAT_VERSION)
 META_FILE = "meta.json"
-BOOK_FILE = "book.safetensors"
 
 # Reserved tensor names inside the node / edge files.
 NODE_IDS = "node_ids"

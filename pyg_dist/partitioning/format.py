@@ -11,8 +11,8 @@ A partitioned homogeneous graph (format version 1) is a directory::
                                    (global), + edge features
 
 A heterogeneous one (version 2) has the same files once per type, named by
-:func:`book_file`, :func:`node_file` and :func:`edge_file`
-(``book__paper.safetensors``, ``part-K/nodes__paper.safetensors``,
+:mod:`~pyg_dist.partitioning.file_names` (``book__paper.safetensors``,
+``part-K/nodes__paper.safetensors``,
 ``part-K/edges__author__writes__paper.safetensors``); ids are per type.
 
 Every tensor is stored with safetensors: the loader parses a JSON header and
@@ -40,8 +40,6 @@ import torch
 from pyg_dist.dtypes import DTYPES
 from pyg_dist.errors import PartitionFormatError
 from pyg_dist.partitioning.file_names import (  # noqa: F401  (re-exported)
-    BOOK_FILE,
-    BOOK_KEY,
     EDGE_IDS,
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -49,21 +47,13 @@ from pyg_dist.partitioning.file_names import (  # noqa: F401  (re-exported)
     HETERO_FORMAT_VERSION,
     INDICES,
     INDPTR,
-    MAX_TYPE_NAME_BYTES,
     META_FILE,
     NODE_IDS,
     RESERVED_EDGE_NAMES,
     RESERVED_NODE_NAMES,
-    book_file,
     edge_ends,
-    edge_file,
-    feature_specs,
-    node_file,
-    part_dir,
-    recorder,
     sha256_file,
     type_name_problem,
-    type_slug,
 )
 
 NodeTypeKey = Optional[str]

@@ -66,11 +66,6 @@ class GraphParts:
         """Nodes over all node types."""
         return sum(self.num_nodes.values())
 
-    @property
-    def total_edges(self) -> int:
-        """Edges over all edge types."""
-        return sum(int(e.size(1)) for e in self.edge_index.values())
-
     def num_edges(self, edge_type: EdgeType) -> int:
         """Edges of one edge type."""
         return int(self.edge_index[edge_type].size(1))

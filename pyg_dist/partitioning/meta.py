@@ -8,12 +8,12 @@ is refused whole when the dataset is opened, with a
 * the file: a regular file (not a symbolic link) of at most
   :data:`MAX_META_BYTES`; JSON without ``NaN``/``Infinity`` or repeated keys,
   nesting at most :data:`MAX_DEPTH` levels (here);
-* every field against the version-1 schema (:mod:`~pyg_dist.partitioning.schema`);
+* every field against the version-1 schema (:mod:`~pyg_dist.partitioning.meta_schema`);
 * the files it names against it (:mod:`~pyg_dist.partitioning.consistency`).
 
 Error messages never echo values from the file beyond short, already checked
 names and bounded integers: a value is named by its type
-(:func:`~pyg_dist.partitioning.schema.describe`).
+(:func:`~pyg_dist.partitioning.meta_schema.describe`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from pyg_dist.errors import PartitionFormatError
 from pyg_dist.partitioning.format import META_FILE
-from pyg_dist.partitioning.schema import json_depth, validate_meta
+from pyg_dist.partitioning.meta_schema import json_depth, validate_meta
 
 MAX_META_BYTES = 64 << 20
 """Largest ``meta.json`` read (32,768 parts take about 20 MB)."""

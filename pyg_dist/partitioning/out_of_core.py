@@ -34,6 +34,7 @@ import numpy as np
 
 from pyg_dist.errors import InvalidPartitionArgumentError
 from pyg_dist.partitioning.dataset_dir import (
+    book_dtype_name,
     build_partitioner,
     check_num_parts,
     check_root,
@@ -177,8 +178,9 @@ def working_budget(limit: int, baseline: int, graph: FileGraph, num_parts: int,
 
 
 def book_dtype(num_parts: int) -> np.dtype:
-    """The dtype of a book of ``num_parts`` parts (as the in-memory writer's)."""
-    return np.dtype(np.uint8) if num_parts <= 256 else np.dtype(np.int16)
+    """The dtype of a book of ``num_parts`` parts, as numpy's (the in-memory
+    writer's rule: :func:`~pyg_dist.partitioning.dataset_dir.book_dtype_name`)."""
+    return np.dtype(book_dtype_name(num_parts))
 
 
 def assign_parts(plugin: Any, graph: FileGraph, num_parts: int, chunk_edges: int,

@@ -29,7 +29,7 @@ served on the trainer's host).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -69,13 +69,6 @@ class CacheContext:
                              f"CachedFeatureStore(fs, ..., graph_store=gs) with the pair "
                              f"from pyg_dist.connect()")
         return self.graph_store
-
-
-class CachePolicy(Protocol):
-    """A callable choosing the nodes to cache (see the module docstring)."""
-
-    def __call__(self, context: CacheContext, budget: int, **options: Any) -> Tensor:
-        ...
 
 
 def checked_choice(ids: Any, budget: int, num_nodes: int, policy: str,

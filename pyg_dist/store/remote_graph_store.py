@@ -130,40 +130,6 @@ class RemoteGraphStore(GraphStore):
 
     # Sampling ##############################################################
 
-    def sample_neighbors(self, ids: Tensor, num_neighbors: int, replace: bool, seed: int,
-                         timeout: Optional[float] = None, *,
-                         weight_attr: Optional[str] = None, time_attr: Optional[str] = None,
-                         seed_time: Optional[Tensor] = None,
-                         temporal_strategy: str = "uniform",
-                         edge_type: Optional[EdgeType] = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Samples one hop of in-neighbours of ``ids`` on the owning servers.
-
-        Args:
-            ids: Global ids of the nodes to sample for (int64, in range; of
-                ``edge_type``'s destination type).
-            num_neighbors: Neighbours per node; ``-1`` takes all of them.
-            replace: Sample with replacement.
-            seed: Random seed of this hop; every server gets one derived from
-                it and its part, so the answer does not depend on timing.
-            timeout: Deadline of every call; ``None`` uses the config's.
-            weight_attr: An edge attribute to draw by (probability
-                proportional to weight; weight 0 never drawn).
-            time_attr: A node or edge time: only entries whose time is at
-                most the seed's time are drawn.
-            seed_time: With ``time_attr``, one int64 time per id.
-            temporal_strategy: ``"uniform"`` or ``"last"`` (the most recent).
-            edge_type: ``(src, rel, dst)`` on a heterogeneous graph: the
-                neighbours are ``src`` nodes, ids are ``dst`` nodes.
-
-        Returns:
-            ``(counts, neighbours, edge_ids)`` in the order of ``ids``:
-            ``counts[i]`` neighbours (global ids) and their global edge ids
-            for ``ids[i]``, laid out contiguously.
-        """
-        settings = HopSettings(replace=replace, weight_attr=weight_attr, time_attr=time_attr,
-                               temporal_strategy=temporal_strategy, timeout=timeout)
-        return self.sample_hop([(edge_type, ids, seed_time)], num_neighbors, seed, settings)[0]
-
     def sample_hop(self, frontiers: Sequence[Frontier],
                    num_neighbors: Union[int, Sequence[int]], seed: int,
                    settings: HopSettings) -> list[tuple[Tensor, Tensor, Tensor]]:

@@ -17,6 +17,7 @@ import math
 
 import pytest
 import torch
+from support.one_hop import one_hop
 from support.servers import serve_parts
 from torch_geometric.data import Data
 
@@ -232,7 +233,7 @@ def _chi_square(observed: torch.Tensor, expected: torch.Tensor) -> float:
 
 def _hub_draws(gs, k: int, replace: bool, draws: int) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.full((draws,), HUB, dtype=torch.long)
-    counts, nbrs, _ = gs.sample_neighbors(ids, k, replace, 11, weight_attr="edge_weight")
+    counts, nbrs, _ = one_hop(gs, ids, k, replace, 11, weight_attr="edge_weight")
     return counts, nbrs
 
 
@@ -282,10 +283,10 @@ def test_weight_zero_edges_are_never_drawn_anywhere(graph, served):
     fs, gs = served[3]
     ids = torch.arange(NUM_NODES)
     for k, replace in ((-1, False), (3, False), (3, True)):
-        _, _, eids = gs.sample_neighbors(ids, k, replace, 5, weight_attr="edge_weight")
+        _, _, eids = one_hop(gs, ids, k, replace, 5, weight_attr="edge_weight")
         assert eids.numel() > 0 and bool((graph.edge_weight[eids] > 0).all())
     # At full fan-out: exactly the positive-weight in-edges.
-    _, _, eids = gs.sample_neighbors(ids, -1, False, 5, weight_attr="edge_weight")
+    _, _, eids = one_hop(gs, ids, -1, False, 5, weight_attr="edge_weight")
     assert sorted(eids.tolist()) == (graph.edge_weight > 0).nonzero().view(-1).tolist()
 
 

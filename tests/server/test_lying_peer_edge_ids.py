@@ -14,6 +14,7 @@ import contextlib
 
 import pytest
 import torch
+from support.one_hop import one_hop
 
 from pyg_dist.errors import RemoteError
 from pyg_dist.protocol.ops import PARTITION_OPS, SAMPLE_TREE
@@ -82,7 +83,7 @@ def _trainer_hop(root, liar_endpoint):
     with PartitionServer(root, 0) as honest:
         fs, gs = connect([honest.endpoint, liar_endpoint])
         try:
-            return gs.sample_neighbors(SEEDS, 5, False, 3)
+            return one_hop(gs, SEEDS, 5, False, 3)
         finally:
             fs.close()
 

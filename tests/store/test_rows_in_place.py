@@ -8,6 +8,7 @@ import gc
 
 import pytest
 import torch
+from support.one_hop import one_hop
 from support.shm_files import descriptor_open, has_file, needs_shm
 from torch_geometric.data import TensorAttr
 
@@ -204,22 +205,22 @@ def test_sampled_hops_come_through_lent_memory_and_outlive_it(data, endpoints):
         for part in range(3):
             client.ping(part)  # hosts known: the next calls lend memory
         ids = _ids(data, 2000)
-        first = gs.sample_neighbors(ids, 10, False, seed=1)
+        first = one_hop(gs, ids, 10, False, seed=1)
         assert sum(p.held_bytes for p in client.transport._lender._pools.values()) > 0
-        second = gs.sample_neighbors(ids.flip(0), 10, False, seed=2)  # reuses the memory
+        second = one_hop(gs, ids.flip(0), 10, False, seed=2)  # reuses the memory
         assert all(torch.equal(a, b) for a, b in zip(
-            first, tcp_gs.sample_neighbors(ids, 10, False, seed=1)))
+            first, one_hop(tcp_gs, ids, 10, False, seed=1)))
         assert all(torch.equal(a, b) for a, b in zip(
-            second, tcp_gs.sample_neighbors(ids.flip(0), 10, False, seed=2)))
+            second, one_hop(tcp_gs, ids.flip(0), 10, False, seed=2)))
         # One owner answering in order: its tensors, copied before release.
         own = gs.router.split(torch.arange(data.num_nodes))[0][2][:1500]
-        mine = gs.sample_neighbors(own, 10, False, seed=4)
-        gs.sample_neighbors(own.flip(0), 10, False, seed=5)
+        mine = one_hop(gs, own, 10, False, seed=4)
+        one_hop(gs, own.flip(0), 10, False, seed=5)
         assert all(torch.equal(a, b) for a, b in zip(
-            mine, tcp_gs.sample_neighbors(own, 10, False, seed=4)))
-        one = gs.sample_neighbors(ids[:1000], -1, False, seed=3)  # unbounded: the socket
+            mine, one_hop(tcp_gs, own, 10, False, seed=4)))
+        one = one_hop(gs, ids[:1000], -1, False, seed=3)  # unbounded: the socket
         assert all(torch.equal(a, b) for a, b in zip(
-            one, tcp_gs.sample_neighbors(ids[:1000], -1, False, seed=3)))
+            one, one_hop(tcp_gs, ids[:1000], -1, False, seed=3)))
     finally:
         fs.close()
         tcp_fs.close()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pyg_dist.errors import PartitionFormatError
-from pyg_dist.partitioning.book import MAX_PARTS, book_dtype
+from pyg_dist.partitioning.dataset_dir import MAX_PARTS, book_dtype_name
 from pyg_dist.partitioning.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -30,7 +30,6 @@ from pyg_dist.partitioning.format import (
     RESERVED_EDGE_NAMES,
     RESERVED_NODE_NAMES,
     TORCH_DTYPES,
-    dtype_name,
     edge_ends,
     safe_path,
     type_name_problem,
@@ -289,7 +288,7 @@ def _edge_types(c: _Checker, meta: dict[str, Any], node_types: dict[Any, int],
 def _books(c: _Checker, meta: dict[str, Any], node_types: dict[Any, int],
            num_parts: int) -> list[tuple[str, str]]:
     books = c.list_(meta, "books", "", len(node_types), len(node_types))
-    expected = dtype_name(book_dtype(num_parts))
+    expected = book_dtype_name(num_parts)
     seen, files = set(), []
     for i, entry in enumerate(books):
         where = f"books[{i}]"
