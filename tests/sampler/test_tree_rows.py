@@ -67,6 +67,24 @@ def test_a_batch_costs_the_trainer_one_call_and_equals_hop_by_hop(cora_stores3):
     assert on_servers[0].x.size(0) == on_servers[0].n_id.numel()
 
 
+def test_a_link_batch_with_negatives_costs_one_call_too(cora_data, cora_stores3):
+    from torch_geometric.sampler import NegativeSampling
+
+    from pyg_dist.loader.dist_link_neighbor_loader import DistLinkNeighborLoader
+
+    fs, gs = cora_stores3
+    loader = DistLinkNeighborLoader((fs, gs), num_neighbors=[5, 3], server_hops=True,
+                                    edge_label_index=cora_data.edge_index[:, ::50],
+                                    neg_sampling=NegativeSampling("binary"), batch_size=64,
+                                    seed=2)
+    with _counted_calls(fs.router) as ops:
+        batches = list(loader)
+    assert ops == ["sample_tree"] * len(batches) and len(batches) == 4
+    for batch in batches:
+        assert torch.equal(batch.x, cora_data.x[batch.n_id])
+        assert torch.equal(batch.y, cora_data.y[batch.n_id])
+
+
 def test_an_owner_without_a_place_has_its_rows_copied_in_by_the_coordinator(cora_stores3):
     """A part the trainer lends nothing (its pool does not place it) gets a
     plain ``get`` from the coordinator, which copies its rows in."""
