@@ -61,8 +61,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cache-capacity", type=float, default=1.0,
                    help="fraction of the nodes the feature cache holds (1.0: all)")
     p.add_argument("--no-cache-rows", action="store_true", help="skip the cached rows")
-    p.add_argument("--sampling", nargs="+", choices=("server_hops", "hop_by_hop"),
-                   default=["server_hops", "hop_by_hop"], help="which sampling rows to run")
+    p.add_argument("--sampling", nargs="+",
+                   choices=("server_hops", "server_hops_fetched", "hop_by_hop"),
+                   default=["server_hops", "hop_by_hop"],
+                   help="which sampling rows to run (server_hops_fetched: the servers "
+                        "sample the hops, the trainer then fetches the rows itself, as "
+                        "before a tree could have them written: protocol version 5)")
     p.add_argument("--feature-dtype", choices=("float16", "bfloat16"),
                    help="store and serve the features in this precision (the model casts "
                         "them to float32 on the device)")
@@ -227,15 +231,22 @@ def run_fanout(args: argparse.Namespace, stores: dict[str, Any], fanout: list[in
     rows = []
     for cache, pair in stores.items():
         for mode in args.sampling:
-            hops = mode == "server_hops"
-            for what, with_step in (("train", step), ("loader", None)):
-                batches = iter(loader(pair, args, fanout, seeds, device, hops, args.prefetch))
-                cores: dict[str, Any] = {"pids": pids}
-                figures = timed(batches, args, device, with_step, cores)
-                del cores["pids"]
-                rows.append(row(what, fanout, figures, compute, sampling=mode, cache=cache,
-                                prefetch=args.prefetch, parts=args.parts, **cores))
-                del batches  # stops the prefetch threads
+            hops = mode != "hop_by_hop"
+            if mode == "server_hops_fetched":  # the store lends a tree no outputs
+                pair[0].tree_outputs = None
+            try:
+                for what, with_step in (("train", step), ("loader", None)):
+                    batches = iter(loader(pair, args, fanout, seeds, device, hops,
+                                          args.prefetch))
+                    cores: dict[str, Any] = {"pids": pids}
+                    figures = timed(batches, args, device, with_step, cores)
+                    del cores["pids"]
+                    rows.append(row(what, fanout, figures, compute, sampling=mode,
+                                    cache=cache, prefetch=args.prefetch, parts=args.parts,
+                                    **cores))
+                    del batches  # stops the prefetch threads
+            finally:
+                pair[0].__dict__.pop("tree_outputs", None)
     return rows
 
 

@@ -21,13 +21,14 @@ def test_tiny_products_run_prints_every_row(tmp_path):
         [sys.executable, str(REPO / "benchmarks" / "bench_gpu_products.py"), "--scale", "0.002",
          "--device", "cpu", "--fanouts", "5,3", "--batches", "2", "--warmup", "1",
          "--batch-size", "128", "--prefetch", "2", "--hidden", "16",
-         "--cache-capacity", "1.0", "--cache", str(tmp_path)],
+         "--cache-capacity", "1.0", "--cache", str(tmp_path),
+         "--sampling", "server_hops", "server_hops_fetched", "hop_by_hop"],
         capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     kinds = {(r["row"], r.get("sampling"), r.get("cache")) for r in rows}
     for cache in ("uncached", "all"):
-        for sampling in ("server_hops", "hop_by_hop"):
+        for sampling in ("server_hops", "server_hops_fetched", "hop_by_hop"):
             for row in ("train", "loader"):
                 assert (row, sampling, cache) in kinds
     assert ("compute", None, None) in kinds
