@@ -141,17 +141,8 @@ class CallContext:
             SharedMemoryError: as :meth:`placed` (also: the region does not
                 lie inside the segment).
         """
-        if self._segments is None:
-            raise SharedMemoryError("this server takes no shared memory")
-        index = arg.get("index") if isinstance(arg, dict) else None
-        offset = index.get("offset") if isinstance(index, dict) else None
-        count = index.get("count") if isinstance(index, dict) else None
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 \
-                or offset % 8 or not isinstance(count, int) or isinstance(count, bool) \
-                or not 0 <= count <= MAX_PLACED_ROWS or set(index) != {"offset", "count"}:
-            raise ProtocolError(f"'place.index' must be {{offset: a non-negative multiple of "
-                                f"8, count: an int in [0, {MAX_PLACED_ROWS}]}}, got "
-                                f"{describe(index)}")
+        offset, count = self._region(arg.get("index") if isinstance(arg, dict) else None,
+                                     "count", MAX_PLACED_ROWS, "'place.index'")
         payload = self._segments.payload(arg.get("shm"), offset + 16 * count)
         both = view(payload, offset, torch.int64, (2 * count,)).clone()
         return both[:count], both[count:]
@@ -167,19 +158,29 @@ class CallContext:
             SharedMemoryError: as :meth:`placed` (also: the room does not
                 lie inside the segment).
         """
-        if self._segments is None:
-            raise SharedMemoryError("this server takes no shared memory")
-        offset = room.get("offset") if isinstance(room, dict) else None
-        slots = room.get("slots") if isinstance(room, dict) else None
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 \
-                or offset % 8 or not isinstance(slots, int) or isinstance(slots, bool) \
-                or not 0 <= slots <= 2 * MAX_PLACED_ROWS or set(room) != {"offset", "slots"}:
-            raise ProtocolError(f"a room must be {{offset: a non-negative multiple of 8, "
-                                f"slots: an int in [0, {2 * MAX_PLACED_ROWS}]}}, got "
-                                f"{describe(room)}")
+        offset, slots = self._region(room, "slots", 2 * MAX_PLACED_ROWS, "a room")
         shm = arg.get("shm") if isinstance(arg, dict) else None
         payload = self._segments.payload(shm, offset + 8 * slots)
         return view(payload, offset, torch.int64, (slots,))
+
+    def _region(self, value: Any, count_key: str, most: int, what: str) -> tuple[int, int]:
+        """``(offset, count)`` of a ``{"offset", count_key}`` region of int64
+        entries in a segment, checked (an offset in bytes, a multiple of 8).
+
+        Raises:
+            SharedMemoryError: if this server takes no shared memory.
+            ProtocolError: if the region is malformed.
+        """
+        if self._segments is None:
+            raise SharedMemoryError("this server takes no shared memory")
+        offset = value.get("offset") if isinstance(value, dict) else None
+        count = value.get(count_key) if isinstance(value, dict) else None
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 \
+                or offset % 8 or not isinstance(count, int) or isinstance(count, bool) \
+                or not 0 <= count <= most or set(value) != {"offset", count_key}:
+            raise ProtocolError(f"{what} must be {{offset: a non-negative multiple of 8, "
+                                f"{count_key}: an int in [0, {most}]}}, got {describe(value)}")
+        return offset, count
 
     def reply_offsets(self, tensors: Sequence[Tensor]) -> Optional[list[int]]:
         """The offsets in the lent segment of a reply's ``tensors``, or

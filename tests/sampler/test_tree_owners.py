@@ -8,18 +8,17 @@ split of a batch's ids without changing a batch.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 
 import pytest
 import torch
+from support.forwarding_servers import forwarding_servers
 
 from pyg_dist.errors import ProtocolError, RemoteError
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.protocol.ops import SAMPLE_TREE
 from pyg_dist.rpc import RpcClient
 from pyg_dist.rpc.protocol import Reply
-from pyg_dist.server import PartitionServer
 from pyg_dist.store import known_owners
 from pyg_dist.store.connect import connect
 
@@ -30,19 +29,8 @@ def _tree_args(fan_outs, **more):
     return {"edge_types": [None], "num_neighbors": [fan_outs], "seed_types": [None], **more}
 
 
-@contextlib.contextmanager
-def _forwarding_servers(root):
-    """Both parts of ``root`` in this process, each other's peers."""
-    endpoints: list[str] = []
-    with contextlib.ExitStack() as stack:
-        servers = [stack.enter_context(PartitionServer(root, part, peers=lambda: endpoints))
-                   for part in (0, 1)]
-        endpoints += [s.endpoint for s in servers]
-        yield endpoints
-
-
 def test_the_owner_order_is_the_books_split_of_the_trees_nodes(cora2_root):
-    with _forwarding_servers(cora2_root) as endpoints, RpcClient(endpoints) as client:
+    with forwarding_servers(cora2_root) as endpoints, RpcClient(endpoints) as client:
         fs, gs = connect(endpoints)
         try:
             for part in (0, 1):
@@ -69,7 +57,7 @@ def test_the_owner_order_is_the_books_split_of_the_trees_nodes(cora2_root):
 def test_owners_is_refused_where_it_does_not_apply_and_the_server_keeps_serving(cora2_root):
     typed = {"edge_types": [["paper", "cites", "paper"]], "num_neighbors": [[2]],
              "seed_types": ["paper"], "seed": 1, "owners": True}
-    with _forwarding_servers(cora2_root) as endpoints, RpcClient(endpoints) as client:
+    with forwarding_servers(cora2_root) as endpoints, RpcClient(endpoints) as client:
         with pytest.raises(RemoteError, match="'owners'"):
             client.call(0, "sample_tree", _tree_args([2], seed=1, owners=1), [SEEDS[:4]])
         with pytest.raises(RemoteError, match="owners|edge type"):
@@ -165,7 +153,7 @@ def test_owner_counts_for_more_parts_than_the_graph_are_refused(cora2_root, monk
         counts, order = honest(shares, num_parts)
         return counts[:-1] + [0, counts[-1]], order
 
-    with _forwarding_servers(cora2_root) as endpoints:
+    with forwarding_servers(cora2_root) as endpoints:
         monkeypatch.setattr(forwarding.tree_owners, "encode", lying)
         fs, gs = connect(endpoints)
         try:

@@ -14,6 +14,7 @@ import contextlib
 
 import pytest
 import torch
+from support.forwarding_servers import forwarding_servers
 from support.shm_files import needs_shm
 
 from pyg_dist.errors import ProtocolError, RemoteError
@@ -21,7 +22,6 @@ from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.protocol import tree_rows
 from pyg_dist.protocol.ops import SAMPLE_TREE
 from pyg_dist.rpc import RpcClient
-from pyg_dist.server import PartitionServer
 from pyg_dist.store import tree_outputs
 
 SEEDS = torch.arange(5, 2708, 9)
@@ -146,16 +146,6 @@ def _index_batches(size):
     yield NodeSamplerInput(input_id=torch.arange(size), node=SEEDS[:size])
 
 
-@contextlib.contextmanager
-def _forwarding_servers(root):
-    endpoints: list[str] = []
-    with contextlib.ExitStack() as stack:
-        servers = [stack.enter_context(PartitionServer(root, part, peers=lambda: endpoints))
-                   for part in (0, 1)]
-        endpoints += [s.endpoint for s in servers]
-        yield endpoints
-
-
 def _tree_args(**more):
     return {"edge_types": [None], "num_neighbors": [[3]], "seed_types": [None], "seed": 2,
             **more}
@@ -174,7 +164,7 @@ def test_malformed_rows_are_refused_and_the_server_keeps_serving(cora2_root):
         ({"attrs": ["nope"], "places": [place, None]}, "no node feature 'nope'",
          {"owners": True}),
     ]
-    with _forwarding_servers(cora2_root) as endpoints, RpcClient(endpoints) as client:
+    with forwarding_servers(cora2_root) as endpoints, RpcClient(endpoints) as client:
         for rows, message, more in bad:
             with pytest.raises(RemoteError, match=message):
                 client.call(0, "sample_tree", _tree_args(rows=rows, **more), [SEEDS[:4]])

@@ -7,6 +7,8 @@
   first failure and fail on a hang.
 * :mod:`support.one_hop`: one hop of one edge type through the trainer's
   public per-hop function (``RemoteGraphStore.sample_hop``).
+* :mod:`support.forwarding_servers`: partition servers in this process, each
+  the others' peer (``sample_tree``).
 * :mod:`support.waiting`: wait for a condition with a bound, failing with a
   message that names what never happened (instead of a ``time.sleep``).
 """
