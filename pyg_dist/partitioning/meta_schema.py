@@ -17,6 +17,7 @@ well-formed sha256 and nothing else listed. The first bad field raises a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -238,14 +239,25 @@ def _features(c: _Checker, entry: dict[str, Any], where: str,
                                                      f"{describe(size)}")
 
 
+def _type_entries(c: _Checker, meta: dict[str, Any], field: str, edge: bool
+                  ) -> Iterator[tuple[str, dict[str, Any], Any]]:
+    """``(where, entry, type key)`` of every entry of ``meta[field]``, each
+    a map whose type is well-formed and named once."""
+    seen: set[Any] = set()
+    for i, entry in enumerate(c.list_(meta, field, "", 1, MAX_TYPES)):
+        where = f"{field}[{i}]"
+        entry = c.obj(entry, where)
+        key = _type_key(c, c.get(entry, "type", where), f"{where}.type", edge=edge)
+        if key in seen:
+            raise fail(c.path, f"{where}.type", f"repeats {'an edge' if edge else 'a node'} "
+                                                f"type")
+        seen.add(key)
+        yield where, entry, key
+
+
 def _node_types(c: _Checker, meta: dict[str, Any], num_nodes: int) -> dict[Any, int]:
     counts: dict[Any, int] = {}
-    for i, entry in enumerate(c.list_(meta, "node_types", "", 1, MAX_TYPES)):
-        where = f"node_types[{i}]"
-        entry = c.obj(entry, where)
-        key = _type_key(c, c.get(entry, "type", where), f"{where}.type", edge=False)
-        if key in counts:
-            raise fail(c.path, f"{where}.type", "repeats a node type")
+    for where, entry, key in _type_entries(c, meta, "node_types", edge=False):
         counts[key] = c.int_(entry, "num_nodes", where)
         _features(c, entry, where, RESERVED_NODE_NAMES)
         if c.hetero:
@@ -261,12 +273,7 @@ def _node_types(c: _Checker, meta: dict[str, Any], num_nodes: int) -> dict[Any, 
 def _edge_types(c: _Checker, meta: dict[str, Any], node_types: dict[Any, int],
                 num_edges: int) -> dict[Any, int]:
     counts: dict[Any, int] = {}
-    for i, entry in enumerate(c.list_(meta, "edge_types", "", 1, MAX_TYPES)):
-        where = f"edge_types[{i}]"
-        entry = c.obj(entry, where)
-        key = _type_key(c, c.get(entry, "type", where), f"{where}.type", edge=True)
-        if key in counts:
-            raise fail(c.path, f"{where}.type", "repeats an edge type")
+    for where, entry, key in _type_entries(c, meta, "edge_types", edge=True):
         for end, value in zip(("src", "dst"), edge_ends(key)):
             if c.get(entry, end, where) != value or value not in node_types:
                 raise fail(c.path, f"{where}.{end}", "must name the node type at that end "
