@@ -129,3 +129,45 @@ def test_a_gpu_bound_batch_is_assembled_page_locked_edge_index_included(served):
             assert torch.equal(pinned[key], pageable[key]), key
     finally:
         fs.close()
+
+
+@pytest.fixture(scope="module")
+def served_forwarding(tmp_path_factory):
+    """The same graph served by servers that sample among themselves."""
+    data = fake(num_nodes=4000, avg_degree=8, num_channels=64, num_classes=4, seed=1)
+    root = tmp_path_factory.mktemp("gpu-tree-rows") / "fake2"
+    partition(data, 2, str(root), progress=False)
+    with serve_parts(root, forwarding=True) as cluster:
+        yield data, cluster.endpoints
+
+
+def test_a_gpu_batch_sampled_on_the_servers_costs_one_call(served_forwarding):
+    # Protocol 5's rows: the tree's coordinator has the owners write the
+    # batch's rows into its page-locked outputs; the trainer makes one call a
+    # batch, copies no row, and the batches are the hop-by-hop CPU ones.
+    data, endpoints = served_forwarding
+    fs, gs = connect(endpoints)
+    kwargs = dict(num_neighbors=[10, 5], input_nodes=torch.arange(2048), batch_size=256,
+                  seed=3)
+    try:
+        reference = list(DistNeighborLoader((fs, gs), server_hops=False, **kwargs))
+        ops: list[str] = []
+        call_all = fs.router.call_all
+
+        def counted(requests, *args, **more):
+            ops.extend(r.op for r in requests)
+            return call_all(requests, *args, **more)
+
+        fs.router.call_all = counted
+        before = fs.router.copied_rows
+        try:
+            batches = list(DistNeighborLoader((fs, gs), server_hops=True, prefetch=4,
+                                              device="cuda", **kwargs))
+        finally:
+            del fs.router.call_all
+        _same(reference, batches)
+        assert ops == ["sample_tree"] * len(batches)
+        assert fs.router.copied_rows == before
+        assert fs.router._outputs.page_locked_segments >= 1
+    finally:
+        fs.close()
