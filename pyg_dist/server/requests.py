@@ -150,17 +150,6 @@ def seeded_generator(seed: Optional[int]) -> torch.Generator:
     return generator
 
 
-def one_id_tensor(tensors: list[Tensor], what: str = "node") -> Tensor:
-    """The one 1-D int64 id tensor of a ``get``/``sample``-like request."""
-    if len(tensors) != 1:
-        raise ProtocolError(f"expected exactly one tensor of {what} ids, got {len(tensors)}")
-    ids = tensors[0]
-    if ids.dtype != torch.int64 or ids.dim() != 1:
-        raise ProtocolError(f"{what} ids must be a 1-D int64 tensor, got {ids.dtype} of "
-                            f"shape {list(ids.shape)}")
-    return ids
-
-
 def attrs_arg(args: dict[str, Any], specs: dict[str, dict[str, Any]], noun: str,
               owner: str) -> tuple[list[str], int]:
     """A request's ``attrs``, checked against the served ``specs``, and the
