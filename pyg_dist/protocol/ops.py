@@ -52,7 +52,7 @@ from pyg_dist.protocol.schema import (
     sizes,
 )
 from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec, PartRequest
-from pyg_dist.rpc.protocol import MAX_TENSORS
+from pyg_dist.rpc.wire_format import MAX_TENSORS
 
 
 def _length(value: Any) -> int:
@@ -183,7 +183,7 @@ PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
     META, SAMPLE, SAMPLE_TREE, GET, SIZES,
     EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS, EMB_CREATE, EMB_READ, EMB_WRITE,
     EMB_PUSH, EMB_CHECKPOINT)}
-"""The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`),
+"""The ops a partition server answers (:class:`pyg_dist.server.partition_ops.PartitionOps`),
 besides :data:`~pyg_dist.rpc.op_spec.RPC_OPS`."""
 
 OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}

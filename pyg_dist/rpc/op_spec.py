@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, Optional
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
-from pyg_dist.rpc.protocol import MAX_TENSORS, Reply
 from pyg_dist.rpc.shm.files import NAME_PATTERN, SERVER_MAX_SEGMENTS, TOKEN_BYTES
+from pyg_dist.rpc.wire_format import MAX_TENSORS, Reply
 from pyg_dist.rpc.wire_values import describe, error_text
 
 ReplyCheck = Callable[[dict[str, Any], list[Tensor], dict[str, Any], list[Tensor]],
@@ -81,7 +81,7 @@ class OpSpec:
             lengths), after their count.
         reply_tensors: Most tensors a reply to ``args`` may carry, when an
             op answers a few per type asked for; ``None``:
-            :data:`~pyg_dist.rpc.protocol.MAX_TENSORS`.
+            :data:`~pyg_dist.rpc.wire_format.MAX_TENSORS`.
     """
 
     name: str
@@ -125,7 +125,7 @@ class OpSpec:
 
     def reply_tensor_limit(self, args: Any) -> int:
         """Most tensors a reply to this request may carry: at least
-        :data:`~pyg_dist.rpc.protocol.MAX_TENSORS`, more where the op
+        :data:`~pyg_dist.rpc.wire_format.MAX_TENSORS`, more where the op
         answers per type asked for (refused over it before its tensors
         are built, and no earlier)."""
         if self.reply_tensors is None or not isinstance(args, dict):

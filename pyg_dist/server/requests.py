@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, StoreError
-from pyg_dist.rpc.protocol import DTYPES
+from pyg_dist.rpc.wire_format import DTYPES
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.local import local_rows
 
