@@ -27,7 +27,7 @@ from pyg_dist.errors import LoaderError
 from pyg_dist.loader.arguments import check_dataloader_kwargs, pins_memory
 from pyg_dist.loader.ddp import ddp_layout, per_rank_batch_size, rank_sampler
 from pyg_dist.loader.index_batches import index_batches
-from pyg_dist.sampler.protocol import SeededSampler
+from pyg_dist.sampler.seeded_sampler import SeededSampler
 
 
 class DistIteration:

@@ -43,14 +43,16 @@ from pyg_dist.protocol.schema import (
     MapOf,
     choice,
     ids_and,
+    ids_and_rows,
     ids_or_placed_index,
     integer,
     nil_or,
+    number,
     seconds,
     sizes,
 )
 from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec, PartRequest
-from pyg_dist.rpc.protocol import MAX_TENSORS
+from pyg_dist.rpc.wire_format import MAX_TENSORS
 
 
 def _length(value: Any) -> int:
@@ -90,26 +92,24 @@ _PAGE = {"edge_type": EDGE_TYPE, "start": COUNT, "count": nil_or(COUNT)}
 _ATTRS = ListOf(NAME, 1, _TYPES, "names")
 
 
-def _op(name: str, summary: str, required: Optional[dict[str, Any]] = None,
+def _op(name: str, required: Optional[dict[str, Any]] = None,
         optional: Optional[dict[str, Any]] = None, **declared: Any) -> OpSpec:
     """An :class:`~pyg_dist.rpc.op_spec.OpSpec` whose arguments are named
     once, with their types (:mod:`pyg_dist.protocol.schema`)."""
     required, optional = required or {}, optional or {}
-    return OpSpec(name, summary, required=tuple(required), optional=tuple(optional),
+    return OpSpec(name, required=tuple(required), optional=tuple(optional),
                   types={**required, **optional}, **declared)
 
 
-META = _op("meta", "counts, feature specs, partition book(s), versions of the part",
-           reply_check=checks.books)
-SAMPLE = _op("sample", "one hop of neighbours for owned seeds of one or more edge types",
+META = _op("meta", reply_check=checks.books)
+SAMPLE = _op("sample",
              required={"edge_types": ListOf(EDGE_TYPE, 1, _TYPES, "edge types"),
                        "num_neighbors": AnyOf((FANOUT, ListOf(FANOUT, 1, _TYPES, "fan-outs")))},
              optional={"sizes": sizes(_TYPES), "seed": _SEED, **_DRAW},
              tensors=(1, 2), tensor_check=ids_and("time_attr", "seed times"),
              reply_check=checks.sample, reply_tensors=_sample_reply_tensors)
 SAMPLE_TREE = _op(
-    "sample_tree", "every hop of a batch, forwarded among the servers (the sampled "
-    "subgraph, relabelled)",
+    "sample_tree",
     required={"edge_types": AnyOf((Form("[nil] (a homogeneous graph)", lambda v: v == [None]),
                                    ListOf(TYPED_EDGE, 1, _TYPES, "edge types"))),
               "num_neighbors": ListOf(ListOf(FANOUT, 1, MAX_HOPS, "fan-outs"), 1, _TYPES,
@@ -123,26 +123,22 @@ SAMPLE_TREE = _op(
               "rows": tree_rows.ROWS},
     tensors=(1, 2), tensor_check=ids_and("time_attr", "seed times"), reply=("node_types",),
     reply_check=tree_owners.check, worker=True, reply_tensors=_tree_reply_tensors)
-GET = _op("get", "feature rows of owned nodes of one or more node types (with "
-          "``place``, of one, written into the caller's outputs at the given rows)",
+GET = _op("get",
           required={"groups": ListOf(MapOf({"group": NODE_TYPE, "attrs": _ATTRS},
                                            required=("attrs",)), 1, _TYPES, "groups")},
           optional={"sizes": sizes(_TYPES), "place": PLACE}, tensors=(0, 2),
           tensor_check=ids_or_placed_index("output rows"), reply=("groups",),
           reply_check=checks.get, reply_tensors=_get_reply_tensors)
-SIZES = _op("sizes", "the whole graph's size and dtype of every feature of a node type",
-            optional={"group": NODE_TYPE}, reply=("sizes", "dtypes"))
-EDGE_INDEX = _op("edge_index", "the part's edges of one edge type, global, paged",
-                 optional=_PAGE, reply=("total",), reply_check=checks.aligned(3), worker=True)
-DEGREE = _op("degree", "in-degrees of the part's nodes for one edge type",
-             optional={"edge_type": EDGE_TYPE}, reply_check=checks.aligned(2))
-STATS = _op("stats", "what get and get_edges served since the server started")
-GET_EDGES = _op("get_edges", "edge attribute rows by global edge id",
-                required={"attrs": _ATTRS}, optional={"edge_type": EDGE_TYPE}, tensors=(1, 1),
+SIZES = _op("sizes", optional={"group": NODE_TYPE}, reply=("sizes", "dtypes"))
+EDGE_INDEX = _op("edge_index", optional=_PAGE, reply=("total",), reply_check=checks.aligned(3),
+                 worker=True)
+DEGREE = _op("degree", optional={"edge_type": EDGE_TYPE}, reply_check=checks.aligned(2))
+STATS = _op("stats")
+GET_EDGES = _op("get_edges", required={"attrs": _ATTRS}, optional={"edge_type": EDGE_TYPE},
+                tensors=(1, 1),
                 tensor_check=ids_and(None, ""), reply=("attrs",),
                 reply_check=checks.get_edges)
-EDGE_IDS = _op("edge_ids", "the part's global edge ids of one edge type, paged",
-               optional=_PAGE, reply=("total",), reply_check=checks.aligned(1))
+EDGE_IDS = _op("edge_ids", optional=_PAGE, reply=("total",), reply_check=checks.aligned(1))
 
 # Learnable embeddings (pyg_dist.server.embeddings): the only ops that write,
 # so none is sent again after a lost answer (a late duplicate of a push would
@@ -154,36 +150,40 @@ TABLE_NAME = Form("1 to 64 letters, digits, '_', '.' or '-' (not starting with '
 TABLE_DTYPES = ("float32", "bfloat16")
 """The dtypes an embedding table may have."""
 _TABLE = {"name": TABLE_NAME}
-EMB_CREATE = _op("emb_create", "creates (or finds) a learnable embedding table over the "
-                 "part's nodes of one node type",
-                 required={**_TABLE, "dim": integer(1, 1 << 16),
-                           "dtype": choice(TABLE_DTYPES),
-                           "init": choice(("zeros", "uniform", "given"))},
+_LAYOUT = {"dim": integer(1, 1 << 16), "dtype": choice(TABLE_DTYPES)}
+OPTIMIZER_KINDS = ("sgd", "adam", "adagrad")
+"""The optimisers a server applies (:mod:`pyg_dist.server.embedding_updates`)."""
+_RATE = number(0.0, 1e6)
+OPTIMIZER = MapOf({"kind": choice(OPTIMIZER_KINDS), "lr": number(0.0, 1e6, low_open=True),
+                   "step": integer(1, 1 << 62),
+                   "betas": ListOf(number(0.0, 1.0 - 1e-12), 2, 2, "numbers"),
+                   "eps": number(0.0, 1.0, low_open=True), "lr_decay": _RATE,
+                   "initial_accumulator_value": _RATE}, required=("kind", "lr"))
+"""``emb_push``'s optimiser: its kind, learning rate and the kind's
+hyper-parameters (the trainer's step count for Adam's bias correction and
+Adagrad's decay)."""
+EMB_CREATE = _op("emb_create",
+                 required={**_TABLE, **_LAYOUT, "init": choice(("zeros", "uniform", "given"))},
                  optional={"group": NODE_TYPE, "seed": integer(0, (1 << 62) - 1),
-                           "bound": Form("a number in (0, 1e6]", lambda v: isinstance(
-                               v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1e6)},
+                           "bound": number(0.0, 1e6, low_open=True)},
                  reply=("created", "ready", "rows"), retry_safe=False)
-EMB_READ = OpSpec("emb_read", "rows of an embedding table for owned ids (with ``place``, "
-                  "written into the caller's outputs at the given rows)",
-                  required=("name",), optional=("place", "dtype", "dim"), tensors=(1, 2),
-                  types={**_TABLE, "place": PLACE},
-                  tensor_check=ids_and("place", "output rows"), reply=("dim",),
-                  reply_check=checks.rows_of_ids)
-EMB_WRITE = _op("emb_write", "sets rows of an embedding table (first values, load)",
-                required=_TABLE, optional={"ready": BOOL}, tensors=(2, 2), reply=("rows",),
-                retry_safe=False, worker=True)
-EMB_PUSH = OpSpec("emb_push", "one sparse optimiser step on rows of an embedding table",
-                  required=("name", "optimizer"), types=_TABLE, tensors=(2, 2),
-                  reply=("rows",), retry_safe=False, worker=True)
-EMB_CHECKPOINT = _op("emb_checkpoint", "writes the part's embedding tables to its "
-                     "checkpoint directory now", reply=("tables",), retry_safe=False,
-                     worker=True)
+EMB_READ = _op("emb_read", required=_TABLE, optional={"place": PLACE, **_LAYOUT},
+               tensors=(1, 2),
+               tensor_check=ids_and("place", "output rows"), reply=("dim",),
+               reply_check=checks.rows_of_ids)
+EMB_WRITE = _op("emb_write", required=_TABLE, optional={"ready": BOOL}, tensors=(2, 2),
+                tensor_check=ids_and_rows("rows"), reply=("rows",), retry_safe=False,
+                worker=True)
+EMB_PUSH = _op("emb_push", required={**_TABLE, "optimizer": OPTIMIZER}, tensors=(2, 2),
+               tensor_check=ids_and_rows("gradients"), reply=("rows",), retry_safe=False,
+               worker=True)
+EMB_CHECKPOINT = _op("emb_checkpoint", reply=("tables",), retry_safe=False, worker=True)
 
 PARTITION_OPS: Mapping[str, OpSpec] = {s.name: s for s in (
     META, SAMPLE, SAMPLE_TREE, GET, SIZES,
     EDGE_INDEX, DEGREE, STATS, GET_EDGES, EDGE_IDS, EMB_CREATE, EMB_READ, EMB_WRITE,
     EMB_PUSH, EMB_CHECKPOINT)}
-"""The ops a partition server answers (:class:`pyg_dist.server.ops.PartitionOps`),
+"""The ops a partition server answers (:class:`pyg_dist.server.partition_ops.PartitionOps`),
 besides :data:`~pyg_dist.rpc.op_spec.RPC_OPS`."""
 
 OPS: Mapping[str, OpSpec] = {**RPC_OPS, **PARTITION_OPS}

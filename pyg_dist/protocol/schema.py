@@ -139,6 +139,15 @@ def seconds(high: float) -> Form:
                 and math.isfinite(v) and 0 < v <= high)
 
 
+def number(low: float, high: float, low_open: bool = False) -> Form:
+    """A finite int or float in ``[low, high]`` (``(low, high]`` when
+    ``low_open``; a bool is no number here)."""
+    bound = f"({low:g}, {high:g}]" if low_open else f"[{low:g}, {high:g}]"
+    return Form(f"a finite number in {bound}",
+                lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v) and low <= v <= high and not (low_open and v == low))
+
+
 def choice(values: Collection[str]) -> Form:
     """One of ``values``."""
     listed = list(values)
@@ -194,6 +203,24 @@ def ids_and(second: Optional[str], what: str) -> TensorCheck:
         if due == 2 and tensors[1].numel() != tensors[0].numel():
             return (f"got {tensors[1].numel()} {what} for {tensors[0].numel()} ids; send one "
                     f"per id")
+        return None
+    return check
+
+
+def ids_and_rows(what: str) -> TensorCheck:
+    """A write's two tensors: the ids as one 1-D int64 tensor, then
+    ``what``, one 2-D row per id (its dtype and width depend on the table
+    written, checked by the handler)."""
+    ids_only = ids_and(None, "")
+
+    def check(args: dict[str, Any], tensors: list[Tensor]) -> Optional[str]:
+        wrong = ids_only(args, tensors[:1])
+        if wrong is not None:
+            return wrong
+        ids, rows = tensors
+        if rows.dim() != 2 or rows.shape[0] != ids.numel():
+            return (f"takes {what} as a 2-D tensor of one row per id ({ids.numel()}), got "
+                    f"shape {list(rows.shape)}")
         return None
     return check
 

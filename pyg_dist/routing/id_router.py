@@ -27,7 +27,7 @@ from pyg_dist.kernels.neighbor_sample import segment_positions
 from pyg_dist.partitioning.type_keys import node_type_key
 from pyg_dist.protocol.ops import OPS, declared
 from pyg_dist.rpc.op_spec import PartRequest
-from pyg_dist.rpc.protocol import Reply
+from pyg_dist.rpc.wire_format import Reply
 
 if TYPE_CHECKING:
     from pyg_dist.rpc.retrying import FirstAttempt, PartitionClient

@@ -26,7 +26,7 @@ from pyg_dist.errors import ProtocolError, ServerUnavailableError, StoreError
 from pyg_dist.partitioning.book import PartitionBook
 from pyg_dist.protocol.ops import META, OPS
 from pyg_dist.routing.id_router import Router
-from pyg_dist.rpc.protocol import DTYPES
+from pyg_dist.rpc.wire_format import DTYPES
 from pyg_dist.rpc.wire_values import describe
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """ZeroMQ RPC: wire protocol, configuration, generic server and client.
 
-* :mod:`pyg_dist.rpc.protocol`: msgpack header + raw tensor frames, no pickle.
+* :mod:`pyg_dist.rpc.wire_format`: msgpack header + raw tensor frames, no pickle.
 * :mod:`pyg_dist.rpc.config`: :class:`RpcConfig`, every deadline and limit.
 * :mod:`pyg_dist.rpc.server`: :class:`RpcServer`, ROUTER + worker threads.
 * :mod:`pyg_dist.rpc.client`: :class:`RpcClient`, futures; callers send,
@@ -16,8 +16,8 @@
 
 from pyg_dist.rpc.client import RpcClient
 from pyg_dist.rpc.config import RpcConfig, default_config
-from pyg_dist.rpc.protocol import PROTOCOL_VERSION, Reply
 from pyg_dist.rpc.server import RpcServer
+from pyg_dist.rpc.wire_format import PROTOCOL_VERSION, Reply
 
 __all__ = ["PROTOCOL_VERSION", "Reply", "RpcClient", "RpcConfig", "RpcServer",
            "default_config"]

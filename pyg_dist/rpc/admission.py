@@ -35,7 +35,7 @@ import zmq
 from torch import Tensor
 
 from pyg_dist.errors import ReplyBudgetError, ServerBusyError
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.connections import ReceiveGuard
 from pyg_dist.rpc.reply_budget import ReplyBudget
@@ -49,7 +49,7 @@ operation allocates while it serves the request (its answer and its working
 memory). It may raise on bad input (an answer over the reply limit
 included); the handler then refuses the request itself."""
 
-Serve = Callable[[protocol.Request], list[Any]]
+Serve = Callable[[wire_format.Request], list[Any]]
 
 _RUNNING: contextvars.ContextVar[Optional[RunningCharge]] = \
     contextvars.ContextVar("pyg_dist_running_charge", default=None)
@@ -181,7 +181,7 @@ class Admission:
 
     # Routing and admission #################################################
 
-    def estimate(self, request: protocol.Request) -> int:
+    def estimate(self, request: wire_format.Request) -> int:
         """The operation's estimate of the answer's bytes (0 when it has none
         or the request is bad: its handler refuses that)."""
         estimator = self._estimators.get(request.op)
@@ -192,12 +192,12 @@ class Admission:
         except Exception:  # bad input: the handler refuses it with a clear reply
             return 0
 
-    def for_worker(self, request: protocol.Request, estimate: int) -> bool:
+    def for_worker(self, request: wire_format.Request, estimate: int) -> bool:
         """Whether a small request is slow all the same (a huge answer, an
         operation that always is)."""
         return request.op in self._worker_ops or estimate > self.config.inline_reply_bytes
 
-    def answer(self, client: bytes, request: protocol.Request, estimate: int,
+    def answer(self, client: bytes, request: wire_format.Request, estimate: int,
                serve: Serve) -> tuple[int, list[Any]]:
         """Charges the answer to the client's reply budget and serves it.
 
@@ -214,11 +214,11 @@ class Admission:
         never = self.budget.never_fits(request.op, estimate)
         if never is not None:
             logger.info("%s: refused %s: %s", self.name, request.op, never)
-            return 0, protocol.encode_error(request.id, ReplyBudgetError.__name__, never)
+            return 0, wire_format.encode_error(request.id, ReplyBudgetError.__name__, never)
         refusal = self.budget.reserve(client, estimate)
         if refusal is not None:
             logger.info("%s: refused %s: %s", self.name, request.op, refusal)
-            return 0, protocol.encode_error(request.id, ServerBusyError.__name__, refusal)
+            return 0, wire_format.encode_error(request.id, ServerBusyError.__name__, refusal)
         running = RunningCharge(self.budget, client, estimate) if estimate else None
         token = _RUNNING.set(running)
         try:

@@ -71,14 +71,14 @@ from pyg_dist.errors import (
     TransportError,
     remote_error,
 )
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.liveness import DOWN, PeerStates, close_monitor
 from pyg_dist.rpc.op_spec import OpSpec
-from pyg_dist.rpc.protocol import MAX_TENSORS, ErrorReply, Reply
 from pyg_dist.rpc.reply_guard import ReplyGuard
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S, Lease, Lender
 from pyg_dist.rpc.sockets import open_dealer, recv_frames, send_frames
+from pyg_dist.rpc.wire_format import MAX_TENSORS, ErrorReply, Reply
 from pyg_dist.rpc.wire_values import describe, error_text
 
 logger = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class RpcClient:
             (:meth:`~pyg_dist.rpc.op_spec.OpSpec.reply_tensor_limit`; a
             partition server's are :data:`pyg_dist.protocol.ops.OPS`); a
             reply to any other op carries at most
-            :data:`~pyg_dist.rpc.protocol.MAX_TENSORS`.
+            :data:`~pyg_dist.rpc.wire_format.MAX_TENSORS`.
 
     Raises:
         RpcError: if ``endpoints`` is empty or an address does not parse
@@ -241,8 +241,8 @@ class RpcClient:
                 f"RpcConfig.max_in_flight or wait for replies)", address=address, op=op)
         try:
             req_id = next(self._ids)
-            frames = protocol.encode_request(req_id, op, args, tensors,
-                                             None if lease is None else lease.spec())
+            frames = wire_format.encode_request(req_id, op, args, tensors,
+                                                None if lease is None else lease.spec())
         except BaseException:
             self._slots.release()
             raise
@@ -337,10 +337,10 @@ class RpcClient:
         timeout = self._config.connect_timeout if timeout is None else timeout
         result = self.call(server, "ping", timeout=timeout).result
         self._lender.learn(server, result.get("host"))  # may lend it memory now
-        if result.get("version") != protocol.PROTOCOL_VERSION:
+        if result.get("version") != wire_format.PROTOCOL_VERSION:
             raise ProtocolError(f"server {self._endpoints[server]} speaks protocol "
                                 f"{describe(result.get('version'))}, this client "
-                                f"{protocol.PROTOCOL_VERSION}", address=self._endpoints[server])
+                                f"{wire_format.PROTOCOL_VERSION}", address=self._endpoints[server])
         return result
 
     def close(self, release_wait: float = RELEASE_WAIT_S) -> None:
@@ -538,7 +538,7 @@ class Call:
     unavailable_at: float = float("inf")
     lent: bool = False  # it lent memory for its reply
     # Most tensors its reply may carry (OpSpec.reply_tensor_limit).
-    max_tensors: int = protocol.MAX_TENSORS
+    max_tensors: int = wire_format.MAX_TENSORS
 
 
 class IoState:
@@ -569,7 +569,7 @@ class IoState:
 
     def add(self, call: Call) -> None:
         self.pending[call.req_id] = call
-        if call.max_tensors > protocol.MAX_TENSORS:
+        if call.max_tensors > wire_format.MAX_TENSORS:
             self._big_replies += 1
         heapq.heappush(self._deadlines, (call.deadline, call.req_id))
         if self.peers.is_down(call.server):
@@ -627,23 +627,23 @@ class IoState:
     def _reply_limit(self, frames: list[zmq.Frame]) -> int:
         """Most tensors the reply in ``frames`` may carry: its call's limit."""
         if not self._big_replies:
-            return protocol.MAX_TENSORS
-        call = self.pending.get(protocol.peek_id(frames))
+            return wire_format.MAX_TENSORS
+        call = self.pending.get(wire_format.peek_id(frames))
         if call is None:
-            return protocol.MAX_TENSORS
-        if call.max_tensors > protocol.MAX_TENSORS:
+            return wire_format.MAX_TENSORS
+        if call.max_tensors > wire_format.MAX_TENSORS:
             self._big_replies -= 1  # answered now (or refused as malformed)
         return call.max_tensors
 
     def _complete(self, frames: list[zmq.Frame], address: str) -> None:
         try:
-            req_id, content = protocol.decode_reply(frames, self._reply_limit(frames))
+            req_id, content = wire_format.decode_reply(frames, self._reply_limit(frames))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # hostile or broken: fails its own call at most
             text = error_text(exc, 500) if isinstance(exc, ProtocolError) \
                 else f"{type(exc).__name__}: {error_text(exc, 500)}"
-            call = self.pending.pop(protocol.peek_id(frames), None)
+            call = self.pending.pop(wire_format.peek_id(frames), None)
             if call is None:
                 logger.warning("dropping malformed reply from %s: %s", address, text)
             else:

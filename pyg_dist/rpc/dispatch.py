@@ -2,7 +2,7 @@
 
 :class:`Dispatch` is what an :class:`~pyg_dist.rpc.server.RpcServer` runs
 for every request, inline on its I/O thread or in a worker: decode and
-validate the frames (:func:`~pyg_dist.rpc.protocol.decode_request`), hold a
+validate the frames (:func:`~pyg_dist.rpc.wire_format.decode_request`), hold a
 declared op's request to its :class:`~pyg_dist.rpc.op_spec.OpSpec`, run the
 handler (through the shared-memory service, which gives it its call
 context), and encode the answer.
@@ -27,7 +27,7 @@ from typing import Any
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, PygDistError, wire_type
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 from pyg_dist.rpc.admission import Admission
 from pyg_dist.rpc.op_spec import OpSpec
 from pyg_dist.rpc.shm.serving import SegmentService
@@ -125,13 +125,13 @@ class Dispatch:
         """Decodes, validates and serves one request; returns reply frames.
         Never raises (but :data:`FATAL`)."""
         decoded = self.decode(frames)
-        return self.serve(decoded) if isinstance(decoded, protocol.Request) else decoded
+        return self.serve(decoded) if isinstance(decoded, wire_format.Request) else decoded
 
-    def decode(self, frames: Sequence[Any]) -> protocol.Request | list[Any]:
+    def decode(self, frames: Sequence[Any]) -> wire_format.Request | list[Any]:
         """The validated request, or the error reply refusing it. Never
         raises (but :data:`FATAL`)."""
         try:
-            request = protocol.decode_request(frames, self._max_message_bytes)
+            request = wire_format.decode_request(frames, self._max_message_bytes)
             spec = self._ops.get(request.op)
             if spec is not None:
                 spec.check_request(request.args, request.tensors)
@@ -144,14 +144,14 @@ class Dispatch:
         except BaseException as exc:  # a decoder bug must fail only this request
             self._failure_log(f"{self._name}: decoding a request", exc)
             message = f"the server failed to decode this request ({type(exc).__name__})"
-        return protocol.encode_error(protocol.peek_id(frames), "ProtocolError", message)
+        return wire_format.encode_error(wire_format.peek_id(frames), "ProtocolError", message)
 
-    def serve(self, request: protocol.Request) -> list[Any]:
+    def serve(self, request: wire_format.Request) -> list[Any]:
         """Runs a validated request's handler; returns the reply frames.
         Never raises (but :data:`FATAL`)."""
         handler = self._handlers.get(request.op)
         if handler is None:
-            return protocol.encode_error(
+            return wire_format.encode_error(
                 request.id, "ProtocolError",
                 f"unknown op {request.op!r}; this server serves {sorted(self._handlers)}")
         try:
@@ -164,7 +164,7 @@ class Dispatch:
         except BaseException as exc:  # a handler's bug fails only its request
             self._failure_log(f"{self._name}: op {request.op!r}", exc)
             kind, message = wire_type(exc), error_text(exc)
-        return protocol.encode_error(request.id, kind, message)
+        return wire_format.encode_error(request.id, kind, message)
 
     def answer_queued(self, item: tuple[int, Any, Any, Any], admission: Admission
                       ) -> list[Any]:
@@ -181,9 +181,9 @@ class Dispatch:
         try:
             if estimate is None:
                 body = self.decode(body)
-                if isinstance(body, protocol.Request):
+                if isinstance(body, wire_format.Request):
                     estimate = admission.estimate(body)
-            if isinstance(body, protocol.Request):
+            if isinstance(body, wire_format.Request):
                 charge, frames = admission.answer(identity.bytes, body, estimate, self.serve)
             else:
                 charge, frames = 0, body
@@ -193,7 +193,7 @@ class Dispatch:
 
     def _ping(self, args: dict[str, Any], tensors: list[Tensor]
               ) -> tuple[dict[str, Any], list[Tensor]]:
-        info: dict[str, Any] = {"version": protocol.PROTOCOL_VERSION, "name": self._name,
+        info: dict[str, Any] = {"version": wire_format.PROTOCOL_VERSION, "name": self._name,
                                 "host": self._shm.host, "ops": sorted(self._handlers)}
         if args.get("usage") is True:  # only when asked: it walks every connection
             info["usage"] = self._usage()

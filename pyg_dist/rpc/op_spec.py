@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from string import hexdigits
 from typing import Any, NamedTuple, Optional
 
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError
-from pyg_dist.rpc.protocol import MAX_TENSORS, Reply
+from pyg_dist.rpc.shm.files import NAME_PATTERN, SERVER_MAX_SEGMENTS, TOKEN_BYTES
+from pyg_dist.rpc.wire_format import MAX_TENSORS, Reply
 from pyg_dist.rpc.wire_values import describe, error_text
 
 ReplyCheck = Callable[[dict[str, Any], list[Tensor], dict[str, Any], list[Tensor]],
@@ -63,8 +65,6 @@ class OpSpec:
 
     Args:
         name: The op's name on the wire.
-        summary: One line on what it answers (``docs/wire-protocol.md``
-            lists the same).
         required: Arguments every request names.
         optional: Arguments a request may name.
         tensors: Fewest and most request tensors.
@@ -81,11 +81,10 @@ class OpSpec:
             lengths), after their count.
         reply_tensors: Most tensors a reply to ``args`` may carry, when an
             op answers a few per type asked for; ``None``:
-            :data:`~pyg_dist.rpc.protocol.MAX_TENSORS`.
+            :data:`~pyg_dist.rpc.wire_format.MAX_TENSORS`.
     """
 
     name: str
-    summary: str
     required: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     tensors: tuple[int, int] = (0, 0)
@@ -126,7 +125,7 @@ class OpSpec:
 
     def reply_tensor_limit(self, args: Any) -> int:
         """Most tensors a reply to this request may carry: at least
-        :data:`~pyg_dist.rpc.protocol.MAX_TENSORS`, more where the op
+        :data:`~pyg_dist.rpc.wire_format.MAX_TENSORS`, more where the op
         answers per type asked for (refused over it before its tensors
         are built, and no earlier)."""
         if self.reply_tensors is None or not isinstance(args, dict):
@@ -196,10 +195,34 @@ class OpSpec:
                             address=address, op=self.name)
 
 
-PING = OpSpec("ping", "protocol version, server name, host and ops (and, asked, the "
-              "byte budgets' usage)", optional=("usage",), reply=("version", "ops"))
-RELEASE = OpSpec("release", "unmaps shared-memory segments a closing client lent",
-                 required=("segments",), reply=("released",))
+def _flag(value: Any) -> Optional[ArgProblem]:
+    """``ping``'s ``usage``: a bool."""
+    return None if isinstance(value, bool) else ArgProblem("", "a bool", value)
+
+
+def _segment_key(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(
+        isinstance(v, str) for v in value) and NAME_PATTERN.fullmatch(value[0]) is not None \
+        and len(value[1]) == 2 * TOKEN_BYTES and all(c in hexdigits for c in value[1])
+
+
+def _segment_keys(value: Any) -> Optional[ArgProblem]:
+    """``release``'s ``segments``: the ``[name, token]`` of each segment
+    handed back (:mod:`pyg_dist.rpc.shm`), a server's most at once."""
+    if isinstance(value, list) and len(value) <= SERVER_MAX_SEGMENTS:
+        for i, key in enumerate(value):
+            if not _segment_key(key):
+                return ArgProblem(f"[{i}]", f"[name, token]: a segment name matching "
+                                  f"{NAME_PATTERN.pattern} and {2 * TOKEN_BYTES} hex digits",
+                                  key)
+        return None
+    return ArgProblem("", f"a list of at most {SERVER_MAX_SEGMENTS} [name, token] pairs",
+                      value)
+
+
+PING = OpSpec("ping", optional=("usage",), types={"usage": _flag}, reply=("version", "ops"))
+RELEASE = OpSpec("release", required=("segments",), types={"segments": _segment_keys},
+                 reply=("released",))
 
 RPC_OPS: Mapping[str, OpSpec] = {s.name: s for s in (PING, RELEASE)}
 """The ops every :class:`~pyg_dist.rpc.server.RpcServer` answers itself."""

@@ -64,8 +64,8 @@ from pyg_dist.errors import (
 from pyg_dist.rpc.client import RpcClient, fail
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.op_spec import RPC_OPS, OpSpec
-from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
+from pyg_dist.rpc.wire_format import Reply
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ Byte budgets against hostile peers live in
 :class:`~pyg_dist.rpc.admission.Admission`: connections for which libzmq
 holds too much are cut, requests whose answers would take the reply bytes
 held for a client, or for all, over budget are refused. Workers
-decode and validate a request (:func:`~pyg_dist.rpc.protocol.decode_request`)
+decode and validate a request (:func:`~pyg_dist.rpc.wire_format.decode_request`)
 before the handler sees it, run the handler (torch releases the GIL, so
 workers run in parallel), and push the reply frames back over their own
 ``inproc`` PUSH socket; the I/O thread forwards them to the client. Any
@@ -46,7 +46,7 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from pyg_dist.errors import TransportError
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 from pyg_dist.rpc.admission import Admission, Estimator
 from pyg_dist.rpc.config import RpcConfig, default_config
 from pyg_dist.rpc.dispatch import Dispatch, Handler
@@ -343,7 +343,7 @@ class RpcServer:
             self._queue((size, msg[0], msg[1:], None))
             return None
         decoded = self._dispatch.decode(msg[1:])  # inline: no hand-off
-        if not isinstance(decoded, protocol.Request):
+        if not isinstance(decoded, wire_format.Request):
             return 0, decoded
         admission = self._admission
         estimate = admission.estimate(decoded)

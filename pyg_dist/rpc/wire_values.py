@@ -24,7 +24,7 @@ of these limits (each value takes at least a byte), and the options cost
 (1,024 levels) fails inside msgpack's C code, not ours. Bulk data belongs in
 tensor frames, not in a header.
 Which field may nest how deep is the protocol's business
-(:mod:`pyg_dist.rpc.protocol`); nothing here recurses over a value.
+(:mod:`pyg_dist.rpc.wire_format`); nothing here recurses over a value.
 
 Values are described by :func:`describe`: short scalars as themselves, a
 few short scalars in a flat list as that list, anything else by its type and

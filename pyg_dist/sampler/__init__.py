@@ -12,7 +12,7 @@ from pyg_dist.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "DistNeighborSampler": "pyg_dist.sampler.dist_neighbor_sampler",
-    "SeededSampler": "pyg_dist.sampler.protocol",
+    "SeededSampler": "pyg_dist.sampler.seeded_sampler",
     "SeededNegativeSampling": "pyg_dist.sampler.link_sampling",
     "SamplerMetadata": "pyg_dist.sampler.metadata",
     "NodeIndex": "pyg_dist.hops.relabel",

@@ -5,7 +5,7 @@
   ``edge_index`` handlers.
 """
 
-from pyg_dist.server.ops import PartitionOps
+from pyg_dist.server.partition_ops import PartitionOps
 from pyg_dist.server.partition_server import PartitionServer
 
 __all__ = ["PartitionOps", "PartitionServer"]

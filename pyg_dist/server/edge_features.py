@@ -36,7 +36,7 @@ from pyg_dist.errors import StoreError
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.protocol import ops
 from pyg_dist.rpc.context import CallContext, uses_context
-from pyg_dist.rpc.protocol import DTYPES
+from pyg_dist.rpc.wire_format import DTYPES
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.requests import (
     LocalIndex,

@@ -2,9 +2,10 @@
 
 An ``emb_push`` request names its optimiser in a small map (``kind``,
 ``lr`` and the kind's hyper-parameters, and for Adam and Adagrad the
-trainer's step count); :func:`parse_optimizer` checks it (every value
-crossed a socket) and :func:`apply_update` applies one step to the rows a
-push names, with the per-row state kept beside the table.
+trainer's step count), checked against
+:data:`pyg_dist.protocol.ops.OPTIMIZER` before the handler runs;
+:meth:`Optimizer.from_args` reads it and :func:`apply_update` applies one
+step to the rows a push names, with the per-row state kept beside the table.
 
 The arithmetic follows torch's own sparse paths operation by operation
 (``torch.optim.SGD``, ``SparseAdam``, ``Adagrad`` on a sparse gradient), so
@@ -23,27 +24,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dist.errors import ProtocolError
 from pyg_dist.kernels.place_rows import place_rows
-from pyg_dist.rpc.wire_values import describe
-
-KINDS = ("sgd", "adam", "adagrad")
-"""The optimisers a server applies."""
 
 STATE_KEYS = {"sgd": (), "adam": ("exp_avg", "exp_avg_sq"), "adagrad": ("sum",)}
 """Per kind, the per-row state tensors kept beside a table (float32, one row
 per table row)."""
 
-_MAX_STEP = 1 << 62
-_MAX_LR = 1e6
-
 
 @dataclass(frozen=True)
 class Optimizer:
-    """One push's optimiser, checked.
+    """One push's optimiser.
 
     Args:
-        kind: One of :data:`KINDS`.
+        kind: One of :data:`~pyg_dist.protocol.ops.OPTIMIZER_KINDS`.
         lr: Learning rate.
         step: The trainer's step count, from 1 (Adam's bias correction,
             Adagrad's decay).
@@ -61,51 +54,15 @@ class Optimizer:
     lr_decay: float = 0.0
     initial_accumulator_value: float = 0.0
 
-
-def _number(spec: dict[str, Any], key: str, default: float, low: float, high: float,
-            low_open: bool = False) -> float:
-    value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or not low <= value <= high \
-            or (low_open and value == low):
-        bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
-        raise ProtocolError(f"optimizer {key!r} must be a finite number in {bound}, got "
-                            f"{describe(value)}")
-    return float(value)
-
-
-def parse_optimizer(spec: Any) -> Optimizer:
-    """``emb_push``'s ``optimizer`` argument, checked.
-
-    Raises:
-        ProtocolError: on an unknown kind or key, or a value out of range.
-    """
-    if not isinstance(spec, dict) or len(spec) > 8:
-        raise ProtocolError(f"argument 'optimizer' must be a map of at most 8 entries, got "
-                            f"{describe(spec)}")
-    kind = spec.get("kind")
-    if kind not in KINDS:
-        raise ProtocolError(f"optimizer 'kind' must be one of {list(KINDS)}, got "
-                            f"{describe(kind)}")
-    allowed = {"kind", "lr", "step", "betas", "eps", "lr_decay", "initial_accumulator_value"}
-    unknown = [k for k in spec if k not in allowed]
-    if unknown:
-        raise ProtocolError(f"optimizer has unknown keys {describe(unknown)}; it takes "
-                            f"{sorted(allowed)}")
-    lr = _number(spec, "lr", 0.0, 0.0, _MAX_LR, low_open=True)
-    step = spec.get("step", 1)
-    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= _MAX_STEP:
-        raise ProtocolError(f"optimizer 'step' must be an int in [1, 2**62], got "
-                            f"{describe(step)}")
-    betas = spec.get("betas", [0.9, 0.999])
-    if not isinstance(betas, list) or len(betas) != 2:
-        raise ProtocolError(f"optimizer 'betas' must be a list of two numbers, got "
-                            f"{describe(betas)}")
-    b1 = _number({"b": betas[0]}, "b", 0.0, 0.0, 1.0 - 1e-12)
-    b2 = _number({"b": betas[1]}, "b", 0.0, 0.0, 1.0 - 1e-12)
-    return Optimizer(kind, lr, step, (b1, b2), _number(spec, "eps", 1e-8, 0.0, 1.0, True),
-                     _number(spec, "lr_decay", 0.0, 0.0, _MAX_LR),
-                     _number(spec, "initial_accumulator_value", 0.0, 0.0, _MAX_LR))
+    @classmethod
+    def from_args(cls, spec: dict[str, Any]) -> Optimizer:
+        """``emb_push``'s ``optimizer`` argument, its form and ranges
+        already checked (:data:`~pyg_dist.protocol.ops.OPTIMIZER`)."""
+        betas = spec.get("betas", cls.betas)
+        return cls(spec["kind"], float(spec["lr"]), spec.get("step", 1),
+                   (float(betas[0]), float(betas[1])), float(spec.get("eps", cls.eps)),
+                   float(spec.get("lr_decay", 0.0)),
+                   float(spec.get("initial_accumulator_value", 0.0)))
 
 
 def new_state(opt: Optimizer, rows: int, dim: int) -> dict[str, Tensor]:

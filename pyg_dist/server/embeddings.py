@@ -38,14 +38,11 @@ from pyg_dist.rpc.context import CallContext, uses_context
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.embedding_updates import (
     STATE_KEYS,
+    Optimizer,
     apply_update,
     new_state,
-    parse_optimizer,
 )
-from pyg_dist.server.requests import (
-    check_range,
-    one_id_tensor,
-)
+from pyg_dist.server.requests import check_range
 
 logger = logging.getLogger(__name__)
 
@@ -161,9 +158,8 @@ class EmbeddingOps:
                                  f"{what}; serve it without --read-only to train embeddings")
 
     def _rows_of(self, table: EmbeddingTable, tensors: list[Tensor], unique: bool) -> Tensor:
-        ids = one_id_tensor(tensors[:1])
-        index = self._index_of(table.group)
-        rows = index.rows(ids, index.num_nodes).long()
+        index = self._index_of(table.group)  # the ids' form: checked by the op's tensor_check
+        rows = index.rows(tensors[0], index.num_nodes).long()
         if unique and not all_distinct(rows, table.weight.shape[0]):
             raise EmbeddingError(f"a write to embedding table {table.name!r} names an id "
                                  f"twice; sum the gradients of repeated ids first")
@@ -173,8 +169,7 @@ class EmbeddingOps:
     def _values(table: EmbeddingTable, tensors: list[Tensor], num_rows: int,
                 what: str, dtypes: tuple[torch.dtype, ...]) -> Tensor:
         values = tensors[1]
-        if values.dtype not in dtypes or values.dim() != 2 \
-                or list(values.shape) != [num_rows, table.dim]:
+        if values.dtype not in dtypes or list(values.shape) != [num_rows, table.dim]:
             raise EmbeddingError(
                 f"{what} for embedding table {table.name!r} must be {[str(d) for d in dtypes]}"
                 f" of shape [{num_rows}, {table.dim}], got {values.dtype} of shape "
@@ -274,7 +269,7 @@ class EmbeddingOps:
         table of that name made otherwise, by another trainer or before a
         restart): a placed read would write rows of the wrong size."""
         dtype, dim = args.get("dtype", table.dtype_name), args.get("dim", table.dim)
-        if dtype != table.dtype_name or dim != table.dim or isinstance(dim, bool):
+        if dtype != table.dtype_name or dim != table.dim:
             raise EmbeddingError(f"embedding table {table.name!r} holds rows of {table.dim} "
                                  f"{table.dtype_name}, not {describe(dim)} {describe(dtype)}: "
                                  f"it was created otherwise; choose another name")
@@ -314,7 +309,7 @@ class EmbeddingOps:
         """One optimiser step (``optimizer``) on the rows of the ids (owned,
         unique) with their float32 gradients."""
         self._writable("update embedding rows")
-        opt = parse_optimizer(args.get("optimizer"))
+        opt = Optimizer.from_args(args["optimizer"])
         table = self._table(args)
         rows = self._rows_of(table, tensors, unique=True)
         grads = self._values(table, tensors, rows.numel(), "gradients", (torch.float32,))

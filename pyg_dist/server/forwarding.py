@@ -101,7 +101,7 @@ class HopForwarder:
     """Serves ``sample_tree`` for one part.
 
     Args:
-        ops: This server's :class:`~pyg_dist.server.ops.PartitionOps` (its
+        ops: This server's :class:`~pyg_dist.server.partition_ops.PartitionOps` (its
             share of every hop is served by its ``sample`` in this process;
             every peer must serve its graph, ``graph_id``).
         peers: The cluster's server list, or ``None`` (no forwarding).

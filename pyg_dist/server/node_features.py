@@ -34,7 +34,7 @@ from pyg_dist.kernels.place_rows import place_rows
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.protocol import ops
 from pyg_dist.rpc.context import CallContext, uses_context
-from pyg_dist.rpc.protocol import DTYPES
+from pyg_dist.rpc.wire_format import DTYPES
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.requests import (
     attrs_arg,

@@ -27,8 +27,8 @@ from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc.admission import RunningCharge, running_charge
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext, wants_context
-from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.shm.lender import RELEASE_WAIT_S
+from pyg_dist.rpc.wire_format import Reply
 
 Result = tuple[dict[str, Any], list[Tensor]]
 

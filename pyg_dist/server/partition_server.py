@@ -3,7 +3,7 @@
 It opens the dataset with :class:`~pyg_dist.partitioning.PartitionReader`,
 builds the part's PyG feature and graph stores through the plugin registry
 (``memory``, ``mmap`` or a third party's), and serves the operations of
-:mod:`pyg_dist.server.ops` on a :class:`~pyg_dist.rpc.RpcServer`.
+:mod:`pyg_dist.server.partition_ops` on a :class:`~pyg_dist.rpc.RpcServer`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pyg_dist.rpc.server import RpcServer
 from pyg_dist.rpc.wire_values import error_text
 from pyg_dist.server.embedding_checkpoint import EmbeddingCheckpoint
 from pyg_dist.server.forwarding import HopForwarder, Peers
-from pyg_dist.server.ops import PartitionOps
+from pyg_dist.server.partition_ops import PartitionOps
 
 logger = logging.getLogger(__name__)
 

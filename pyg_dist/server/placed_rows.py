@@ -37,7 +37,7 @@ from pyg_dist.errors import ProtocolError, SharedMemoryError, StoreError
 from pyg_dist.protocol.ops import GET
 from pyg_dist.routing.row_fetch import RowRequest, fetch_rows, within_reply_limits
 from pyg_dist.rpc.context import CallContext
-from pyg_dist.rpc.protocol import DTYPES
+from pyg_dist.rpc.wire_format import DTYPES
 from pyg_dist.rpc.wire_values import describe
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, StoreError
-from pyg_dist.rpc.protocol import DTYPES
+from pyg_dist.rpc.wire_format import DTYPES
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.store.local import local_rows
 
@@ -148,17 +148,6 @@ def seeded_generator(seed: Optional[int]) -> torch.Generator:
     else:
         generator.manual_seed(seed)
     return generator
-
-
-def one_id_tensor(tensors: list[Tensor], what: str = "node") -> Tensor:
-    """The one 1-D int64 id tensor of a ``get``/``sample``-like request."""
-    if len(tensors) != 1:
-        raise ProtocolError(f"expected exactly one tensor of {what} ids, got {len(tensors)}")
-    ids = tensors[0]
-    if ids.dtype != torch.int64 or ids.dim() != 1:
-        raise ProtocolError(f"{what} ids must be a 1-D int64 tensor, got {ids.dtype} of "
-                            f"shape {list(ids.shape)}")
-    return ids
 
 
 def attrs_arg(args: dict[str, Any], specs: dict[str, dict[str, Any]], noun: str,

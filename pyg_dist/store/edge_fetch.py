@@ -44,7 +44,7 @@ from pyg_dist.errors import StoreError
 from pyg_dist.partitioning.book import shares_by_part
 from pyg_dist.protocol.ops import EDGE_IDS, GET_EDGES, wire_edge_type
 from pyg_dist.routing.row_fetch import RowRequest, row_request
-from pyg_dist.rpc.protocol import DTYPES
+from pyg_dist.rpc.wire_format import DTYPES
 from pyg_dist.rpc.wire_values import describe
 
 if TYPE_CHECKING:

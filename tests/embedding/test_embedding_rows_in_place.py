@@ -58,10 +58,12 @@ def test_a_read_expecting_another_layout_is_refused(served):
     fs, gs = served[2]
     DistEmbedding((fs, gs), "layout", DIM, init="zeros")
     owned = fs.router.book_of(None).owned(0)[:3]
-    for args in ({"dtype": "bfloat16"}, {"dim": DIM + 1}, {"dim": True}):
+    for args, refused in (({"dtype": "bfloat16"}, "EmbeddingError"),
+                          ({"dim": DIM + 1}, "EmbeddingError"),
+                          ({"dim": True}, "ProtocolError")):  # no dim: refused by its type
         with pytest.raises(RemoteError) as info:
             fs.router.client.call(0, "emb_read", {"name": "layout", **args}, [owned])
-        assert info.value.remote_type == "EmbeddingError", args
+        assert info.value.remote_type == refused, args
     with pytest.raises(RemoteError) as info:  # a place naming no segment this server has
         fs.router.client.call(0, "emb_read", {"name": "layout", "place": {
             "shm": {"name": "nope"}, "offsets": [0], "rows": 3}},

@@ -89,6 +89,38 @@ def test_a_malformed_push_is_refused_and_changes_nothing(one_part, case):
     assert torch.equal(_rows(client, owned[:1]), before[:1] - 0.1)
 
 
+@pytest.mark.parametrize("op, args, tensors, message", [
+    ("emb_read", {"dtype": "float64"}, "ids", "argument 'dtype' must be one of"),
+    ("emb_read", {"dim": True}, "ids", "argument 'dim' must be an int in [1, 65536], got True"),
+    ("emb_read", {"dim": 1 << 20}, "ids", "argument 'dim' must be an int in [1, 65536]"),
+    ("emb_push", {"optimizer": {"kind": "sgd"}}, "push", "argument 'optimizer' must be a map"),
+    ("emb_push", {"optimizer": {**SGD, "betas": [0.9]}}, "push",
+     "argument 'optimizer'.betas must be a list of 2 to 2 numbers"),
+    ("emb_push", {"optimizer": {**SGD, "step": 0}}, "push",
+     "argument 'optimizer'.step must be an int >= 1, got 0"),
+    ("emb_push", {"optimizer": {**SGD, "eps": float("inf")}}, "push",
+     "argument 'optimizer'.eps must be a finite number in (0, 1]"),
+    ("emb_push", {"optimizer": [1, 2]}, "push", "argument 'optimizer' must be a map"),
+    ("emb_push", {"optimizer": SGD}, "one-dim", "takes gradients as a 2-D tensor"),
+    ("emb_write", {}, "one-dim", "takes rows as a 2-D tensor of one row per id (2)"),
+    ("emb_write", {}, "int32-ids", "takes the ids as a 1-D int64 tensor"),
+])
+def test_ill_typed_arguments_are_refused_before_the_handler_runs(one_part, op, args, tensors,
+                                                                 message):
+    # The table does not exist: had the handler run, it would have answered
+    # EmbeddingError ("no embedding table"), not the declaration's ProtocolError.
+    server, client, owned = one_part
+    ids = owned[:2].clone()
+    sent = {"ids": [ids], "push": [ids, torch.ones(2, DIM)], "one-dim": [ids, torch.ones(2)],
+            "int32-ids": [ids.int(), torch.ones(2, DIM)]}[tensors]
+    with pytest.raises(RemoteError) as info:
+        client.call(0, op, {"name": "missing", **args}, sent)
+    assert info.value.remote_type == "ProtocolError"
+    assert message in info.value.remote_message
+    assert "missing" not in server.ops.embeddings.tables
+    assert _rows(client, owned[:2]).shape == (2, DIM)  # and it goes on serving
+
+
 def test_huge_but_finite_gradients_are_applied(one_part):
     # Their float32 sum overflows; each value is finite, so the push is taken.
     server, client, owned = one_part

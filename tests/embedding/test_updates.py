@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pyg_dist.kernels.distinct import MASK_RANGE_PER_ID, all_distinct
-from pyg_dist.server.embedding_updates import apply_update, new_state, parse_optimizer
+from pyg_dist.server.embedding_updates import Optimizer, apply_update, new_state
 
 ROWS, DIM = 500, 6
 
@@ -37,7 +37,7 @@ def test_chunked_steps_equal_torch(kind, chunk_bytes):
         grads = torch.randn(200, DIM, generator=g)
         param.grad = torch.sparse_coo_tensor(rows.view(1, -1), grads, (ROWS, DIM))
         torch_opt.step()
-        opt = parse_optimizer({**spec, "step": step})
+        opt = Optimizer.from_args({**spec, "step": step})
         state = state or new_state(opt, ROWS, DIM)
         apply_update(weight, state, rows, grads, opt, chunk_bytes=chunk_bytes)
     torch.testing.assert_close(weight, param.detach(), rtol=0, atol=1e-6)
@@ -48,7 +48,7 @@ def test_a_bfloat16_table_is_updated_in_float32_and_rounded():
     rows, grads = torch.tensor([5, 1, 300]), torch.randn(3, DIM)
     expected = weight.clone()
     expected[rows] = (weight[rows].float() - 0.1 * grads).to(torch.bfloat16)
-    apply_update(weight, {}, rows, grads, parse_optimizer({"kind": "sgd", "lr": 0.1}),
+    apply_update(weight, {}, rows, grads, Optimizer.from_args({"kind": "sgd", "lr": 0.1}),
                  chunk_bytes=4 * DIM)
     assert torch.equal(weight, expected)
 

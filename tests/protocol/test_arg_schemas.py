@@ -9,8 +9,17 @@ import pytest
 import torch
 
 from pyg_dist.errors import ProtocolError
-from pyg_dist.protocol.ops import EMB_CREATE, GET, SAMPLE, SAMPLE_TREE
+from pyg_dist.protocol.ops import (
+    EMB_CREATE,
+    EMB_PUSH,
+    EMB_READ,
+    EMB_WRITE,
+    GET,
+    SAMPLE,
+    SAMPLE_TREE,
+)
 from pyg_dist.protocol.schema import EDGE_TYPE, ListOf, MapOf, integer
+from pyg_dist.rpc.op_spec import PING, RELEASE
 
 IDS = [torch.arange(4)]
 SAMPLE_ARGS = {"edge_types": [None], "num_neighbors": 2}
@@ -46,6 +55,16 @@ TREE_ARGS = {"edge_types": [["a", "r", "b"]], "num_neighbors": [[2, 1]], "seed_t
      "argument 'name' must be 1 to 64 letters, digits"),
     (EMB_CREATE, {"name": "t", "dim": 4, "dtype": "float64", "init": "zeros"}, [],
      "argument 'dtype' must be one of ['float32', 'bfloat16']"),
+    (EMB_READ, {"name": "t", "dim": 0}, IDS, "argument 'dim' must be an int in [1, 65536]"),
+    (EMB_PUSH, {"name": "t", "optimizer": {"kind": "sgd", "lr": 0}}, IDS + [torch.ones(4, 2)],
+     "argument 'optimizer'.lr must be a finite number in (0, 1e+06]"),
+    (EMB_PUSH, {"name": "t", "optimizer": {"kind": "sgd", "lr": 1, "betas": [0.9, True]}},
+     IDS + [torch.ones(4, 2)], "argument 'optimizer'.betas[1] must be a finite number"),
+    (EMB_WRITE, {"name": "t"}, IDS + [torch.ones(3, 2)],
+     "takes rows as a 2-D tensor of one row per id (4), got shape [3, 2]"),
+    (PING, {"usage": "yes"}, [], "'ping' argument 'usage' must be a bool"),
+    (RELEASE, {"segments": [["pyg-dist-shm-" + "a" * 32]]}, [],
+     "'release' argument 'segments'[0] must be [name, token]"),
     # The id tensors: 1-D int64, and one seed time (or output row) per id.
     (SAMPLE, SAMPLE_ARGS, [torch.arange(4).int()], "takes the ids as a 1-D int64 tensor"),
     (SAMPLE, {**SAMPLE_ARGS, "time_attr": "t"}, IDS, "takes 2 tensor(s) here"),

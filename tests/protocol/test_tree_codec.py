@@ -12,7 +12,7 @@ from torch_geometric.sampler import HeteroSamplerOutput
 from pyg_dist.errors import ProtocolError
 from pyg_dist.protocol import tree_codec
 from pyg_dist.protocol.ops import SAMPLE_TREE
-from pyg_dist.rpc.protocol import Reply
+from pyg_dist.rpc.wire_format import Reply
 
 V0V1 = ("v0", "e0", "v1")
 V1V1 = ("v1", "e1", "v1")

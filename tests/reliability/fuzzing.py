@@ -22,7 +22,7 @@ import msgpack
 import torch
 from support.hostile import NESTED_FIELDS, Raw, nested, nested_request, request_header
 
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 
 Frames = list[bytes]
 
@@ -88,7 +88,7 @@ class RequestFuzzer:
             tensors = [ids]
         else:
             args, tensors = {}, []
-        frames = protocol.encode_request(req_id, op, args, tensors)
+        frames = wire_format.encode_request(req_id, op, args, tensors)
         return [bytes(f) for f in frames]
 
     def hostile(self, req_id: int) -> Frames:
@@ -187,7 +187,7 @@ class RequestFuzzer:
             if kind == 5:
                 return msgpack.ExtType(self.rng.randint(0, 127), self.rng.randbytes(4))
             return {str(i): value(depth + 1) for i in range(self.rng.randint(0, 3))}
-        head = {"version": protocol.PROTOCOL_VERSION, "id": self.rng.randint(0, 100),
+        head = {"version": wire_format.PROTOCOL_VERSION, "id": self.rng.randint(0, 100),
                 "op": "get", "args": value(), "tensors": value()}
         return [msgpack.packb(head, use_bin_type=True), *frames[1:]]
 
@@ -285,16 +285,17 @@ class HugeAnswerFuzzer:
         draw = rng.random()
         if draw < 0.25:
             rows = self.seeds[torch.arange(rng.choice([1, 100, 2000])) % self.seeds.numel()]
-            frames = protocol.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]}, [rows])
+            frames = wire_format.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]},
+                                                [rows])
         elif draw < 0.4:
             # A whole batch of hops with replacement: the answer compounds
             # per hop, and the peer's answers are the coordinator's memory.
             args = {"edge_types": [None], "seed_types": [None],
                     "num_neighbors": [[rng.choice(self.FAN_OUTS), rng.choice(self.FAN_OUTS)]],
                     "replace": True, "seed": rng.randint(0, 1 << 20)}
-            frames = protocol.encode_request(req_id, "sample_tree", args, [ids])
+            frames = wire_format.encode_request(req_id, "sample_tree", args, [ids])
         else:
             args = {"edge_types": [None], "num_neighbors": rng.choice(self.FAN_OUTS),
                     "replace": True, "seed": rng.randint(0, 1 << 20)}
-            frames = protocol.encode_request(req_id, "sample", args, [ids])
+            frames = wire_format.encode_request(req_id, "sample", args, [ids])
         return [bytes(f) for f in frames]

@@ -25,7 +25,7 @@ from support.rawzmq import RawDealer, gets_answered, header
 from support.waiting import wait_until
 
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.protocol import ErrorReply, encode_request
+from pyg_dist.rpc.wire_format import ErrorReply, encode_request
 
 
 def test_sample_whose_answer_exceeds_the_limit_is_refused_before_allocating(part0_server, part0):

@@ -19,7 +19,7 @@ from pyg_dist.errors import RpcTimeoutError
 from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.rpc.auth import client_config, client_env, generate_keys
-from pyg_dist.rpc.protocol import encode_request
+from pyg_dist.rpc.wire_format import encode_request
 from pyg_dist.store.connect import connect
 
 REFUSED_WAIT = 1.5  # seconds a refused client waits for an answer that never comes

@@ -27,7 +27,7 @@ from support.zmtp import RawPeer, frame_header
 
 from pyg_dist.rpc import RpcClient, RpcConfig
 from pyg_dist.rpc.auth import client_config, generate_keys
-from pyg_dist.rpc.protocol import ErrorReply, encode_request
+from pyg_dist.rpc.wire_format import ErrorReply, encode_request
 
 MiB = 1 << 20
 REQUEST_LIMIT = 4 * MiB

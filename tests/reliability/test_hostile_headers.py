@@ -34,7 +34,7 @@ from support.rawzmq import RawDealer
 from support.servers import serve_part
 
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.protocol import PROTOCOL_VERSION
+from pyg_dist.rpc.wire_format import PROTOCOL_VERSION
 
 DEEP = 1015
 WORKERS = 2  # of the shared part0_server

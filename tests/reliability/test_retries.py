@@ -27,8 +27,8 @@ from pyg_dist.errors import ServerUnavailableError
 from pyg_dist.partitioning import PartitionReader
 from pyg_dist.protocol.ops import OPS
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.protocol import encode_request
 from pyg_dist.rpc.retrying import RetryingClient
+from pyg_dist.rpc.wire_format import encode_request
 from pyg_dist.store.connect import connect
 
 # Each attempt's deadline, and enough attempts to cover a server restart

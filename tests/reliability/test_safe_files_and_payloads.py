@@ -30,7 +30,7 @@ from support.servers import serve_part
 
 from pyg_dist.errors import ChecksumMismatchError
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.protocol import PROTOCOL_VERSION
+from pyg_dist.rpc.wire_format import PROTOCOL_VERSION
 from pyg_dist.server import PartitionServer
 
 TAMPERED = os.path.join("part-1", "nodes.safetensors")

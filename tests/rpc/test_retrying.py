@@ -29,10 +29,10 @@ from pyg_dist.rpc.retrying import FirstAttempt, RetryingClient
 
 # Declared like the partition ops: "read" may be sent again, "write" not.
 OPS = {
-    "read": OpSpec("read", "test read", optional=("n", "s", "busy"), reply=("n",)),
-    "write": OpSpec("write", "test write", optional=("n", "s", "busy"), reply=("n",),
+    "read": OpSpec("read", optional=("n", "s", "busy"), reply=("n",)),
+    "write": OpSpec("write", optional=("n", "s", "busy"), reply=("n",),
                     retry_safe=False),
-    "lying": OpSpec("lying", "declares no tensors, answers one"),
+    "lying": OpSpec("lying"),  # declares no tensors, answers one
 }
 
 
@@ -175,7 +175,7 @@ def test_a_remote_refusal_is_not_retried():
         calls.append(1)
         raise ValueError("no such thing")
 
-    ops = {"read": OpSpec("read", "test read")}
+    ops = {"read": OpSpec("read")}
     with RpcServer({"read": refuse}, config=config) as srv, \
             RetryingClient([srv.endpoint], config, ops) as client:
         with pytest.raises(RemoteError, match="no such thing"):
@@ -226,7 +226,7 @@ def test_a_first_attempt_into_lent_memory_is_never_sent_again(first_fails):
         return {"n": 1, "placed": bool(args.get("place"))}, []
 
     given_up = []
-    ops = {"read": OpSpec("read", "test read", optional=("place",), reply=("n",))}
+    ops = {"read": OpSpec("read", optional=("place",), reply=("n",))}
     with RpcServer({"read": read}, config=config) as srv, \
             RetryingClient([srv.endpoint], config, ops) as client:
         first = FirstAttempt({"place": 7}, [], given_up.append)

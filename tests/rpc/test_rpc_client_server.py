@@ -32,6 +32,25 @@ def test_ping_reports_protocol_version_and_ops(server):
     assert info["ops"] == sorted([*HANDLERS, "ping", "release"])
 
 
+@pytest.mark.parametrize("op, args, message", [
+    ("ping", {"usage": 1}, "'ping' argument 'usage' must be a bool, got 1"),
+    ("release", {"segments": "all"}, "argument 'segments' must be a list of at most 1024"),
+    ("release", {"segments": [["pyg-dist-shm-" + "0" * 32, "zz" * 16]]},
+     "argument 'segments'[0] must be [name, token]"),
+    ("release", {"segments": [["/etc/passwd", "00" * 16]]},
+     "argument 'segments'[0] must be [name, token]"),
+])
+def test_ill_typed_arguments_of_the_servers_own_ops_are_refused(server, op, args, message):
+    with RpcClient([server.endpoint]) as client:
+        with pytest.raises(RemoteError) as info:
+            client.call(0, op, args)
+        assert info.value.remote_type == "ProtocolError"
+        assert message in info.value.remote_message
+        # Well-typed, the same ops are answered: the server goes on serving.
+        assert client.call(0, "release", {"segments": []}).result == {"released": 0}
+        assert "usage" in client.call(0, "ping", {"usage": True}).result
+
+
 def test_eight_threads_with_64_calls_in_flight_each_get_their_own_answers(server):
     with RpcClient([server.endpoint]) as client:
         def worker(t):

@@ -16,8 +16,18 @@ def test_environment_overrides_defaults_and_explicit_values_win():
 
 
 def test_unparseable_environment_variable_names_itself():
-    with pytest.raises(RpcError, match="PYG_DIST_MAX_IN_FLIGHT"):
-        RpcConfig.from_env({"PYG_DIST_MAX_IN_FLIGHT": "lots"})
+    with pytest.raises(RpcError, match="PYG_DIST_REPLY_HWM"):
+        RpcConfig.from_env({"PYG_DIST_REPLY_HWM": "lots"})
+
+
+def test_the_internal_bounds_are_set_in_code_only():
+    # No deployment sets these (docs/configuration.md): the environment
+    # leaves them alone, RpcConfig(...) still sets them.
+    env = {"PYG_DIST_MAX_IN_FLIGHT": "1", "PYG_DIST_MAX_QUEUED": "1",
+           "PYG_DIST_INLINE_REPLY_BYTES": "1", "PYG_DIST_RETRY_BACKOFF": "9",
+           "PYG_DIST_RETRY_BACKOFF_MAX": "9"}
+    assert RpcConfig.from_env(env) == RpcConfig()
+    assert RpcConfig(max_in_flight=8, max_queued=16).max_queued == 16
 
 
 @pytest.mark.parametrize("field, value", [("timeout", 0), ("workers", -1),

@@ -23,9 +23,9 @@ from support.hostile import (
 )
 
 from pyg_dist.errors import ProtocolError
-from pyg_dist.rpc import protocol, wire_values
+from pyg_dist.rpc import wire_format, wire_values
 
-VERSION = protocol.PROTOCOL_VERSION
+VERSION = wire_format.PROTOCOL_VERSION
 
 # Deep enough that repr() of the value raises RecursionError (the limit is
 # 1000), shallow enough that msgpack decodes it (its stack holds 1024).
@@ -60,10 +60,10 @@ def _assert_short(exc: BaseException) -> None:
 def test_a_deeply_nested_request_field_is_refused_not_a_recursion_error(field):
     frames = nested_request(field, nested(DEEP))
     if field == "extra field":  # never looked at: the request is served as is
-        assert protocol.decode_request(frames, MAX_MESSAGE).id == 7
+        assert wire_format.decode_request(frames, MAX_MESSAGE).id == 7
         return
     with pytest.raises(ProtocolError) as info:
-        protocol.decode_request(frames, MAX_MESSAGE)
+        wire_format.decode_request(frames, MAX_MESSAGE)
     _assert_short(info.value)
 
 
@@ -74,24 +74,24 @@ def test_a_deeply_nested_reply_field_is_refused_not_a_recursion_error(field):
         fields["status"] = "error"
     fields[field] = nested(DEEP)
     with pytest.raises(ProtocolError) as info:
-        protocol.decode_reply([raw_map(fields)])
+        wire_format.decode_reply([raw_map(fields)])
     _assert_short(info.value)
 
 
 def test_a_result_nested_just_within_the_limit_is_accepted():
     deep = {"a": 1}  # {"r": deep}: the 1 lies 16 levels down
-    for _ in range(protocol.MAX_RESULT_DEPTH - 2):
+    for _ in range(wire_format.MAX_RESULT_DEPTH - 2):
         deep = [deep]
-    frames = protocol.encode_reply(1, {"r": deep}, [])
-    assert protocol.decode_reply([bytes(f) for f in frames])[1].result == {"r": deep}
+    frames = wire_format.encode_reply(1, {"r": deep}, [])
+    assert wire_format.decode_reply([bytes(f) for f in frames])[1].result == {"r": deep}
     with pytest.raises(ProtocolError, match="nests deeper than 16"):
-        protocol.decode_reply([bytes(protocol.encode_reply(1, {"r": [deep]}, [])[0])])
+        wire_format.decode_reply([bytes(wire_format.encode_reply(1, {"r": [deep]}, [])[0])])
 
 
 def test_nesting_beyond_msgpacks_stack_is_refused():
     frames = [request_header(1, args=raw_args(nested(5000)))]
     with pytest.raises(ProtocolError, match="nests deeper than msgpack's limit"):
-        protocol.decode_request(frames, MAX_MESSAGE)
+        wire_format.decode_request(frames, MAX_MESSAGE)
 
 
 def _fill(unit: bytes, header_bytes: int) -> Raw:
@@ -115,22 +115,22 @@ MEGABYTE_ATTACKS = {
 @pytest.mark.parametrize("attack", list(MEGABYTE_ATTACKS))
 def test_a_megabyte_header_is_refused_in_bounded_memory(attack):
     frames = [request_header(9, args=raw_args(MEGABYTE_ATTACKS[attack]()))]
-    assert len(frames[0]) <= protocol.MAX_HEADER_BYTES
-    out, peak, seconds = _peak_of(protocol.decode_request, frames, MAX_MESSAGE)
+    assert len(frames[0]) <= wire_format.MAX_HEADER_BYTES
+    out, peak, seconds = _peak_of(wire_format.decode_request, frames, MAX_MESSAGE)
     print(f"\n{attack}: {len(frames[0])} byte header refused in {seconds * 1e3:.2f} ms, "
           f"peak {peak / 2**20:.2f} MiB allocated")
     assert isinstance(out, ProtocolError), out
     _assert_short(out)
     # Decoded whole, each of these is 56-64 MiB of Python objects.
     assert peak < 4 << 20
-    assert protocol.peek_id(frames) == 9
+    assert wire_format.peek_id(frames) == 9
 
 
 def test_a_40_mib_header_of_empty_maps_is_refused_unread():
     frames = [raw_map({"version": VERSION, "id": 11, "op": "get", "args": empty_maps(40 << 20)})]
-    out, peak, seconds = _peak_of(protocol.decode_request, frames, MAX_MESSAGE)
+    out, peak, seconds = _peak_of(wire_format.decode_request, frames, MAX_MESSAGE)
     assert isinstance(out, ProtocolError) and "exceeds the limit" in str(out)
-    req_id, peek_peak, peek_seconds = _peak_of(protocol.peek_id, frames)
+    req_id, peek_peak, peek_seconds = _peak_of(wire_format.peek_id, frames)
     print(f"\n40 MiB header: refused in {seconds * 1e3:.2f} ms (peak {peak} bytes), "
           f"id read in {peek_seconds * 1e3:.2f} ms (peak {peek_peak} bytes)")
     assert req_id == 11
@@ -139,12 +139,12 @@ def test_a_40_mib_header_of_empty_maps_is_refused_unread():
 
 
 def test_a_header_just_over_the_limit_is_refused_and_its_id_still_read():
-    pad = "x" * (protocol.MAX_HEADER_BYTES - 40)
+    pad = "x" * (wire_format.MAX_HEADER_BYTES - 40)
     frames = [request_header(12, "echo", {"pad": pad})]
-    assert protocol.MAX_HEADER_BYTES < len(frames[0]) < protocol.MAX_HEADER_BYTES + 64
+    assert wire_format.MAX_HEADER_BYTES < len(frames[0]) < wire_format.MAX_HEADER_BYTES + 64
     with pytest.raises(ProtocolError, match="exceeds the limit"):
-        protocol.decode_request(frames, MAX_MESSAGE)
-    assert protocol.peek_id(frames) == 12
+        wire_format.decode_request(frames, MAX_MESSAGE)
+    assert wire_format.peek_id(frames) == 12
 
 
 def test_a_small_header_cannot_exceed_the_limits_it_is_not_checked_against():
@@ -159,31 +159,31 @@ def test_a_big_header_within_the_limits_is_decoded_and_one_over_them_refused():
     half = (wire_values.MAX_CONTAINERS - 8) // 2
     args = {"names": [f"feature-{i}" for i in range(3000)],
             "a": [[i, i] for i in range(half)], "b": [[i, i] for i in range(half)]}
-    frames = [bytes(f) for f in protocol.encode_request(5, "echo", args, [])]
+    frames = [bytes(f) for f in wire_format.encode_request(5, "echo", args, [])]
     assert len(frames[0]) > wire_values.SMALL_HEADER_BYTES
-    assert protocol.decode_request(frames, MAX_MESSAGE).args == args
+    assert wire_format.decode_request(frames, MAX_MESSAGE).args == args
     args["c"] = [[0]] * 16
-    frames = [bytes(f) for f in protocol.encode_request(5, "echo", args, [])]
+    frames = [bytes(f) for f in wire_format.encode_request(5, "echo", args, [])]
     with pytest.raises(ProtocolError, match="more than 4096 arrays and maps"):
-        protocol.decode_request(frames, MAX_MESSAGE)
+        wire_format.decode_request(frames, MAX_MESSAGE)
 
 
 def test_a_header_of_too_many_items_is_refused_after_building_few():
     row = list(range(100)) * 40  # 4,000 one-byte ints
     args = {f"k{i}": row for i in range(wire_values.MAX_ITEMS // 4000 + 1)}  # just over
-    frames = [bytes(f) for f in protocol.encode_request(6, "echo", args, [])]
-    out, peak, _ = _peak_of(protocol.decode_request, frames, MAX_MESSAGE)
+    frames = [bytes(f) for f in wire_format.encode_request(6, "echo", args, [])]
+    out, peak, _ = _peak_of(wire_format.decode_request, frames, MAX_MESSAGE)
     assert isinstance(out, ProtocolError) and f"{wire_values.MAX_ITEMS} items" in str(out)
     assert peak < 2 << 20
     del args["k0"]
-    frames = [bytes(f) for f in protocol.encode_request(6, "echo", args, [])]
-    assert protocol.decode_request(frames, MAX_MESSAGE).args == args
+    frames = [bytes(f) for f in wire_format.encode_request(6, "echo", args, [])]
+    assert wire_format.decode_request(frames, MAX_MESSAGE).args == args
 
 
 def test_a_container_over_the_length_limit_is_refused_before_it_is_built():
     frames = [request_header(4, args={"ids": list(range(wire_values.MAX_CONTAINER_LEN + 1))})]
     with pytest.raises(ProtocolError, match="exceeds max_array_len"):
-        protocol.decode_request(frames, MAX_MESSAGE)
+        wire_format.decode_request(frames, MAX_MESSAGE)
 
 
 @pytest.mark.parametrize("frames, want", [
@@ -203,7 +203,7 @@ def test_a_container_over_the_length_limit_is_refused_before_it_is_built():
     ([raw_map({"pad": "x" * 5000, "id": 46})], None),
 ])
 def test_peek_id_reads_a_readable_id_only(frames, want):
-    assert protocol.peek_id(frames) == want
+    assert wire_format.peek_id(frames) == want
 
 
 @pytest.mark.parametrize("value, want", [

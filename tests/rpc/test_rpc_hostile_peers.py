@@ -30,10 +30,10 @@ from support.hostile import (
 from support.rawzmq import RawDealer
 
 from pyg_dist.errors import ProtocolError, RpcTimeoutError
-from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer, protocol
-from pyg_dist.rpc.protocol import ErrorReply
+from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer, wire_format
+from pyg_dist.rpc.wire_format import ErrorReply
 
-VERSION = protocol.PROTOCOL_VERSION
+VERSION = wire_format.PROTOCOL_VERSION
 
 DEEP = 1015
 WORKERS = 2
@@ -111,7 +111,7 @@ def test_a_thread_that_must_stop_stops_the_server_with_its_failure(path):
     config = RpcConfig(workers=WORKERS, timeout=10.0)
     with RpcServer({"leave": leave}, config=config, name="leaving") as srv:
         with RawDealer(srv.endpoint, timeout=2) as dealer:
-            dealer.send(protocol.encode_request(
+            dealer.send(wire_format.encode_request(
                 1, "leave", {"pad": WORKER_PAD} if path == "worker" else {}, []))
             # The server stops (it would otherwise go on with a thread short).
             assert srv.wait(10)
@@ -123,7 +123,7 @@ def test_a_thread_that_must_stop_stops_the_server_with_its_failure(path):
      [raw_map({"version": VERSION, "id": 41, "op": "echo", "args": Raw(raw_map(
          {"x": empty_maps(40 << 20)}))})], 41),
     ("just over the header limit",
-     [request_header(42, "echo", {"pad": "x" * (protocol.MAX_HEADER_BYTES - 40)})], 42),
+     [request_header(42, "echo", {"pad": "x" * (wire_format.MAX_HEADER_BYTES - 40)})], 42),
     ("100k empty maps", [request_header(43, "echo", Raw(raw_map(
         {"x": Raw(b"\xdc\x00\x19" + (b"\xdc\x0f\xa0" + b"\x80" * 4000) * 25)})))], 43),
 ])

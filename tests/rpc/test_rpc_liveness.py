@@ -21,7 +21,7 @@ from support.blackhole_proxy import BlackholeProxy
 from support.handlers import HANDLERS
 
 from pyg_dist.errors import ProtocolError, RpcError, RpcTimeoutError, ServerUnavailableError
-from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer, protocol
+from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer, wire_format
 from pyg_dist.rpc.liveness import set_heartbeats
 
 DEADLINE = 30.0
@@ -185,7 +185,7 @@ def test_host_and_port_without_a_scheme_mean_tcp(served):
 def _nested_id_reply(depth: int) -> bytes:
     """A reply header ``{"version": PROTOCOL_VERSION, "id": [[[...nil...]]],
     "status": "ok"}`` in msgpack, the id nested ``depth`` deep."""
-    return (b"\x83\xa7version" + bytes([protocol.PROTOCOL_VERSION]) + b"\xa2id"
+    return (b"\x83\xa7version" + bytes([wire_format.PROTOCOL_VERSION]) + b"\xa2id"
             + b"\x91" * depth + b"\xc0" + b"\xa6status\xa2ok")
 
 
@@ -207,8 +207,8 @@ def test_a_reply_that_breaks_the_decoder_does_not_stop_the_client():
                 poisoned.result(timeout=DEADLINE)
             healthy = client.call_async(0, "echo")
             peer, request = router.recv_multipart()[:2]
-            req_id = protocol.peek_id([request])
-            router.send_multipart([peer, *protocol.encode_reply(req_id, {"ok": 1}, [])])
+            req_id = wire_format.peek_id([request])
+            router.send_multipart([peer, *wire_format.encode_reply(req_id, {"ok": 1}, [])])
             assert healthy.result(timeout=DEADLINE).result == {"ok": 1}
     finally:
         router.close()

@@ -14,8 +14,8 @@ import torch
 from pyg_dist.errors import ProtocolError
 from pyg_dist.protocol.ops import OPS, SAMPLE
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.retrying import RetryingClient
+from pyg_dist.rpc.wire_format import Reply
 
 SEEDS = torch.tensor([3, 5])
 ARGS = {"edge_types": [None], "num_neighbors": 2, "replace": False, "seed": 1}

@@ -13,7 +13,7 @@ from support.handlers import HANDLERS
 from support.rawzmq import RawDealer, header
 
 from pyg_dist.rpc import RpcConfig, RpcServer
-from pyg_dist.rpc.protocol import PROTOCOL_VERSION, ErrorReply, encode_request
+from pyg_dist.rpc.wire_format import PROTOCOL_VERSION, ErrorReply, encode_request
 
 LIMIT = 64 * 1024
 

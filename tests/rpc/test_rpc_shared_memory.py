@@ -13,7 +13,7 @@ import torch
 import zmq
 
 from pyg_dist.errors import ProtocolError
-from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer, protocol
+from pyg_dist.rpc import RpcClient, RpcConfig, RpcServer, wire_format
 from pyg_dist.rpc.context import uses_context
 from pyg_dist.rpc.shm import MIN_BYTES, host_id
 
@@ -103,8 +103,8 @@ def test_a_reply_into_memory_that_was_not_lent_is_refused():
             future = cli.call_async(0, "rows", {"n": 4})
             assert router.poll(10_000)
             identity, *frames = router.recv_multipart()
-            request = protocol.decode_request(frames, 1 << 20)
-            router.send_multipart([identity, *protocol.encode_reply(
+            request = wire_format.decode_request(frames, 1 << 20)
+            router.send_multipart([identity, *wire_format.encode_reply(
                 request.id, {}, [torch.zeros(4)], shm_offsets=[0])])
             with pytest.raises(ProtocolError, match="not lent"):
                 future.result(timeout=10)

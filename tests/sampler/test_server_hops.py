@@ -189,7 +189,7 @@ def test_malformed_trees_are_refused_and_the_server_keeps_serving(cora2_root):
 
 
 def test_a_lying_tree_is_refused_before_the_sampler_sees_it():
-    from pyg_dist.rpc.protocol import Reply
+    from pyg_dist.rpc.wire_format import Reply
 
     args, seeds = _tree_args([2], seed=1), [torch.tensor([4, 9])]
     node = torch.tensor([4, 9, 11])
@@ -363,7 +363,7 @@ def test_malformed_heterogeneous_trees_are_refused_and_the_server_keeps_serving(
 
 
 def test_a_lying_heterogeneous_tree_is_refused():
-    from pyg_dist.rpc.protocol import Reply
+    from pyg_dist.rpc.wire_format import Reply
 
     args = {"edge_types": [["a", "r", "b"]], "num_neighbors": [[1]], "seed_types": ["b"],
             "sizes": [1], "seed": 1}

@@ -18,7 +18,7 @@ from pyg_dist.errors import ProtocolError, RemoteError
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist.protocol.ops import SAMPLE_TREE
 from pyg_dist.rpc import RpcClient
-from pyg_dist.rpc.protocol import Reply
+from pyg_dist.rpc.wire_format import Reply
 from pyg_dist.store import known_owners
 from pyg_dist.store.connect import connect
 

@@ -195,7 +195,7 @@ def test_a_lying_rows_outcome_is_refused():
     for rows in lies:
         assert tree_rows.check(args, {"rows": rows}) is not None, rows
     with pytest.raises(ProtocolError):
-        from pyg_dist.rpc.protocol import Reply
+        from pyg_dist.rpc.wire_format import Reply
 
         node = torch.tensor([4, 9])
         tree = [node, torch.tensor([], dtype=torch.int32), torch.tensor([], dtype=torch.int32),

@@ -14,7 +14,7 @@ from support.servers import serve_parts
 import pyg_dist
 from pyg_dist.errors import RemoteError
 from pyg_dist.rpc import RpcClient, RpcConfig
-from pyg_dist.rpc.protocol import ErrorReply
+from pyg_dist.rpc.wire_format import ErrorReply
 from pyg_dist.server import PartitionServer
 
 ATTRS = ["edge_attr", "edge_weight", "edge_time"]

@@ -18,7 +18,7 @@ from support.servers import serve_part
 
 from pyg_dist.errors import TransportError
 from pyg_dist.plugins import PluginRegistry
-from pyg_dist.rpc import RpcConfig, protocol
+from pyg_dist.rpc import RpcConfig, wire_format
 from pyg_dist.server import PartitionServer
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +36,7 @@ def _get(cora_reader, pad: bool) -> list:
     ids = cora_reader.load_part(0, topology=False).node_ids[:3]
     # Over 16 KiB of ids: served by a worker instead of the I/O thread.
     ids = ids.repeat(3000) if pad else ids
-    return protocol.encode_request(1, "get", {"groups": [{"attrs": ["x"]}]}, [ids])
+    return wire_format.encode_request(1, "get", {"groups": [{"attrs": ["x"]}]}, [ids])
 
 
 @pytest.mark.timeout(120)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from support.rawzmq import RawDealer, header
 
-from pyg_dist.rpc.protocol import ErrorReply, encode_request
+from pyg_dist.rpc.wire_format import ErrorReply, encode_request
 
 MAX_MESSAGE_BYTES = 1 << 20  # what the cora_cluster fixture passes to pyg-dist serve
 

@@ -22,8 +22,8 @@ from support.rawzmq import RawDealer
 from support.shm_files import needs_shm
 
 from pyg_dist.rpc import shm as shared_memory
-from pyg_dist.rpc.protocol import ErrorReply
 from pyg_dist.rpc.shm import Segment
+from pyg_dist.rpc.wire_format import ErrorReply
 
 pytestmark = needs_shm
 
@@ -90,6 +90,7 @@ def test_a_client_truncating_its_segment_does_not_stop_the_server(cora_cluster, 
 
 
 def _request(req_id: int, ids: torch.Tensor, seg: Segment) -> list:
-    from pyg_dist.rpc import protocol
+    from pyg_dist.rpc import wire_format
 
-    return protocol.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]}, [ids], seg.spec())
+    return wire_format.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]}, [ids],
+                                      seg.spec())

@@ -15,8 +15,8 @@ from support.shm_files import segment_files
 
 from pyg_dist.errors import SharedMemoryError
 from pyg_dist.rpc import shm as shared_memory
-from pyg_dist.rpc.protocol import ErrorReply
 from pyg_dist.rpc.shm import HEADER_BYTES, SHM_DIR, Segment
+from pyg_dist.rpc.wire_format import ErrorReply
 
 pytestmark = pytest.mark.skipif(shared_memory.host_id() is None,
                                 reason="this host has no usable /dev/shm")
@@ -277,15 +277,15 @@ def test_no_segment_file_is_left_behind(dealer, part0):
 _DYING_CLIENT = """
 import os, sys, torch
 import zmq
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 from pyg_dist.rpc.shm import Segment
 endpoint, node = sys.argv[1], int(sys.argv[2])
 sock = zmq.Context().socket(zmq.DEALER)
 sock.connect(endpoint)
 seg = Segment(1 << 20)
-sock.send_multipart(protocol.encode_request(0, "get", {"groups": [{"attrs": ["y"]}]},
-                                            [torch.tensor([node])],
-                                            shm=seg.spec()))
+sock.send_multipart(wire_format.encode_request(0, "get", {"groups": [{"attrs": ["y"]}]},
+                                               [torch.tensor([node])],
+                                               shm=seg.spec()))
 sock.recv_multipart()
 seg.announce()
 print(seg.name, seg.token.hex(), flush=True)

@@ -15,7 +15,7 @@ from support.servers import serve_part
 from support.waiting import wait_until
 
 from pyg_dist.partitioning import PartitionReader
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IN_FLIGHT = 8
@@ -25,8 +25,8 @@ STOP_WITHIN_S = 2.0
 
 def _get(ids, req_id: int) -> list:
     # Over 16 KiB of ids: served by a worker, not inline on the I/O thread.
-    return protocol.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]},
-                                   [ids.repeat(3000)])
+    return wire_format.encode_request(req_id, "get", {"groups": [{"attrs": ["x"]}]},
+                                      [ids.repeat(3000)])
 
 
 @pytest.mark.timeout(240)

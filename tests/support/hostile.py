@@ -11,7 +11,7 @@ from typing import Any
 
 import msgpack
 
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def request_header(req_id: Any = 1, op: Any = "echo", args: Any = None, tensors:
                    **extra: Any) -> bytes:
     """A request header whose fields may be :class:`Raw` (hostile) values;
     ``version`` and ``id`` first, as our encoder writes them."""
-    fields = {"version": extra.pop("version", protocol.PROTOCOL_VERSION), "id": req_id,
+    fields = {"version": extra.pop("version", wire_format.PROTOCOL_VERSION), "id": req_id,
               "op": op, "args": {} if args is None else args,
               "tensors": tensors if isinstance(tensors, Raw) else [list(t) for t in tensors]}
     fields.update(extra)

@@ -4,7 +4,7 @@
 RetryingClient` stands (the :class:`~pyg_dist.rpc.retrying.PartitionClient`
 protocol): every call is encoded as on the wire, served by the server's own
 :class:`~pyg_dist.rpc.dispatch.Dispatch` (request checked against its op's
-declaration, the real :class:`~pyg_dist.server.ops.PartitionOps` handler
+declaration, the real :class:`~pyg_dist.server.partition_ops.PartitionOps` handler
 over real partition files, error replies), decoded, and its reply checked
 as the retry layer checks it. Only the sockets and threads are missing, so
 unit tests of the stores and the sampler run in milliseconds and fail where
@@ -26,11 +26,11 @@ from torch import Tensor
 from pyg_dist.errors import RemoteError, remote_error
 from pyg_dist.protocol.ops import META, OPS, PARTITION_OPS
 from pyg_dist.routing.servers import parse_meta, router_over
-from pyg_dist.rpc import RpcConfig, protocol
+from pyg_dist.rpc import RpcConfig, wire_format
 from pyg_dist.rpc.dispatch import Dispatch
-from pyg_dist.rpc.protocol import ErrorReply, Reply
 from pyg_dist.rpc.retrying import FirstAttempt
 from pyg_dist.rpc.shm.serving import SegmentService
+from pyg_dist.rpc.wire_format import ErrorReply, Reply
 from pyg_dist.server import PartitionServer
 from pyg_dist.store.connect import build_stores
 
@@ -39,7 +39,7 @@ class InProcessClient:
     """Calls the handlers of in-process partition servers directly.
 
     Args:
-        ops: Per part, its :class:`~pyg_dist.server.ops.PartitionOps`.
+        ops: Per part, its :class:`~pyg_dist.server.partition_ops.PartitionOps`.
         config: Reported as the client's configuration.
     """
 
@@ -77,10 +77,10 @@ class InProcessClient:
     def _serve(self, server: int, op: str, args: dict[str, Any], tensors: list[Tensor]
                ) -> Reply:
         address = self.endpoints[server]
-        frames = protocol.encode_request(next(self._ids), op, args, tensors)
+        frames = wire_format.encode_request(next(self._ids), op, args, tensors)
         # bytes, as they would arrive: the reply must not alias the request.
         reply_frames = self._servers[server].handle([bytes(f) for f in frames])
-        _, reply = protocol.decode_reply([bytes(f) for f in reply_frames])
+        _, reply = wire_format.decode_reply([bytes(f) for f in reply_frames])
         if isinstance(reply, ErrorReply):
             raise remote_error(reply.type, reply.message, address=address, op=op)
         return OPS[op].check_reply(reply, args, tensors, address)

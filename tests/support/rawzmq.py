@@ -8,7 +8,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 
 
 class RawDealer:
@@ -45,12 +45,12 @@ class RawDealer:
         return self.recv()
 
     def call(self, req_id: int, op: str, args: dict | None = None, tensors: Sequence = (),
-             shm: Any = None) -> protocol.Reply | protocol.ErrorReply:
+             shm: Any = None) -> wire_format.Reply | wire_format.ErrorReply:
         """Sends a well-formed request (``shm``: its header field naming a
         lent segment) and returns the decoded reply content."""
-        self.send(protocol.encode_request(req_id, op, args, tensors, shm))
+        self.send(wire_format.encode_request(req_id, op, args, tensors, shm))
         frames = self.sock.recv_multipart()
-        got_id, content = protocol.decode_reply(frames)
+        got_id, content = wire_format.decode_reply(frames)
         if got_id != req_id:
             raise AssertionError(f"reply id {got_id} answers another request than {req_id}")
         return content
@@ -70,7 +70,7 @@ class RawDealer:
 def header(req_id: int, op: str, args: dict | None = None,
            tensors: Sequence[Sequence[Any]] = ()) -> bytes:
     """A hand-made request header; ``tensors`` are ``[dtype, shape]`` specs."""
-    return msgpack.packb({"version": protocol.PROTOCOL_VERSION, "id": req_id, "op": op,
+    return msgpack.packb({"version": wire_format.PROTOCOL_VERSION, "id": req_id, "op": op,
                           "args": args or {}, "tensors": [list(t) for t in tensors]})
 
 
@@ -82,6 +82,6 @@ def gets_answered(dealer: RawDealer) -> int:
     sent instead of sleeping until they are probably done."""
     stats = dealer.call(0, "stats")
     usage = dealer.call(0, "ping", {"usage": True})
-    if isinstance(stats, protocol.ErrorReply) or isinstance(usage, protocol.ErrorReply):
+    if isinstance(stats, wire_format.ErrorReply) or isinstance(usage, wire_format.ErrorReply):
         raise AssertionError(f"the server refused stats or ping: {stats} {usage}")
     return stats.result["get_calls"] + usage.result["usage"]["replies_refused"]

@@ -31,16 +31,16 @@ from typing import Any, Optional
 from torch import Tensor
 
 from pyg_dist.errors import ProtocolError, RemoteError, SharedMemoryError
-from pyg_dist.rpc.protocol import Reply
 from pyg_dist.rpc.shm.files import ALIGN, MIN_BYTES, Segment, remove_stale_segments, this_host, view
 from pyg_dist.rpc.shm.lending import SegmentPool
+from pyg_dist.rpc.wire_format import Reply
 
 logger = logging.getLogger(__name__)
 
 RELEASE_WAIT_S = 2.0
 """How long a closing client waits, for all servers together, for their
 ``release`` answers (:meth:`Lender.close`)."""
-MAX_TENSORS = 64  # as many as a reply may carry (pyg_dist.rpc.protocol)
+MAX_TENSORS = 64  # as many as a reply may carry (pyg_dist.rpc.wire_format)
 
 _UNKNOWN, _ASKING = "?", "..."  # a server's host before its ping answered
 # Hosts learned by any client of this process (and inherited by a forked

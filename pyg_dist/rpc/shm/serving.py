@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
-from pyg_dist.rpc import protocol
+from pyg_dist.rpc import wire_format
 from pyg_dist.rpc.context import CallContext, wants_context
 from pyg_dist.rpc.shm.attached import AttachedSegments, release_keys
 from pyg_dist.rpc.shm.files import host_id
@@ -29,7 +29,7 @@ class SegmentService:
         self.segments = segments if segments is not None else AttachedSegments()
         self.host = host_id()  # reported by ping: clients on this host lend memory
 
-    def serve(self, handler: Callable[..., Any], request: protocol.Request) -> list[Any]:
+    def serve(self, handler: Callable[..., Any], request: wire_format.Request) -> list[Any]:
         """Runs ``handler`` on ``request`` and encodes its reply: into the
         memory the client lent when the handler allocated its outputs there
         (:meth:`CallContext.alloc`), as frames otherwise.
@@ -40,10 +40,10 @@ class SegmentService:
         """
         if not wants_context(handler):
             result, tensors = handler(request.args, request.tensors)
-            return protocol.encode_reply(request.id, result, tensors)
+            return wire_format.encode_reply(request.id, result, tensors)
         ctx = CallContext(self.segments, request.shm)
         result, tensors = handler(request.args, request.tensors, ctx)
-        return protocol.encode_reply(request.id, result, tensors, ctx.reply_offsets(tensors))
+        return wire_format.encode_reply(request.id, result, tensors, ctx.reply_offsets(tensors))
 
     def release(self, args: dict[str, Any], tensors: list[Tensor]
                 ) -> tuple[dict[str, Any], list[Tensor]]:

@@ -34,9 +34,9 @@ from pyg_dist.partitioning.file_names import edge_ends
 from pyg_dist.protocol import ops
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext, uses_context
-from pyg_dist.rpc.protocol import PROTOCOL_VERSION
 from pyg_dist.rpc.server import Estimator, Handler
 from pyg_dist.rpc.shm import host_id
+from pyg_dist.rpc.wire_format import PROTOCOL_VERSION
 from pyg_dist.rpc.wire_values import describe
 from pyg_dist.server.edge_features import EdgeFeatureOps
 from pyg_dist.server.embeddings import EmbeddingOps
