@@ -11,12 +11,15 @@ are set in code.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
 from pyg_dist.errors import RpcError
+
+logger = logging.getLogger(__name__)
 
 # A server charges a request its answer plus the working memory it needs
 # while computing it (a sampling kernel: up to three times the answer again),
@@ -55,6 +58,12 @@ ENV_VARS = {
     "heartbeat_timeout": "PYG_DIST_HEARTBEAT_TIMEOUT",
     "reconnect_grace": "PYG_DIST_RECONNECT_GRACE",
 }
+
+# Variables earlier releases read, now set in code only: a deployment that
+# still sets one is told once that it has no effect (not silently ignored).
+DROPPED_ENV_VARS = {"PYG_DIST_" + field.upper(): field for field in (
+    "max_in_flight", "max_queued", "inline_reply_bytes", "retry_backoff", "retry_backoff_max")}
+_told: set[str] = set()
 
 # Byte sizes beyond this are typos, and overflow libzmq's int64 options.
 MAX_BYTES = 1 << 40
@@ -299,6 +308,11 @@ class RpcConfig:
             RpcError: if an environment variable does not parse.
         """
         environ = os.environ if environ is None else environ
+        for var in DROPPED_ENV_VARS.keys() & environ.keys() - _told:
+            _told.add(var)
+            logger.warning("%s is no longer read by pyg-dist; set "
+                           "RpcConfig(%s=...) in code if you need it", var,
+                           DROPPED_ENV_VARS[var])
         values: dict[str, object] = {}
         for field in dataclasses.fields(cls):
             var = ENV_VARS.get(field.name)

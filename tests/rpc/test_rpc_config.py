@@ -20,13 +20,23 @@ def test_unparseable_environment_variable_names_itself():
         RpcConfig.from_env({"PYG_DIST_REPLY_HWM": "lots"})
 
 
-def test_the_internal_bounds_are_set_in_code_only():
+def test_the_internal_bounds_are_set_in_code_only(caplog, monkeypatch):
     # No deployment sets these (docs/configuration.md): the environment
-    # leaves them alone, RpcConfig(...) still sets them.
+    # leaves them alone, RpcConfig(...) still sets them, and whoever still
+    # sets one is told, once, that it has no effect.
+    from pyg_dist.rpc import config
+
+    monkeypatch.setattr(config, "_told", set())
     env = {"PYG_DIST_MAX_IN_FLIGHT": "1", "PYG_DIST_MAX_QUEUED": "1",
            "PYG_DIST_INLINE_REPLY_BYTES": "1", "PYG_DIST_RETRY_BACKOFF": "9",
            "PYG_DIST_RETRY_BACKOFF_MAX": "9"}
-    assert RpcConfig.from_env(env) == RpcConfig()
+    with caplog.at_level("WARNING", logger="pyg_dist.rpc.config"):
+        assert RpcConfig.from_env(env) == RpcConfig()
+        assert RpcConfig.from_env(env) == RpcConfig()
+    told = [r.getMessage() for r in caplog.records]
+    assert len(told) == 5 and all("no longer read" in m for m in told)
+    assert any("PYG_DIST_MAX_IN_FLIGHT" in m and "RpcConfig(max_in_flight=" in m
+               for m in told)
     assert RpcConfig(max_in_flight=8, max_queued=16).max_queued == 16
 
 
