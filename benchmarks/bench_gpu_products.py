@@ -15,7 +15,9 @@ host and, for every fan-out, prints one JSON row per measurement:
   (``prefetch`` batches in flight, ``device`` set), and the loader alone,
   with the servers sampling the hops among themselves (``server_hops``) and
   hop by hop; each once without a cache and once with
-  ``CachedFeatureStore(..., capacity, device=...)`` (``cache``).
+  ``CachedFeatureStore(..., capacity, device=...)`` (``cache``); with
+  ``--sampling colocated`` also the parts served in the trainer's process
+  (``connect(colocate=True)``, uncached, hop by hop there).
 
 Each row has ``seeds_per_s``, ``sampled_nodes_per_s`` (nodes whose features
 a batch carries), ``vs_compute`` (seeds/s over the compute row's) and, for
@@ -62,11 +64,13 @@ def parse_args() -> argparse.Namespace:
                    help="fraction of the nodes the feature cache holds (1.0: all)")
     p.add_argument("--no-cache-rows", action="store_true", help="skip the cached rows")
     p.add_argument("--sampling", nargs="+",
-                   choices=("server_hops", "server_hops_fetched", "hop_by_hop"),
+                   choices=("server_hops", "server_hops_fetched", "hop_by_hop", "colocated"),
                    default=["server_hops", "hop_by_hop"],
                    help="which sampling rows to run (server_hops_fetched: the servers "
                         "sample the hops, the trainer then fetches the rows itself, as "
-                        "before a tree could have them written: protocol version 5)")
+                        "before a tree could have them written: protocol version 5; "
+                        "colocated: the parts mapped and read in the trainer's process, "
+                        "connect(colocate=True))")
     p.add_argument("--feature-dtype", choices=("float16", "bfloat16"),
                    help="store and serve the features in this precision (the model casts "
                         "them to float32 on the device)")
@@ -229,9 +233,14 @@ def run_fanout(args: argparse.Namespace, stores: dict[str, Any], fanout: list[in
     compute = row("compute", fanout, timed(iter(ready), args, device, step))["seeds_per_s"]
     del ready
     rows = []
-    for cache, pair in stores.items():
+    for cache, served in stores.items():
+        if cache == "colocated":
+            continue  # a sampling mode of the uncached rows
         for mode in args.sampling:
-            hops = mode != "hop_by_hop"
+            if mode == "colocated" and cache != "uncached":
+                continue
+            pair = stores["colocated"] if mode == "colocated" else served
+            hops = mode not in ("hop_by_hop", "colocated")
             if mode == "server_hops_fetched":  # the store lends a tree no outputs
                 pair[0].tree_outputs = None
             try:
@@ -424,6 +433,8 @@ def main() -> None:
         fs, gs = connect(cluster.endpoints)
         try:
             stores: dict[str, Any] = {"uncached": (fs, gs)}
+            colocated = connect(cluster.endpoints, colocate=True) \
+                if "colocated" in args.sampling else None
             if not args.no_cache_rows:
                 # The whole table: every node (no ranking to compute); a part
                 # of it: the nodes sampling reaches most (out-degree).
@@ -444,10 +455,13 @@ def main() -> None:
                                args.fanouts[0].split(",")], seeds, device, pids)
                 return
             for text in args.fanouts:
-                run_fanout(args, stores, [int(k) for k in text.split(",")], seeds, device,
-                           pids)
+                run_fanout(args, {**stores, "colocated": colocated}
+                           if colocated is not None else stores,
+                           [int(k) for k in text.split(",")], seeds, device, pids)
         finally:
             fs.close()
+            if colocated is not None:
+                colocated[0].close()
     print(json.dumps({"row": "total", "seconds": round(time.perf_counter() - started, 1)}),
           flush=True)
 

@@ -11,7 +11,9 @@ features and labels) of:
 * PyG's ``NeighborLoader`` on the unpartitioned graph, in this process;
 * ``DistNeighborLoader`` over the servers, synchronous (``prefetch=0``) and
   with ``--prefetch`` batches in flight (hop by hop, or with
-  ``--server-hops`` the servers sampling among themselves);
+  ``--server-hops`` the servers sampling among themselves; with
+  ``--colocate`` the trainer serving the parts in its own process,
+  ``pyg_dist.connect(colocate=True)``);
 
 with the same seed nodes, fan-out and batch size, in the same run. Prints one
 line per loader and the ratios. Figures, not assertions: nothing here fails
@@ -45,6 +47,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--server-hops", action="store_true",
                    help="the servers sample a batch's hops among themselves (sample_tree); "
                         "by default every hop goes back to the trainer")
+    p.add_argument("--colocate", action="store_true",
+                   help="serve the parts in the trainer's process (connect(colocate=True))")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
@@ -100,11 +104,12 @@ def main() -> None:
         partition(data, args.parts, f"{tmp}/parts", partitioner=args.partitioner)
         print(f"partitioned in {time.perf_counter() - start:.1f}s", flush=True)
         with LocalCluster(f"{tmp}/parts", forwarding=args.server_hops) as cluster:
-            fs, gs = connect(cluster.endpoints)
+            fs, gs = connect(cluster.endpoints, colocate=args.colocate)
             try:
                 for k in sorted({0, args.prefetch}):
                     loader = DistNeighborLoader((fs, gs), prefetch=k, seed=args.seed,
-                                                server_hops=args.server_hops, **kwargs)
+                                                server_hops=args.server_hops and None,
+                                                **kwargs)
                     rates[k] = report(f"DistNeighborLoader prefetch={k}",
                                       *time_loader(loader, args.warmup, args.batches))
             finally:

@@ -148,6 +148,8 @@ class PrefetchPipeline(Generic[T, R]):
         pin_memory: Pin every finished batch on the worker (a CUDA
             ``device`` pins anyway).
         name: Prefix of the worker threads' names (shows up in stack dumps).
+        workers: Worker threads; ``None``: ``depth`` (every batch in flight
+            produced at once). Fewer produce the ``depth`` batches in turn.
     """
 
     def __init__(
@@ -158,6 +160,7 @@ class PrefetchPipeline(Generic[T, R]):
         device: Optional[torch.device | str] = None,
         pin_memory: bool = False,
         name: str = "pyg-dist-prefetch",
+        workers: Optional[int] = None,
     ) -> None:
         if not isinstance(depth, int) or depth < 1:
             raise LoaderError(
@@ -165,6 +168,9 @@ class PrefetchPipeline(Generic[T, R]):
                 f"use prefetch=0 on the loader for the synchronous path")
         self.produce = produce
         self.depth = depth
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise LoaderError(f"prefetch workers must be a positive integer, got {workers!r}")
+        self.workers = depth if workers is None else min(workers, depth)
         self.name = name
         dev = torch.device(device) if device is not None else None
         self._mover = _CudaMover(dev) if dev is not None and dev.type == "cuda" else None
@@ -217,7 +223,7 @@ class PrefetchPipeline(Generic[T, R]):
         # Read first on this thread: it fixes this thread's own count before
         # the workers change the process default for threads started later.
         previous = torch.get_num_threads() if threads else 0
-        executor = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix=self.name,
+        executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.name,
                                       initializer=torch.set_num_threads if threads else None,
                                       initargs=(threads,) if threads else ())
         pending: deque[Future] = deque()

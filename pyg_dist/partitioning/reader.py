@@ -10,6 +10,8 @@ naming the file and field. Parts load copied into RAM or memory-mapped.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -77,6 +79,16 @@ class PartitionReader:
         self._verified: set[str] = set()
         self._lock = threading.Lock()
         self._books: dict[NodeTypeKey, PartitionBook] = {}
+
+    @property
+    def graph_id(self) -> dict[str, Any]:
+        """What tells this partitioned graph from another: its name and the
+        sha256 of its files' checksums in ``meta.json`` (a server's
+        ``meta`` answers it as ``graph``; a trainer that maps a same-host
+        part checks it against its server's)."""
+        files = json.dumps(self.meta["files"], sort_keys=True).encode()
+        return {"name": self.meta.get("graph_name"),
+                "files_sha256": hashlib.sha256(files).hexdigest()}
 
     @property
     def num_parts(self) -> int:

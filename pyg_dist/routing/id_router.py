@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -120,6 +120,21 @@ class Router:
         self._closed = False
         self._outputs: Any = None  # this process's OutputPool, once asked for
         self._copied_rows = 0
+        self._in_process: Optional[Callable[[PartitionClient], PartitionClient]] = None
+
+    def serve_in_process(self, wrap: Callable[[PartitionClient], PartitionClient]) -> None:
+        """Has every process's client wrapped by ``wrap`` (picklable): one that
+        serves some parts in this process and sends the rest on through the
+        client it wraps (``pyg_dist.connect(colocate=True)``)."""
+        with self._lock:
+            self._in_process = wrap
+            if self._client is not None:
+                self._client = wrap(self._client)
+
+    @property
+    def serves_in_process(self) -> bool:
+        """Whether some parts are served in this process."""
+        return self._in_process is not None
 
     @property
     def num_parts(self) -> int:
@@ -136,7 +151,8 @@ class Router:
             if self._client is None:
                 from pyg_dist.rpc.retrying import RetryingClient
 
-                self._client = RetryingClient(self.replicas or self.endpoints, self.config, OPS)
+                client = RetryingClient(self.replicas or self.endpoints, self.config, OPS)
+                self._client = client if self._in_process is None else self._in_process(client)
             return self._client
 
     def close(self, release_wait: float = 2.0) -> None:

@@ -92,7 +92,8 @@ class DistNeighborSampler(BaseSampler):
             themselves (``sample_tree``: one round trip for the subgraph
             instead of one per hop; the same batches). ``None`` (default):
             when every server forwards (``pyg-dist serve --peers``; ``pyg-dist
-            launch`` starts them so) and the graph is homogeneous; ``True``:
+            launch`` starts them so), the graph is homogeneous and not every
+            part is served in this process (``connect(colocate=True)``); ``True``:
             required; ``False``: never, every hop goes back to the trainer.
 
     Raises:
@@ -174,7 +175,13 @@ class DistNeighborSampler(BaseSampler):
         if server_hops and not able:
             raise SamplerError("server_hops=True, but the servers do not forward (start them "
                                "with --peers, or with pyg-dist launch)")
-        return able if server_hops is None else bool(server_hops)
+        if server_hops is None:
+            # Parts all served in this process sample fastest here: a tree
+            # would send every hop to a server and back.
+            every_part_here = len(getattr(self.graph_store, "colocated_parts", ())) \
+                == self.graph_store.router.num_parts
+            return able and not every_part_here
+        return bool(server_hops)
 
     @property
     def disjoint(self) -> bool:

@@ -382,7 +382,7 @@ class HopForwarder:
                     f"({describe(first.graph)}, this server's: "
                     f"{describe(self.graph_id)})")
             # The same router, with this part's calls served here.
-            client = OwnPartFirst(self.part, self._handlers, router.client)
+            client = OwnPartFirst({self.part: self._handlers}, router.client)
             local = Router(router.endpoints, router.books if router.is_hetero else
                            router.book, router.num_nodes, config=self._config,
                            client=client)

@@ -1,4 +1,4 @@
-"""The coordinator's client: its own part served in process, the rest sent.
+"""A client that serves the parts this process holds in process, the rest sent.
 
 A server coordinating a ``sample_tree`` (:mod:`pyg_dist.server.forwarding`)
 runs the trainer's own hop loop (:mod:`pyg_dist.hops`) over a router, which
@@ -7,7 +7,8 @@ calls every owning server of a hop through a
 part needs no socket: :class:`OwnPartFirst` runs that call's handler on the
 calling thread, and only once the peers' calls of the same round are on
 their way, so that the peers sample their shares while this one samples its
-own.
+own. A trainer that maps the parts on its host (``pyg_dist.connect(colocate=
+True)``, :mod:`pyg_dist.server.colocated`) serves their read ops the same way.
 
 It is also where a tree's hops come in, so it revises the tree's charge to
 the reply budget as they do (:class:`_TreeCharge`).
@@ -23,7 +24,6 @@ from typing import Any, Optional
 
 from torch import Tensor
 
-from pyg_dist.errors import ProtocolError
 from pyg_dist.rpc.admission import RunningCharge, running_charge
 from pyg_dist.rpc.config import RpcConfig
 from pyg_dist.rpc.context import CallContext, wants_context
@@ -84,8 +84,9 @@ class _TreeCharge:
 
 class OwnPartFirst:
     """A :class:`~pyg_dist.rpc.retrying.PartitionClient` that serves the calls
-    to its own part in this process (the handler, no socket) and sends the
-    others on.
+    to the parts it holds in this process (the handler, no socket) and sends
+    the others on: the calls to other parts, and the ops a held part has no
+    handler for here (a trainer's embedding ops go to their server).
 
     A peer's ``sample`` answers are checked where the
     tree reads them, as a trainer's are (:func:`pyg_dist.hops.one_hop.
@@ -93,14 +94,13 @@ class OwnPartFirst:
     reaches the tree.
 
     Args:
-        part: The own part.
-        handlers: The own part's handlers.
-        others: The client of every part (the own part's entry is unused).
+        handlers: Per part held here, its handlers by op name.
+        others: The client of every part (a held part's entry is used for
+            the ops it has no handler for).
     """
 
-    def __init__(self, part: int, handlers: Mapping[str, Callable[..., Result]],
+    def __init__(self, handlers: Mapping[int, Mapping[str, Callable[..., Result]]],
                  others: Any) -> None:
-        self._part = part
         self._handlers = handlers
         self._others = others
         self._local = threading.local()  # per thread: own-part calls not served yet
@@ -125,7 +125,9 @@ class OwnPartFirst:
         tree = self._tree()
         if tree is not None:
             tree.asked(reply_bytes)
-        if server != self._part:
+        handlers = self._handlers.get(server)
+        handler = None if handlers is None else handlers.get(op)
+        if handler is None:
             return self._others.call_async(server, op, args, tensors, timeout,
                                            reply_bytes=reply_bytes, first=first)
         ctx = getattr(self._local, "ctx", None)
@@ -136,8 +138,8 @@ class OwnPartFirst:
             ctx = None
         future: futures.Future = futures.Future()
         future.own_part = True  # type: ignore[attr-defined]
-        self._deferred().append((future, op, {} if args is None else args, list(tensors),
-                                 ctx))
+        self._deferred().append((future, handler, {} if args is None else args,
+                                 list(tensors), ctx))
         return future
 
     @contextlib.contextmanager
@@ -188,11 +190,8 @@ class OwnPartFirst:
         """Serves this thread's own-part calls not served yet."""
         calls = self._deferred()
         while calls:
-            future, op, args, tensors, ctx = calls.pop(0)
-            handler = self._handlers.get(op)
+            future, handler, args, tensors, ctx = calls.pop(0)
             try:
-                if handler is None:
-                    raise ProtocolError(f"op {op!r} is not served in process", op=op)
                 # Nothing else is lent in process: a handler's outputs are
                 # ordinary tensors.
                 result, out = handler(args, tensors, ctx or CallContext(None)) \

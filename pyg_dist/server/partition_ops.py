@@ -19,8 +19,6 @@ ids on the wire are global.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any, Optional
 
 import torch
@@ -112,10 +110,7 @@ class PartitionOps:
         self.embeddings = EmbeddingOps(part, self._index, self._check_reply)
         self._attributes = SampleAttributes(
             reader, part, {t: (c.row, c.edge_ids, c.deg) for t, c in self._csc.items()})
-        files = json.dumps(reader.meta["files"], sort_keys=True).encode()
-        # What tells this graph from another (``meta``'s ``graph``).
-        self.graph_id = {"name": reader.meta.get("graph_name"),
-                         "files_sha256": hashlib.sha256(files).hexdigest()}
+        self.graph_id = reader.graph_id  # meta's ``graph``
         self._host = host_id()
         # sample_tree; refused until a server gives
         # it its peers (forward_with).
@@ -220,6 +215,9 @@ class PartitionOps:
             "host": self._host,
             "max_reply_bytes": self.max_reply_bytes,
             "forwarding": self.forwarder.available,
+            # Where the part's files lie, for a trainer on this host that
+            # maps them (pyg_dist.connect(colocate=True)).
+            "root": str(self.reader.root.resolve()),
         }
         if hetero:
             result["node_types"] = [

@@ -16,6 +16,7 @@ the trainer. With no addresses, ``PYG_DIST_SERVERS`` (comma-separated, set by
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
@@ -36,7 +37,8 @@ __all__ = ["SERVERS_ENV", "build_stores", "connect"]
 
 def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = None,
             config: Any = None, *,
-            timeout: Optional[float] = None, tune_malloc: Optional[bool] = None
+            timeout: Optional[float] = None, tune_malloc: Optional[bool] = None,
+            colocate: Union[bool, str, os.PathLike] = False
             ) -> tuple[RemoteFeatureStore, RemoteGraphStore]:
     """Connects to the partition servers of one graph.
 
@@ -62,6 +64,17 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
             arena; freed memory stays with the process. ``None`` (default)
             tunes unless ``PYG_DIST_TUNE_MALLOC=0``; ``True`` or ``False``
             decide whatever the variable says.
+        colocate: Serve the parts whose servers run on this host in this
+            process (:mod:`pyg_dist.server.colocated`): their files are
+            mapped (the servers' page cache, no copy) and their sampling and
+            feature reads run on the calling thread, without a round trip;
+            batches are the same. ``True`` maps the directory each such
+            server names; a path maps that directory instead (a server in a
+            container names its own path), which must hold the same graph.
+            A trainer whose parts are all here samples hop by hop itself
+            (``server_hops`` defaults to ``False``). The other parts, and
+            the learnable embeddings (state on their servers), are asked
+            over the socket. ``False`` (default): every part is.
 
     Returns:
         ``(feature_store, graph_store)``, ready for
@@ -79,6 +92,8 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
             the connection (nothing listens on that port) or its name does
             not resolve, naming the address.
         RpcError: if a server cannot be reached within the deadline.
+        StoreError: with a ``colocate`` path that holds another graph or
+            cannot be mapped.
     """
     # Every batch brings tens of MB of feature rows into fresh tensors; with
     # glibc's defaults each one is new pages from the kernel (about 15% of
@@ -89,7 +104,10 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
         logger.debug("glibc malloc tuned for per-batch buffers")
     router, metas = connect_router(addresses, config, timeout)
     try:
-        return build_stores(router, metas)
+        fs, gs = build_stores(router, metas)
+        if colocate is not False:
+            _colocate(router, metas, (fs, gs), None if colocate is True else colocate)
+        return fs, gs
     except BaseException:
         router.close()
         raise
@@ -123,3 +141,20 @@ def build_stores(router: Router, metas: list[ServerMeta]
                             f"this version does not read ({exc})", address=first.address,
                             op=META.name) from exc
     return fs, gs
+
+
+def _colocate(router: Router, metas: list[ServerMeta],
+              stores: tuple[RemoteFeatureStore, RemoteGraphStore],
+              root: Union[str, os.PathLike, None]) -> None:
+    """Serves the same-host parts in this process (``connect(colocate=)``)."""
+    from pyg_dist.server.colocated import colocate
+
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise StoreError(f"colocate must be True, False or a dataset directory, "
+                         f"got {type(root).__name__}")
+    colocation = colocate(metas, root)
+    if colocation is None:
+        return
+    router.serve_in_process(colocation)
+    for store in stores:
+        store.colocated_parts = colocation.parts

@@ -103,6 +103,8 @@ class RemoteFeatureStore(FeatureStore):
         # each part's server's host identity (pyg_dist.rpc.shm.host_id).
         self.graph_id: Any = None
         self.server_hosts: list[Optional[str]] = [None] * router.num_parts
+        # Set by connect(colocate=...): the parts served in this process.
+        self.colocated_parts: tuple[int, ...] = ()
         # Set by connect(): edge attributes by global edge id (``get_edges``).
         self.edge_features: Any = None
         self._local: Optional[list[int]] = None  # local_parts(), once asked
@@ -131,12 +133,14 @@ class RemoteFeatureStore(FeatureStore):
         self.embeddings[key] = embedding
 
     def local_parts(self) -> list[int]:
-        """The parts whose servers run on this host (as their ``meta`` said)."""
+        """The parts whose servers run on this host (as their ``meta`` said)
+        and are not served in this process (those answer with ordinary
+        tensors: nothing to lend them)."""
         from pyg_dist.rpc.shm import host_id
 
         here = host_id()
         return [part for part, host in enumerate(self.server_hosts)
-                if host is not None and host == here]
+                if host is not None and host == here and part not in self.colocated_parts]
 
     def node_ids(self, index: Any, node_type: Optional[str] = None) -> tuple[Tensor, bool]:
         """Global int64 ids of a ``TensorAttr.index`` of ``node_type`` (see

@@ -74,6 +74,8 @@ class RemoteGraphStore(GraphStore):
         # Set by connect(): every server carries a batch's hops among its
         # peers (sample_tree, pyg_dist.server.forwarding).
         self.forwarding = False
+        # Set by connect(colocate=...): the parts served in this process.
+        self.colocated_parts: tuple[int, ...] = ()
         self._coo_lock = threading.Lock()
 
     @property
