@@ -171,3 +171,15 @@ def test_a_gpu_batch_sampled_on_the_servers_costs_one_call(served_forwarding):
         assert fs.router._outputs.page_locked_segments >= 1
     finally:
         fs.close()
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_colocated_gpu_batches_equal_the_cpu_batches(served, prefetch):
+    # connect(colocate=True) on a GPU trainer: the parts answered in this
+    # process, the batch pinned and moved on the side stream as any other.
+    _, endpoints = served
+    fs, gs = connect(endpoints)
+    cfs, cgs = connect(endpoints, colocate=True)
+    with fs, cfs:
+        assert cgs.colocated_parts == (0, 1)
+        _same(_epoch((fs, gs), 0), _epoch((cfs, cgs), prefetch, "cuda"))
