@@ -36,7 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Builds a synthetic graph, partitions it, starts one server per part on "
             "loopback and measures, in one run: PyG's NeighborLoader in one process "
-            "(the no-network ceiling), DistNeighborLoader with prefetch 0 and K, and one "
+            "(the no-network ceiling), DistNeighborLoader with prefetch 0 and K (hop by "
+            "hop, with the servers sampling the hops, and with the parts read in the "
+            "trainer's process: connect(colocate=True)), and one "
             "GraphSAGE epoch (compute only, loader only, both); with --baseline also "
             "PyG's deprecated torch_geometric.distributed loader. Prints a table and, "
             "with --json, writes the figures to a file."),

@@ -60,6 +60,9 @@ def ratios(rows: list[Row], cfg: BenchConfig, baselines: Sequence[str] = ()) -> 
     for kk in (0, k):
         put(f"pyg-dist K={kk} server hops / hop by hop (seeds/s)",
             by.get(f"pyg-dist K={kk} server hops"), by.get(f"pyg-dist K={kk}"), "seeds_per_s")
+        put(f"pyg-dist K={kk} colocated / pyg-local (seeds/s)",
+            by.get(f"pyg-dist K={kk} colocated"), by.get("pyg-local NeighborLoader"),
+            "seeds_per_s")
     for delay in cfg.link_delays_ms:
         put(f"epoch K={k} / K=0 @{delay:g}ms (time)", by.get(f"epoch train K={k} @{delay:g}ms"),
             by.get(f"epoch train K=0 @{delay:g}ms"), "seconds")

@@ -148,6 +148,7 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
                 loader = _dist_loader(cfg, fs, gs, seeds, k, device, server_hops=True)
                 rows.append(time_loader(f"pyg-dist K={k} server hops", loader,
                                         cfg.num_batches, note=_TREE_NOTE, device=device))
+            rows += _colocated_rows(cfg, cluster.endpoints, seeds, device)
             rows.append(_tcp_row(cfg, cluster.endpoints, seeds, device))
             trainers = cfg.trainers or cfg.num_parts
             if trainers > 1:
@@ -160,6 +161,23 @@ def _pyg_dist_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor, tmp: str) -
         finally:
             fs.close()
     return rows
+
+
+def _colocated_rows(cfg: BenchConfig, endpoints: list[str], seeds: torch.Tensor,
+                    device: Optional[torch.device]) -> list[Row]:
+    """The loader with every part served in this process
+    (``connect(colocate=True)``), synchronous and at ``prefetch``."""
+    from pyg_dist.store.connect import connect
+
+    fs, gs = connect(endpoints, colocate=True)
+    try:
+        _warm_up(cfg, fs, gs, seeds, device)
+        return [time_loader(f"pyg-dist K={k} colocated", _dist_loader(cfg, fs, gs, seeds, k,
+                                                                      device),
+                            cfg.num_batches, note=_COLOCATED_NOTE, device=device)
+                for k in (0, cfg.prefetch)]
+    finally:
+        fs.close()
 
 
 def _delay_rows(cfg: BenchConfig, root: str, seeds: torch.Tensor) -> list[Row]:
@@ -211,6 +229,7 @@ def _delayed(cfg: BenchConfig, fs: Any, gs: Any, seeds: torch.Tensor, delay: flo
 
 _SHM_NOTE = "same host: servers write feature rows into the trainer's shared memory"
 _TREE_NOTE = "the servers sample the hops among themselves (sample_tree)"
+_COLOCATED_NOTE = "the parts mapped and read in the trainer's process (colocate=True)"
 
 
 def _tcp_config() -> Any:

@@ -44,6 +44,7 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
     result = json.loads(out.read_text())
     rows = {r["name"]: r for r in result["rows"]}
     for name in ("pyg-local NeighborLoader", "pyg-dist K=0", "pyg-dist K=2",
+                 "pyg-dist K=0 colocated", "pyg-dist K=2 colocated",
                  "pyg-dist K=2 over TCP", "pyg-dist K=2 x2 trainers",
                  "epoch compute only", "epoch train K=0", "epoch train K=2",
                  "epoch train K=0 @1ms", "epoch train K=2 @1ms",
@@ -55,6 +56,7 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
     # shared memory threshold), behind the delay proxy too: the same sampled
     # edges and feature bytes.
     for a, b in (("pyg-dist K=0", "pyg-dist K=2"), ("pyg-dist K=2", "pyg-dist K=2 over TCP"),
+                 ("pyg-dist K=2", "pyg-dist K=2 colocated"),
                  ("epoch train K=0 @1ms", "epoch train K=2 @1ms")):
         assert rows[a]["edges"] == rows[b]["edges"] > 0
         assert rows[a]["feature_bytes"] == rows[b]["feature_bytes"] > 0
@@ -63,6 +65,7 @@ def test_bench_runs_and_prefetch_does_the_same_work(tmp_path):
     # Two trainer processes share the seeds: together they load every batch once.
     assert rows["pyg-dist K=2 x2 trainers"]["edges"] > 0
     assert set(result["ratios"]) >= {"pyg-dist K=2 / pyg-local (seeds/s)",
+                                     "pyg-dist K=2 colocated / pyg-local (seeds/s)",
                                      "pyg-dist K=2 over TCP / pyg-local (seeds/s)",
                                      "epoch K=2 / max(compute, loader)",
                                      "epoch K=2 / K=0 @1ms (time)",
