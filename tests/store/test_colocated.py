@@ -180,3 +180,19 @@ def test_meta_names_the_directory_served(cora2_root):
             meta = fs.router.client.call(1, "meta", {}, timeout=10.0).result
     assert meta["root"] == str(cora2_root.resolve())
     assert pyg_dist.PartitionReader(meta["root"]).graph_id == meta["graph"]
+
+
+def test_init_trainer_passes_colocate_on(served_cora, cora_data):
+    # The porting checklist's one-word opt-in: init_trainer(colocate=True).
+    fs, _ = served_cora.get(2)
+    dataset = pyg_dist.init_trainer(fs.router.endpoints, colocate=True)
+    data = dataset[0]
+    stores = (data.feature_store, data.graph_store)
+    try:
+        assert stores[1].colocated_parts == (0, 1)
+        loader = DistNeighborLoader(data, num_neighbors=[3], batch_size=50,
+                                    input_nodes=torch.arange(50))
+        batch = next(iter(loader))
+        assert torch.equal(batch.x, cora_data.x[batch.n_id])
+    finally:
+        stores[0].close()
