@@ -19,6 +19,7 @@ from support.forwarding_servers import forwarding_servers
 import pyg_dist
 from pyg_dist.embedding import DistEmbedding
 from pyg_dist.errors import StoreError
+from pyg_dist.loader.dist_link_neighbor_loader import DistLinkNeighborLoader
 from pyg_dist.loader.dist_neighbor_loader import DistNeighborLoader
 from pyg_dist.partitioning.writer import partition
 from pyg_dist.store.connect import connect
@@ -196,3 +197,18 @@ def test_init_trainer_passes_colocate_on(served_cora, cora_data):
         assert torch.equal(batch.x, cora_data.x[batch.n_id])
     finally:
         stores[0].close()
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_colocated_link_batches_equal_the_servers(served_cora, cora_data, prefetch):
+    fs, gs = served_cora.get(2)
+    kwargs = dict(num_neighbors=[3, 2], edge_label_index=cora_data.edge_index[:, :300],
+                  batch_size=64, seed=4, neg_sampling="binary", server_hops=False)
+    cfs, cgs = connect(fs.router.endpoints, colocate=True)
+    with cfs:
+        ours = list(DistLinkNeighborLoader((cfs, cgs), prefetch=prefetch, **kwargs))
+    theirs = list(DistLinkNeighborLoader((fs, gs), **kwargs))
+    assert len(ours) == len(theirs) == 5
+    for a, b in zip(ours, theirs):
+        for key in ("n_id", "edge_index", "x", "edge_label_index", "edge_label"):
+            assert torch.equal(a[key], b[key]), key
