@@ -49,7 +49,9 @@ def read_meta(root: Path) -> dict[str, Any]:
     """
     path = root / META_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO put there opens at once (and is refused below)
+        # instead of blocking until somebody writes into it.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError as exc:
         raise PartitionFormatError(
             f"{root} holds no {META_FILE}; is it a dataset written by "

@@ -338,6 +338,20 @@ def test_symlinked_meta_json_is_refused(dataset, tmp_path):
         PartitionReader(dataset)
 
 
+def test_a_fifo_for_meta_json_is_refused_not_waited_on(dataset):
+    # Nobody writes into it: opening it for reading the usual way would
+    # block until somebody does (a trainer told this directory by a hostile
+    # same-host server, connect(colocate=True), would hang).
+    (dataset / "meta.json").unlink()
+    os.mkfifo(dataset / "meta.json")
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from pyg_dist.partitioning import PartitionReader\n"
+         "try:\n    PartitionReader(sys.argv[1])\nexcept Exception as exc:\n"
+         "    print(type(exc).__name__, exc)", str(dataset)],
+        capture_output=True, text=True, timeout=60)
+    assert "PartitionFormatError" in result.stdout and "not a regular file" in result.stdout
+
+
 def test_the_root_itself_may_be_a_link(dataset, tmp_path):
     link = tmp_path / "link-to-ds"
     link.symlink_to(dataset, target_is_directory=True)
