@@ -118,3 +118,41 @@ def test_tuned_processes_make_their_threads_share_one_arena(single, monkeypatch)
     assert out.returncode == 0, out.stderr[-2000:]
     arenas = [line for line in out.stderr.splitlines() if line.startswith("Arena ")]
     assert (len(arenas) == 1) if single == "1" else (len(arenas) > 1), out.stderr
+
+
+_LATE = """
+import ctypes, logging, sys, threading, torch
+logging.basicConfig(level=logging.INFO, stream=sys.stdout)
+kept = []
+def worker():
+    kept.append(torch.ones(1 << 20))
+early = threading.Thread(target=worker)  # allocates before the tuning: its own arena
+early.start()
+early.join()
+from pyg_dist.malloc_tuning import tune_malloc
+assert tune_malloc(True)
+assert tune_malloc(True)  # told once
+sys.stdout.flush()
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+@glibc_only
+@pytest.mark.parametrize("from_start", [False, True], ids=["late", "environment"])
+def test_a_tuning_that_comes_too_late_says_so_once(from_start, monkeypatch):
+    # A thread that allocated before the tuning keeps its own arena: the
+    # process is told how to get one arena (MALLOC_ARENA_MAX=1 from the
+    # start, as pyg-dist launch sets it), which then holds.
+    if from_start:
+        monkeypatch.setenv("MALLOC_ARENA_MAX", "1")
+    else:
+        monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    out = subprocess.run([sys.executable, "-c", _LATE], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    told = [line for line in out.stdout.splitlines() if "MALLOC_ARENA_MAX=1" in line]
+    arenas = [line for line in out.stderr.splitlines() if line.startswith("Arena ")]
+    if from_start:
+        assert not told and len(arenas) == 1, (out.stdout, out.stderr)
+    else:
+        assert len(told) == 1 and len(arenas) > 1, (out.stdout, out.stderr)
