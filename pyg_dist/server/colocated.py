@@ -141,10 +141,12 @@ def colocate(metas: Sequence[Any], root: Union[str, os.PathLike, None] = None
         if meta.host != here:
             continue
         named = meta.result.get("root") if root is None else os.fspath(root)
-        if not isinstance(named, str) or not 0 < len(named) <= _MAX_ROOT:
-            logger.info("colocate: server %s of part %d names no dataset directory "
-                        "(%s); its part is asked over the socket", meta.address, meta.part,
-                        describe(named))
+        if root is None and (not isinstance(named, str) or not 0 < len(named) <= _MAX_ROOT
+                             or "\0" in named or not os.path.isabs(named)):
+            # Its own path, absolute: anything else is not where it reads.
+            logger.info("colocate: server %s of part %d names no absolute dataset "
+                        "directory (%s); its part is asked over the socket", meta.address,
+                        meta.part, describe(named))
             continue
         by_root.setdefault(Path(named), []).append(meta.part)
     if not by_root:

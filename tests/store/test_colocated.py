@@ -212,3 +212,33 @@ def test_colocated_link_batches_equal_the_servers(served_cora, cora_data, prefet
     for a, b in zip(ours, theirs):
         for key in ("n_id", "edge_index", "x", "edge_label_index", "edge_label"):
             assert torch.equal(a[key], b[key]), key
+
+
+def test_a_directory_a_server_names_is_checked_before_it_is_opened(served_cora, cora_data,
+                                                                   tmp_path, caplog):
+    # What a lying same-host server could name: nothing here may raise, hang
+    # or map a part; each part goes over the socket, and the log says why.
+    import dataclasses
+    import logging
+    import os
+
+    from pyg_dist.routing.servers import parse_meta
+    from pyg_dist.server.colocated import colocate
+
+    fs, _ = served_cora.get(2)
+    client = fs.router.client
+    metas = [parse_meta(fs.router.endpoints[p], client.call(p, "meta", {}, timeout=10.0))
+             for p in range(2)]
+    fifo_dir = tmp_path / "fifo"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / "meta.json")
+    other = tmp_path / "other"
+    partition(cora_data, 2, str(other), partitioner="random")  # another graph
+    lies = ["relative/dir", "/abs\0with-nul", "/" + "x" * 5000, {"a": 1}, None,
+            str(fifo_dir), str(tmp_path / "missing"), str(other)]
+    for lie in lies:
+        lying = [dataclasses.replace(m, result={**m.result, "root": lie}) for m in metas]
+        with caplog.at_level(logging.INFO, logger="pyg_dist.server.colocated"):
+            caplog.clear()
+            assert colocate(lying) is None, lie
+        assert "over the socket" in caplog.text, lie
