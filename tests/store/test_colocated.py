@@ -242,3 +242,17 @@ def test_a_directory_a_server_names_is_checked_before_it_is_opened(served_cora, 
             caplog.clear()
             assert colocate(lying) is None, lie
         assert "over the socket" in caplog.text, lie
+
+
+def test_server_hops_asked_for_are_honoured_and_equal(served_cora):
+    # server_hops=True with every part here: the tree runs on a server, its
+    # rows are read in process afterwards; the batches do not change.
+    fs, gs = served_cora.get(2)
+    kwargs = dict(num_neighbors=[4, 3], batch_size=96, seed=7, input_nodes=torch.arange(600),
+                  server_hops=True)
+    theirs = list(DistNeighborLoader((fs, gs), **kwargs))
+    cfs, cgs = connect(fs.router.endpoints, colocate=True)
+    with cfs:
+        loader = DistNeighborLoader((cfs, cgs), prefetch=2, **kwargs)
+        assert loader.node_sampler.server_hops is True
+        _assert_same(list(loader), theirs)
