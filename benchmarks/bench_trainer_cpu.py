@@ -43,6 +43,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--server-hops", action="store_true",
                    help="the servers sample a batch's hops among themselves (sample_tree); "
                         "by default every hop goes back to the trainer")
+    p.add_argument("--colocate", action="store_true",
+                   help="read every part in the trainer's process (connect(colocate=True)): "
+                        "the servers then serve nothing")
     p.add_argument("--hold", type=int, default=1,
                    help="batches the consumer keeps alive at once (a training step holds 1)")
     p.add_argument("--threads-detail", action="store_true",
@@ -191,7 +194,7 @@ def main() -> None:
     seeds = torch.randperm(args.num_nodes, generator=gen)
     with LocalCluster(root, forwarding=args.server_hops) as cluster:
         config = RpcConfig(shared_memory_bytes=0) if args.tcp else None
-        fs, gs = connect(cluster.endpoints, config=config)
+        fs, gs = connect(cluster.endpoints, config=config, colocate=args.colocate)
         procs = [psutil.Process()] + [psutil.Process(p.pid) for p in cluster.processes]
         try:
             loader = DistNeighborLoader((fs, gs), num_neighbors=args.fanout,
