@@ -121,20 +121,19 @@ class Router:
         self._outputs: Any = None  # this process's OutputPool, once asked for
         self._copied_rows = 0
         self._in_process: Optional[Callable[[PartitionClient], PartitionClient]] = None
+        self.in_process_parts: tuple[int, ...] = ()
+        """The parts served in this process (:meth:`serve_in_process`)."""
 
-    def serve_in_process(self, wrap: Callable[[PartitionClient], PartitionClient]) -> None:
+    def serve_in_process(self, wrap: Callable[[PartitionClient], PartitionClient],
+                         parts: Sequence[int]) -> None:
         """Has every process's client wrapped by ``wrap`` (picklable): one that
-        serves some parts in this process and sends the rest on through the
+        serves ``parts`` in this process and sends the rest on through the
         client it wraps (``pyg_dist.connect(colocate=True)``)."""
         with self._lock:
             self._in_process = wrap
+            self.in_process_parts = tuple(parts)
             if self._client is not None:
                 self._client = wrap(self._client)
-
-    @property
-    def serves_in_process(self) -> bool:
-        """Whether some parts are served in this process."""
-        return self._in_process is not None
 
     @property
     def num_parts(self) -> int:

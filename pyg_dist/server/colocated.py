@@ -157,8 +157,7 @@ def colocate(metas: Sequence[Any], root: Union[str, os.PathLike, None] = None
     limits = {m.part: int(m.max_reply_bytes or default) for m in metas}
     chosen: Optional[Colocation] = None
     for path, parts in by_root.items():
-        found = _check_root(path, metas[parts[0]].graph, root is not None)
-        if found is None:
+        if not _holds_graph(path, metas[parts[0]].graph, root is not None):
             continue
         candidate = Colocation(path, parts, {p: limits[p] for p in parts})
         try:
@@ -180,9 +179,9 @@ def colocate(metas: Sequence[Any], root: Union[str, os.PathLike, None] = None
     return chosen
 
 
-def _check_root(path: Path, graph: Any, given: bool) -> Optional[PartitionReader]:
-    """A reader of ``path`` if it holds the graph ``graph``, else ``None``
-    (logged), or raises where the caller named the directory."""
+def _holds_graph(path: Path, graph: Any, given: bool) -> bool:
+    """Whether ``path`` holds the graph ``graph`` (when not, it is logged, or
+    raised where the caller named the directory)."""
     try:
         reader = PartitionReader(path, verify=False, parts=[])
         same = reader.graph_id == graph
@@ -192,12 +191,12 @@ def _check_root(path: Path, graph: Any, given: bool) -> Optional[PartitionReader
                              f"reads ({exc}); pass the directory the servers serve") from exc
         logger.info("colocate: cannot read %s (%s); its parts are asked over the socket",
                     path, exc)
-        return None
+        return False
     if not same:
         if given:
             raise StoreError(f"colocate: {path} holds {describe(reader.graph_id)}, the servers "
                              f"serve {describe(graph)}; pass the directory they serve")
         logger.info("colocate: %s holds another graph than its server serves; its parts "
                     "are asked over the socket", path)
-        return None
-    return reader
+        return False
+    return True

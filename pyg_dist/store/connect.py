@@ -106,7 +106,7 @@ def connect(addresses: Union[Sequence[Union[str, Sequence[str]]], str, None] = N
     try:
         fs, gs = build_stores(router, metas)
         if colocate is not False:
-            _colocate(router, metas, (fs, gs), None if colocate is True else colocate)
+            _colocate(router, metas, None if colocate is True else colocate)
         return fs, gs
     except BaseException:
         router.close()
@@ -144,7 +144,6 @@ def build_stores(router: Router, metas: list[ServerMeta]
 
 
 def _colocate(router: Router, metas: list[ServerMeta],
-              stores: tuple[RemoteFeatureStore, RemoteGraphStore],
               root: Union[str, os.PathLike, None]) -> None:
     """Serves the same-host parts in this process (``connect(colocate=)``)."""
     from pyg_dist.server.colocated import colocate
@@ -155,6 +154,4 @@ def _colocate(router: Router, metas: list[ServerMeta],
     colocation = colocate(metas, root)
     if colocation is None:
         return
-    router.serve_in_process(colocation)
-    for store in stores:
-        store.colocated_parts = colocation.parts
+    router.serve_in_process(colocation, colocation.parts)

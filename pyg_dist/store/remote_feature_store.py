@@ -103,8 +103,6 @@ class RemoteFeatureStore(FeatureStore):
         # each part's server's host identity (pyg_dist.rpc.shm.host_id).
         self.graph_id: Any = None
         self.server_hosts: list[Optional[str]] = [None] * router.num_parts
-        # Set by connect(colocate=...): the parts served in this process.
-        self.colocated_parts: tuple[int, ...] = ()
         # Set by connect(): edge attributes by global edge id (``get_edges``).
         self.edge_features: Any = None
         self._local: Optional[list[int]] = None  # local_parts(), once asked
@@ -131,6 +129,11 @@ class RemoteFeatureStore(FeatureStore):
             raise StoreError(f"node type {node_type!r} already has an attribute {name!r}; "
                              f"serve the embedding under another name")
         self.embeddings[key] = embedding
+
+    @property
+    def colocated_parts(self) -> tuple[int, ...]:
+        """The parts served in this process (``connect(colocate=True)``)."""
+        return self.router.in_process_parts
 
     def local_parts(self) -> list[int]:
         """The parts whose servers run on this host (as their ``meta`` said)

@@ -74,9 +74,12 @@ class RemoteGraphStore(GraphStore):
         # Set by connect(): every server carries a batch's hops among its
         # peers (sample_tree, pyg_dist.server.forwarding).
         self.forwarding = False
-        # Set by connect(colocate=...): the parts served in this process.
-        self.colocated_parts: tuple[int, ...] = ()
         self._coo_lock = threading.Lock()
+
+    @property
+    def colocated_parts(self) -> tuple[int, ...]:
+        """The parts served in this process (``connect(colocate=True)``)."""
+        return self.router.in_process_parts
 
     @property
     def book(self) -> Any:

@@ -163,14 +163,25 @@ def test_embeddings_stay_on_their_servers(served_cora):
         assert torch.equal(next(iter(loader)).emb[:3].detach(), init(ids) - 1)
 
 
+def _prefetch_threads(loader) -> int:
+    """The most prefetch worker threads alive while ``loader`` ran an epoch."""
+    import threading
+
+    seen = 0
+    for _ in loader:
+        seen = max(seen, sum(t.name.startswith("pyg-dist-prefetch")
+                             for t in threading.enumerate()))
+    return seen
+
+
 def test_a_colocated_loader_prefetches_on_one_thread(served_cora):
     fs, gs = served_cora.get(2)
-    plain = DistNeighborLoader((fs, gs), num_neighbors=[2], batch_size=64, prefetch=3)
-    assert plain._prefetch_workers() is None
+    kwargs = dict(num_neighbors=[2], batch_size=64, prefetch=3, input_nodes=torch.arange(640))
+    assert _prefetch_threads(DistNeighborLoader((fs, gs), **kwargs)) > 1
     cfs, cgs = connect(fs.router.endpoints, colocate=True)
     with cfs:
-        loader = DistNeighborLoader((cfs, cgs), num_neighbors=[2], batch_size=64, prefetch=3)
-        assert loader._prefetch_workers() == 1
+        loader = DistNeighborLoader((cfs, cgs), **kwargs)
+        assert _prefetch_threads(loader) == 1
         assert loader.node_sampler.server_hops is False  # every part here: hop by hop
 
 
